@@ -1,0 +1,11 @@
+//! ratelimitd: a gRPC rate-limit decision service, wire-compatible with envoyproxy/ratelimit.
+//!
+//! Layers, importing downwards only: [`server`] wires [`service`] (the gRPC/HTTP edge) to a
+//! [`store`] and the [`config`]; [`limiter`] is the pure domain (matching and algorithm math).
+
+pub mod config;
+pub mod limiter;
+pub mod proto;
+pub mod server;
+pub mod service;
+pub mod store;

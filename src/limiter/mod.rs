@@ -1,0 +1,13 @@
+//! The pure domain: descriptor matching, hit counting, decisions and algorithm math.
+//! Nothing here knows about gRPC, Redis or YAML.
+
+pub mod algorithm;
+pub mod clock;
+pub mod rate;
+pub mod request;
+pub mod rules;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use rate::{Algorithm, Rate, RateError, Unit};
+pub use request::{Descriptor, Entry, LimitOverride, Request};
+pub use rules::{ConfiguredLimit, DomainRules, LimitKind, LimitedRate, RuleNode, RuleSet, Rules, WildcardRule};

@@ -1,0 +1,121 @@
+//! The validated configuration as the matcher sees it: per domain, a tree of descriptor nodes.
+//!
+//! Built by `config` from YAML; nothing here knows about files or YAML.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::rate::{Algorithm, Rate, Unit};
+
+/// What a configured `rate_limit` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LimitKind {
+    /// `unlimited: true`: always OK, `limit_remaining` = u32::MAX.
+    Unlimited,
+    /// A counted limit.
+    Limited(LimitedRate),
+}
+
+/// A counted limit as configured: the fields echoed in `current_limit` plus the arithmetic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitedRate {
+    pub requests_per_unit: u32,
+    pub unit: Unit,
+    pub unit_multiplier: u32,
+    pub rate: Rate,
+}
+
+impl LimitedRate {
+    pub fn algorithm(&self) -> Algorithm {
+        self.rate.algorithm()
+    }
+}
+
+/// One configured limit: a node's `rate_limit` with the node-level flags that change its effect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfiguredLimit {
+    /// Dotted path of the rule, e.g. `edge.api_key_free.path`, as envoyproxy/ratelimit names its
+    /// stats: domain, then `key` or `key_value` per level.
+    pub path: String,
+    /// `rate_limit.name`, used by `replaces` and echoed in `current_limit.name`.
+    pub name: Option<String>,
+    pub kind: LimitKind,
+    /// `replaces: [{name}]`: limits with these names are ignored when this one also matches.
+    pub replaces: Vec<String>,
+    /// `shadow_mode: true` on the node: decide and count, but never deny.
+    pub shadow_mode: bool,
+    /// `detailed_metric: true` on the node: metrics may carry descriptor values.
+    pub detailed_metric: bool,
+}
+
+/// A node of the descriptor tree: one `key` (and maybe `value`) at one level.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleNode {
+    /// The node's own limit, if it has a `rate_limit`. A node without one (and whether or not it
+    /// has children) gives "no limit" when a walk ends on it.
+    pub limit: Option<Arc<ConfiguredLimit>>,
+    pub children: RuleSet,
+}
+
+/// The nodes of one level, indexed for matching precedence: exact `key`+`value`, then wildcard
+/// values (a trailing `*`, prefix match) in config order, then key-only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleSet {
+    /// `key` -> `value` -> node, for nodes with a literal value.
+    pub exact: HashMap<String, HashMap<String, RuleNode>>,
+    /// `(key, value prefix, node)` for values ending in `*`, in config order.
+    pub wildcards: Vec<WildcardRule>,
+    /// `key` -> node, for nodes without a value.
+    pub key_only: HashMap<String, RuleNode>,
+}
+
+/// A node whose value ends in `*`: it matches every value starting with `prefix`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WildcardRule {
+    pub key: String,
+    pub prefix: String,
+    pub node: RuleNode,
+}
+
+/// All rules of one domain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainRules {
+    pub domain: String,
+    pub root: RuleSet,
+}
+
+/// The whole validated configuration: domain name -> rules. Immutable; a reload builds a new one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rules {
+    pub domains: HashMap<String, DomainRules>,
+}
+
+impl Rules {
+    pub fn domain(&self, name: &str) -> Option<&DomainRules> {
+        self.domains.get(name)
+    }
+
+    /// Every configured limit with its path, sorted by path (for `/rlconfig` and logs).
+    pub fn limits(&self) -> Vec<Arc<ConfiguredLimit>> {
+        fn collect(set: &RuleSet, out: &mut Vec<Arc<ConfiguredLimit>>) {
+            let nodes = set
+                .exact
+                .values()
+                .flat_map(|values| values.values())
+                .chain(set.wildcards.iter().map(|w| &w.node))
+                .chain(set.key_only.values());
+            for node in nodes {
+                if let Some(limit) = &node.limit {
+                    out.push(limit.clone());
+                }
+                collect(&node.children, out);
+            }
+        }
+        let mut out = Vec::new();
+        for domain in self.domains.values() {
+            collect(&domain.root, &mut out);
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        out
+    }
+}
