@@ -3,6 +3,7 @@
 
 pub mod algorithm;
 pub mod clock;
+pub mod counter_key;
 pub mod rate;
 pub mod request;
 pub mod rules;
@@ -10,4 +11,6 @@ pub mod rules;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use rate::{Algorithm, Rate, RateError, Unit};
 pub use request::{Descriptor, Entry, LimitOverride, Request};
-pub use rules::{ConfiguredLimit, DomainRules, LimitKind, LimitedRate, RuleNode, RuleSet, Rules, WildcardRule};
+pub use rules::{
+    ConfiguredLimit, DomainRules, LimitKind, LimitedRate, RuleNode, RuleSet, Rules, WildcardRule,
+};

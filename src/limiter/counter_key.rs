@@ -1,0 +1,89 @@
+//! The identity of a counter: a domain and a descriptor's entries, encoded injectively.
+
+use std::fmt;
+
+use super::request::Entry;
+
+/// Canonical, injective text form of `domain` + entries: components are percent-encoded (every
+/// byte outside `[A-Za-z0-9_.-]` and `/`) and joined with `:` between levels and `=` inside an entry, so
+/// no two distinct identities share an encoding whatever their values contain.
+///
+/// Stores build their own keys from it (adding algorithm, window, prefix, hash tag, length bound).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CounterKey(String);
+
+impl CounterKey {
+    pub fn new(domain: &str, entries: &[Entry]) -> CounterKey {
+        let mut encoded = String::with_capacity(
+            domain.len()
+                + entries
+                    .iter()
+                    .map(|e| e.key.len() + e.value.len() + 2)
+                    .sum::<usize>(),
+        );
+        escape_into(domain, &mut encoded);
+        for entry in entries {
+            encoded.push(':');
+            escape_into(&entry.key, &mut encoded);
+            encoded.push('=');
+            escape_into(&entry.value, &mut encoded);
+        }
+        CounterKey(encoded)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CounterKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn escape_into(component: &str, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &byte in component.as_bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'.' | b'-' | b'/') {
+            out.push(byte as char);
+        } else {
+            out.push('%');
+            out.push(HEX[usize::from(byte >> 4)] as char);
+            out.push(HEX[usize::from(byte & 0xf)] as char);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(key: &str, value: &str) -> Entry {
+        Entry {
+            key: key.into(),
+            value: value.into(),
+        }
+    }
+
+    #[test]
+    fn separators_inside_values_cannot_forge_another_identity() {
+        let joined = CounterKey::new("d", &[entry("a", "b:c=d")]);
+        let split = CounterKey::new("d", &[entry("a", "b"), entry("c", "d")]);
+        assert_ne!(joined, split);
+        let braces = CounterKey::new("d", &[entry("k", "{x}_y%")]);
+        assert_eq!(braces.as_str(), "d:k=%7Bx%7D_y%25");
+    }
+
+    #[test]
+    fn empty_value_differs_from_missing_entry() {
+        assert_ne!(
+            CounterKey::new("d", &[entry("k", "")]),
+            CounterKey::new("d", &[])
+        );
+        assert_ne!(
+            CounterKey::new("d:k=", &[]),
+            CounterKey::new("d", &[entry("k", "")])
+        );
+    }
+}

@@ -1,0 +1,2 @@
+//! In-process store.
+pub struct MemoryStore;

@@ -1,0 +1,2 @@
+//! Redis store.
+pub struct RedisStore;
