@@ -1,1 +1,165 @@
-fn main(){}
+//! `ratelimitd`: command line only. Parses flags, sets up logging, calls into the library.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use ratelimitd::{config, server};
+use tokio::net::TcpListener;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "ratelimitd",
+    version,
+    about = "gRPC rate-limit decision service (Envoy RLS v3)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve RLS v3, gRPC health and reflection, and the HTTP endpoints.
+    Serve(ServeArgs),
+    /// Validate configuration: print every error with file:line, exit 1 if there is any.
+    Check(CheckArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Configuration file, or directory of *.yaml / *.yml files (repeatable).
+    #[arg(
+        long = "config",
+        env = "RATELIMITD_CONFIG",
+        required = true,
+        value_delimiter = ','
+    )]
+    config: Vec<PathBuf>,
+    /// Address of the gRPC port (RLS, health, reflection).
+    #[arg(long, env = "RATELIMITD_GRPC_ADDR", default_value = "0.0.0.0:8081")]
+    grpc_addr: SocketAddr,
+    /// Address of the HTTP port (/healthcheck).
+    #[arg(long, env = "RATELIMITD_HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    http_addr: SocketAddr,
+    /// Log format.
+    #[arg(
+        long,
+        env = "RATELIMITD_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: LogFormat,
+    /// Log filter (tracing-subscriber syntax, e.g. `info` or `ratelimitd=debug`).
+    #[arg(long, env = "RATELIMITD_LOG_LEVEL", default_value = "info")]
+    log_level: String,
+}
+
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// Configuration file, or directory of *.yaml / *.yml files (repeatable).
+    #[arg(
+        long = "config",
+        env = "RATELIMITD_CONFIG",
+        required = true,
+        value_delimiter = ','
+    )]
+    config: Vec<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Check(args) => check(&args),
+        Command::Serve(args) => serve(args),
+    }
+}
+
+fn check(args: &CheckArgs) -> ExitCode {
+    match config::load(&args.config) {
+        Ok(rules) => {
+            let limits = rules.limits().len();
+            println!(
+                "configuration OK: {} domain(s), {limits} limit(s)",
+                rules.domains.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat, filter: &str) {
+    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stdout().is_terminal());
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    init_logging(args.log_format, &args.log_level);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let grpc = TcpListener::bind(args.grpc_addr).await?;
+        let http = TcpListener::bind(args.http_addr).await?;
+        let settings = server::Settings {
+            config_paths: args.config,
+        };
+        server::run(settings, grpc, http, shutdown_signal()).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
+            Ok(signal) => signal,
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM; only SIGINT stops the server");
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}

@@ -2,13 +2,19 @@
 //! Nothing here knows about gRPC, Redis or YAML.
 
 pub mod algorithm;
+pub mod check;
 pub mod clock;
 pub mod counter_key;
+pub mod matcher;
+pub mod plan;
 pub mod rate;
 pub mod request;
 pub mod rules;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use plan::{
+    outcome, plan, Code, CurrentLimit, DescriptorOutcome, Outcome, Plan, PlanError, Resolution,
+};
 pub use rate::{Algorithm, Rate, RateError, Unit};
 pub use request::{Descriptor, Entry, LimitOverride, Request};
 pub use rules::{

@@ -14,6 +14,9 @@ pub enum LimitKind {
     Unlimited,
     /// A counted limit.
     Limited(LimitedRate),
+    /// `requests_per_unit: 0`: every request is over the limit (envoyproxy/ratelimit's way of
+    /// banning a value). No counter is kept.
+    Blocked { unit: Unit, unit_multiplier: u32 },
 }
 
 /// A counted limit as configured: the fields echoed in `current_limit` plus the arithmetic.

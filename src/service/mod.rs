@@ -1,1 +1,10 @@
-//! gRPC edge.
+//! The network edge: gRPC (RLS v3, health) and the HTTP port. Protocol conversion happens here and
+//! only here; the edge never touches Redis.
+
+pub mod convert;
+pub mod health;
+pub mod http;
+pub mod rls;
+
+pub use health::Health;
+pub use rls::RateLimitEdge;

@@ -1,7 +1,7 @@
 //! Counter storage: one trait, an in-process backend and a Redis backend.
 //!
 //! A store decides a whole request atomically: it evaluates every [`Check`] and commits only if
-//! all of them admit, so a denied request consumes nothing anywhere.
+//! all enforced (non-shadow) checks admit, so a denied request consumes nothing anywhere.
 
 pub mod memory;
 pub mod redis;
@@ -9,21 +9,10 @@ pub mod redis;
 use std::future::Future;
 
 use crate::limiter::algorithm::Verdict;
-use crate::limiter::counter_key::CounterKey;
-use crate::limiter::rate::Rate;
+pub use crate::limiter::check::Check;
 
 pub use self::redis::RedisStore;
 pub use memory::MemoryStore;
-
-/// One counted descriptor of a request.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Check {
-    pub key: CounterKey,
-    pub rate: Rate,
-    /// Hits to consume; 0 checks without consuming. Any value is accepted: hits beyond the
-    /// rate's capacity are denied (see `algorithm::clamp_hits`).
-    pub hits: u64,
-}
 
 /// Why a store could not decide. The gRPC edge answers these with `UNAVAILABLE`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,8 +40,10 @@ impl StoreError {
 pub trait Store: Send + Sync + 'static {
     /// Decides `checks` together and returns one verdict per check, in order. Each verdict says
     /// what its check alone would get on top of the earlier checks of the same request that
-    /// share its counter. Nothing is written unless every verdict admits. Checks that share a
-    /// counter (same key, algorithm and window) are applied as if decided one after another.
+    /// share its counter (same key, algorithm and window): those are evaluated with cumulative
+    /// hits and committed once with their total. Nothing is written unless every non-shadow
+    /// check admits; then every admitted check is committed, shadow ones included, and a
+    /// shadow check that does not admit is left unchanged (it never vetoes).
     fn decide(
         &self,
         checks: &[Check],

@@ -1,0 +1,16 @@
+//! The unit of work a store decides: one counter, one rate, some hits.
+
+use super::counter_key::CounterKey;
+use super::rate::Rate;
+
+/// One counted descriptor of a request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    pub key: CounterKey,
+    pub rate: Rate,
+    /// Hits to consume; 0 checks without consuming. Any value is accepted: hits beyond the
+    /// rate's capacity are denied (see `algorithm::clamp_hits`).
+    pub hits: u64,
+    /// A shadow-mode limit: decided and counted, but it never vetoes the request.
+    pub shadow: bool,
+}

@@ -1,2 +1,0 @@
-//! In-process store.
-pub struct MemoryStore;
