@@ -845,10 +845,25 @@ mod tests {
         assert!(message.contains(needle), "{message:?} lacks {needle:?}");
     }
 
+    #[test]
+    fn zero_requests_per_unit_blocks_every_request() {
+        let rules = rules(
+            "domain: d\ndescriptors:\n  - key: banned\n    rate_limit: {unit: hour, requests_per_unit: 0, name: ban}\n",
+        );
+        let node = &rules.root.key_only["banned"];
+        assert_eq!(
+            node.limit.as_ref().expect("a limit").kind,
+            LimitKind::Blocked {
+                unit: Unit::Hour,
+                unit_multiplier: 1
+            }
+        );
+    }
+
     fn limited(node: &RuleNode) -> &crate::limiter::LimitedRate {
         match &node.limit.as_ref().expect("a limit").kind {
             LimitKind::Limited(rate) => rate,
-            LimitKind::Unlimited => panic!("expected a counted limit"),
+            LimitKind::Unlimited | LimitKind::Blocked { .. } => panic!("expected a counted limit"),
         }
     }
 
@@ -1213,7 +1228,7 @@ descriptors:
     }
 
     #[test]
-    fn requests_per_unit_must_be_present_and_positive() {
+    fn requests_per_unit_must_be_present_and_non_negative() {
         assert_one_error(
             "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: day\n",
             5,
@@ -1221,7 +1236,7 @@ descriptors:
             "missing",
         );
         assert_one_error(
-            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: day\n      requests_per_unit: 0\n",
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: day\n      requests_per_unit: -1\n",
             6,
             "descriptors[0].rate_limit.requests_per_unit",
             "must be a positive integer",
