@@ -4,8 +4,10 @@ use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use ratelimitd::store::RedisSettings;
 use ratelimitd::{config, server};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
@@ -51,6 +53,16 @@ struct ServeArgs {
     /// Address of the HTTP port (/healthcheck).
     #[arg(long, env = "RATELIMITD_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
+    /// Redis URL (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS). Without it,
+    /// counters live in this process only.
+    #[arg(long, env = "RATELIMITD_REDIS_URL")]
+    redis_url: Option<String>,
+    /// Bound on every Redis call; a slower answer is a store failure (UNAVAILABLE).
+    #[arg(long, env = "RATELIMITD_REDIS_TIMEOUT", default_value = "100ms", value_parser = humantime::parse_duration)]
+    redis_timeout: Duration,
+    /// Redis connections kept open (each one multiplexes concurrent requests).
+    #[arg(long, env = "RATELIMITD_REDIS_POOL_SIZE", default_value_t = RedisSettings::DEFAULT_POOL_SIZE, value_parser = clap::value_parser!(u32).range(1..))]
+    redis_pool_size: u32,
     /// Log format.
     #[arg(
         long,
@@ -128,6 +140,11 @@ fn serve(args: ServeArgs) -> ExitCode {
         let http = TcpListener::bind(args.http_addr).await?;
         let settings = server::Settings {
             config_paths: args.config,
+            redis: args.redis_url.map(|url| RedisSettings {
+                url,
+                timeout: args.redis_timeout,
+                pool_size: args.redis_pool_size,
+            }),
         };
         server::run(settings, grpc, http, shutdown_signal()).await
     });

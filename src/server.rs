@@ -16,7 +16,7 @@ use crate::config::{self, ConfigErrors};
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::service::{http, Health, RateLimitEdge};
-use crate::store::{MemoryStore, Store, StoreError};
+use crate::store::{MemoryStore, RedisSettings, RedisStore, Store, StoreError};
 
 /// How often the store's health is probed, and idle memory-store keys swept.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -26,6 +26,8 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 pub struct Settings {
     /// Configuration files or directories.
     pub config_paths: Vec<PathBuf>,
+    /// Redis to share counters with other instances; `None` keeps them in this process.
+    pub redis: Option<RedisSettings>,
 }
 
 /// Why the server could not start or keep running.
@@ -54,10 +56,19 @@ pub async fn run(
     let rules = config::load(&settings.config_paths)?;
     let domains = rules.domains.len();
     let rules = Arc::new(ArcSwap::from_pointee(rules));
-    let store = Arc::new(MemoryStore::new());
-    store.spawn_sweeper(PROBE_INTERVAL);
-    tracing::info!(domains, store = "memory", "configuration loaded");
-    serve(rules, store, grpc, http, shutdown).await
+    match settings.redis {
+        None => {
+            let store = Arc::new(MemoryStore::new());
+            store.spawn_sweeper(PROBE_INTERVAL);
+            tracing::info!(domains, store = "memory", "configuration loaded");
+            serve(rules, store, grpc, http, shutdown).await
+        }
+        Some(redis) => {
+            let store = Arc::new(RedisStore::connect(redis).await?);
+            tracing::info!(domains, store = "redis", "configuration loaded");
+            serve(rules, store, grpc, http, shutdown).await
+        }
+    }
 }
 
 async fn serve<S: Store>(

@@ -11,7 +11,7 @@ use std::future::Future;
 use crate::limiter::algorithm::Verdict;
 pub use crate::limiter::check::Check;
 
-pub use self::redis::RedisStore;
+pub use self::redis::{RedisSettings, RedisStore};
 pub use memory::MemoryStore;
 
 /// Why a store could not decide. The gRPC edge answers these with `UNAVAILABLE`.
