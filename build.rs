@@ -10,7 +10,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
     let file_descriptors = protox::compile(PROTOS, ["proto"])?;
     let descriptor_path = out_dir.join("rls_descriptor.bin");
-    std::fs::write(&descriptor_path, prost::Message::encode_to_vec(&file_descriptors))?;
+    std::fs::write(
+        &descriptor_path,
+        prost::Message::encode_to_vec(&file_descriptors),
+    )?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)

@@ -15,11 +15,14 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{self, ConfigErrors};
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
-use crate::service::{http, Health, RateLimitEdge};
+use crate::service::{http, Health, RateLimitEdge, ResponseHeaders};
 use crate::store::{MemoryStore, RedisSettings, RedisStore, Store, StoreError};
 
 /// How often the store's health is probed, and idle memory-store keys swept.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long in-flight calls may take to finish once shutdown starts.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Everything `serve` needs besides the listeners.
 #[derive(Debug, Clone)]
@@ -28,6 +31,8 @@ pub struct Settings {
     pub config_paths: Vec<PathBuf>,
     /// Redis to share counters with other instances; `None` keeps them in this process.
     pub redis: Option<RedisSettings>,
+    /// Rate-limit headers added to every response (`response_headers_to_add`).
+    pub response_headers: ResponseHeaders,
 }
 
 /// Why the server could not start or keep running.
@@ -56,17 +61,18 @@ pub async fn run(
     let rules = config::load(&settings.config_paths)?;
     let domains = rules.domains.len();
     let rules = Arc::new(ArcSwap::from_pointee(rules));
+    let headers = settings.response_headers;
     match settings.redis {
         None => {
             let store = Arc::new(MemoryStore::new());
             store.spawn_sweeper(PROBE_INTERVAL);
             tracing::info!(domains, store = "memory", "configuration loaded");
-            serve(rules, store, grpc, http, shutdown).await
+            serve(rules, store, headers, grpc, http, shutdown).await
         }
         Some(redis) => {
             let store = Arc::new(RedisStore::connect(redis).await?);
             tracing::info!(domains, store = "redis", "configuration loaded");
-            serve(rules, store, grpc, http, shutdown).await
+            serve(rules, store, headers, grpc, http, shutdown).await
         }
     }
 }
@@ -74,6 +80,7 @@ pub async fn run(
 async fn serve<S: Store>(
     rules: Arc<ArcSwap<crate::limiter::Rules>>,
     store: Arc<S>,
+    headers: ResponseHeaders,
     grpc: TcpListener,
     http: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -88,7 +95,7 @@ async fn serve<S: Store>(
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    let edge = RateLimitEdge::new(rules, store.clone());
+    let edge = RateLimitEdge::new(rules, store.clone()).with_response_headers(headers);
 
     let stopping = CancellationToken::new();
     tokio::spawn({
@@ -119,17 +126,31 @@ async fn serve<S: Store>(
             health.close().await;
         }
     };
-    let result = tonic::transport::Server::builder()
+    let grpc_server = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(RateLimitServiceServer::new(edge))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), drained)
-        .await;
+        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), drained);
+    tokio::pin!(grpc_server);
+    let result = tokio::select! {
+        result = &mut grpc_server => result,
+        _ = drain_deadline(&stopping) => {
+            tracing::warn!(?DRAIN_TIMEOUT, "calls still open after the drain timeout (e.g. health Watch streams); closing them");
+            Ok(())
+        }
+    };
     stopping.cancel();
     let _ = http_task.await;
     tracing::info!("stopped");
     result.map_err(ServerError::from)
+}
+
+/// Completes `DRAIN_TIMEOUT` after shutdown starts: long-lived streams (health `Watch`) and
+/// unresponsive peers never finish by themselves and must not keep the process alive.
+async fn drain_deadline(stopping: &CancellationToken) {
+    stopping.cancelled().await;
+    tokio::time::sleep(DRAIN_TIMEOUT).await;
 }
 
 /// Drives health from the store: NOT_SERVING while it cannot answer, SERVING when it is back.

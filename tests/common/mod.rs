@@ -1,0 +1,4 @@
+#![allow(dead_code)]
+
+pub mod ratelimitd;
+pub mod redis_server;
