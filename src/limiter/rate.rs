@@ -133,7 +133,7 @@ pub enum RateError {
     ZeroBurst,
     #[error("window of {seconds} s is longer than the supported maximum of 100 years")]
     WindowTooLong { seconds: u128 },
-    #[error("burst {burst} spans {seconds} s of emission intervals, longer than the supported maximum of 100 years")]
+    #[error("burst {burst} takes {seconds} s to refill, longer than the supported maximum of 100 years")]
     BurstTooLong { burst: u32, seconds: u128 },
 }
 
@@ -186,7 +186,7 @@ impl Rate {
             window_us,
             burst,
         };
-        if algorithm == Algorithm::Gcra {
+        if algorithm.uses_burst() {
             let span = u128::from(burst) * u128::from(rate.emission_interval_us());
             if span > u128::from(MAX_WINDOW_US) {
                 return Err(RateError::BurstTooLong {

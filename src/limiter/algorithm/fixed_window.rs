@@ -22,7 +22,7 @@ pub fn evaluate(rate: &Rate, state: Option<&FixedWindowState>, now_us: u64, hits
     let window_start = window_start_us(rate.window_us(), now_us);
     let count = current_count(state, window_start);
     let limit = u64::from(rate.limit());
-    let admitted = count + hits <= limit;
+    let admitted = count.saturating_add(hits) <= limit;
     let after = if admitted { count + hits } else { count };
     Verdict {
         admitted,
@@ -48,4 +48,203 @@ pub fn commit(
 /// The count is worthless once its window ends.
 pub fn expires_at_us(rate: &Rate, state: &FixedWindowState) -> u64 {
     state.window_start_us + rate.window_us()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::algorithm::{self, window_start_us, State};
+    use crate::limiter::rate::{Algorithm, Unit, MICROS_PER_SECOND};
+
+    const S: u64 = MICROS_PER_SECOND;
+    /// An arbitrary realistic instant (2023-11-14), a whole second but not a whole minute.
+    const T0: u64 = 1_700_000_000 * S;
+
+    fn rate(limit: u32, unit: Unit, multiplier: u32) -> Rate {
+        Rate::new(Algorithm::FixedWindow, limit, unit, multiplier, None).unwrap()
+    }
+
+    /// Decides like a store: evaluate, and commit only when admitted with hits.
+    fn decide(rate: &Rate, state: &mut Option<FixedWindowState>, now: u64, hits: u64) -> Verdict {
+        let wrapped = state.map(State::FixedWindow);
+        let verdict = algorithm::evaluate(rate, wrapped.as_ref(), now, hits);
+        if verdict.admitted && hits > 0 {
+            match algorithm::commit(rate, wrapped, now, hits) {
+                State::FixedWindow(s) => *state = Some(s),
+                other => panic!("commit changed the algorithm: {other:?}"),
+            }
+        }
+        verdict
+    }
+
+    #[test]
+    fn admits_exactly_the_limit_and_resets_at_the_epoch_aligned_window_end() {
+        let rate = rate(3, Unit::Minute, 1);
+        let start = window_start_us(60 * S, T0);
+        assert_eq!(start % (60 * S), 0);
+        assert!(
+            start < T0,
+            "T0 is not minute-aligned, so the window started earlier"
+        );
+        let now = start + 17 * S + 123;
+        let end = start + 60 * S;
+        let mut state = None;
+        for remaining in [2, 1, 0] {
+            let v = decide(&rate, &mut state, now, 1);
+            assert_eq!(
+                v,
+                Verdict {
+                    admitted: true,
+                    remaining,
+                    reset_after_us: end - now
+                }
+            );
+        }
+        let denied = decide(&rate, &mut state, now, 1);
+        assert_eq!(
+            denied,
+            Verdict {
+                admitted: false,
+                remaining: 0,
+                reset_after_us: end - now
+            }
+        );
+        // Retry-after is exact: 1 µs before the boundary still denied, at the boundary admitted.
+        let retry = now + denied.reset_after_us;
+        assert_eq!(retry, end);
+        assert!(!decide(&rate, &mut state, retry - 1, 1).admitted);
+        let v = decide(&rate, &mut state, retry, 1);
+        assert!(v.admitted);
+        assert_eq!(v.remaining, 2);
+        assert_eq!(v.reset_after_us, 60 * S);
+        assert_eq!(
+            state,
+            Some(FixedWindowState {
+                window_start_us: end,
+                count: 1
+            })
+        );
+    }
+
+    #[test]
+    fn unit_multiplier_windows_align_to_multiples_of_the_whole_window() {
+        // 5 seconds: windows [0, 5 s), [5 s, 10 s), ... since the epoch.
+        let rate = rate(2, Unit::Second, 5);
+        assert_eq!(rate.window_us(), 5 * S);
+        let now = 12 * S + 400_000; // inside [10 s, 15 s)
+        let mut state = None;
+        let v = decide(&rate, &mut state, now, 2);
+        assert!(v.admitted);
+        assert_eq!(v.remaining, 0);
+        assert_eq!(v.reset_after_us, 15 * S - now);
+        assert_eq!(state.unwrap().window_start_us, 10 * S);
+        assert!(!decide(&rate, &mut state, 15 * S - 1, 1).admitted);
+        assert!(decide(&rate, &mut state, 15 * S, 2).admitted);
+        assert!(!decide(&rate, &mut state, 19 * S, 1).admitted);
+
+        // 3 hours at a realistic time: the window start is a multiple of 3 h since the epoch.
+        let rate = Rate::new(Algorithm::FixedWindow, 1, Unit::Hour, 3, None).unwrap();
+        let w = 3 * 3_600 * S;
+        let start = T0 - T0 % w;
+        let mut state = None;
+        let v = decide(&rate, &mut state, T0, 1);
+        assert_eq!(v.reset_after_us, start + w - T0);
+        let denied = decide(&rate, &mut state, T0 + 1, 1);
+        assert!(!denied.admitted);
+        assert_eq!(T0 + 1 + denied.reset_after_us, start + w);
+        assert!(decide(&rate, &mut state, start + w, 1).admitted);
+    }
+
+    #[test]
+    fn a_count_from_an_older_window_is_ignored() {
+        let rate = rate(5, Unit::Second, 1);
+        let old = FixedWindowState {
+            window_start_us: T0 - 3 * S,
+            count: 5,
+        };
+        let v = evaluate(&rate, Some(&old), T0, 5);
+        assert!(v.admitted);
+        assert_eq!(v.remaining, 0);
+        assert_eq!(
+            commit(&rate, Some(old), T0, 5),
+            FixedWindowState {
+                window_start_us: T0,
+                count: 5
+            }
+        );
+    }
+
+    #[test]
+    fn multi_hit_requests_and_remaining() {
+        let rate = rate(10, Unit::Second, 1);
+        let mut state = None;
+        assert_eq!(decide(&rate, &mut state, T0, 7).remaining, 3);
+        let denied = decide(&rate, &mut state, T0, 4);
+        assert!(!denied.admitted);
+        assert_eq!(denied.remaining, 3);
+        assert_eq!(state.unwrap().count, 7, "a denied request changes nothing");
+        let v = decide(&rate, &mut state, T0, 3);
+        assert!(v.admitted);
+        assert_eq!(v.remaining, 0);
+    }
+
+    #[test]
+    fn zero_hits_checks_without_consuming() {
+        let rate = rate(2, Unit::Minute, 1);
+        let mut state = None;
+        let v = decide(&rate, &mut state, T0, 0);
+        assert!(v.admitted);
+        assert_eq!(v.remaining, 2);
+        assert_eq!(state, None);
+        decide(&rate, &mut state, T0, 2);
+        let before = state;
+        let v = decide(&rate, &mut state, T0, 0);
+        assert!(v.admitted, "a full window still admits a check of 0");
+        assert_eq!(v.remaining, 0);
+        assert_eq!(state, before);
+        // Only a state already over the limit (unreachable through commit) denies 0 hits.
+        let over = FixedWindowState {
+            window_start_us: window_start_us(rate.window_us(), T0),
+            count: 3,
+        };
+        assert!(!evaluate(&rate, Some(&over), T0, 0).admitted);
+    }
+
+    #[test]
+    fn huge_hits_are_denied_without_overflow() {
+        let rate = rate(u32::MAX, Unit::Second, 1);
+        let mut state = None;
+        for hits in [u64::from(u32::MAX) + 1, u64::MAX - 1, u64::MAX] {
+            let v = decide(&rate, &mut state, T0, hits);
+            assert!(!v.admitted);
+            assert_eq!(v.remaining, u32::MAX);
+            assert_eq!(v.reset_after_us, S);
+            // The per-algorithm function is also safe without the dispatcher's clamp.
+            assert!(!evaluate(&rate, None, T0, hits).admitted);
+        }
+        assert_eq!(state, None);
+        assert!(decide(&rate, &mut state, T0, u64::from(u32::MAX)).admitted);
+        let v = decide(&rate, &mut state, T0, u64::MAX);
+        assert!(!v.admitted);
+        assert_eq!(v.remaining, 0);
+        assert!(!evaluate(&rate, state.as_ref(), T0, u64::MAX).admitted);
+    }
+
+    #[test]
+    fn expires_at_the_window_end_and_is_then_like_absent() {
+        let rate = rate(4, Unit::Second, 1);
+        let state = commit(&rate, None, T0 + 250_000, 3);
+        let expiry = expires_at_us(&rate, &state);
+        assert_eq!(expiry, T0 + S);
+        assert_ne!(
+            evaluate(&rate, Some(&state), expiry - 1, 1),
+            evaluate(&rate, None, expiry - 1, 1)
+        );
+        for now in [expiry, expiry + 1, expiry + 10 * S] {
+            assert_eq!(
+                evaluate(&rate, Some(&state), now, 2),
+                evaluate(&rate, None, now, 2)
+            );
+        }
+    }
 }

@@ -50,3 +50,233 @@ pub fn commit(rate: &Rate, state: Option<GcraState>, now_us: u64, hits: u64) -> 
 pub fn expires_at_us(_rate: &Rate, state: &GcraState) -> u64 {
     state.tat_us
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::algorithm::{self, State};
+    use crate::limiter::rate::{Algorithm, Unit, MICROS_PER_SECOND};
+
+    const S: u64 = MICROS_PER_SECOND;
+    const T0: u64 = 1_700_000_000 * S;
+
+    fn rate(limit: u32, unit: Unit, burst: Option<u32>) -> Rate {
+        Rate::new(Algorithm::Gcra, limit, unit, 1, burst).unwrap()
+    }
+
+    /// Decides like a store: evaluate, and commit only when admitted with hits.
+    fn decide(rate: &Rate, state: &mut Option<GcraState>, now: u64, hits: u64) -> Verdict {
+        let wrapped = state.map(State::Gcra);
+        let verdict = algorithm::evaluate(rate, wrapped.as_ref(), now, hits);
+        if verdict.admitted && hits > 0 {
+            match algorithm::commit(rate, wrapped, now, hits) {
+                State::Gcra(s) => *state = Some(s),
+                other => panic!("commit changed the algorithm: {other:?}"),
+            }
+        }
+        verdict
+    }
+
+    /// The exact-retry contract: denied 1 µs before `now + reset_after_us`, admitted at it.
+    fn assert_retry_exact(rate: &Rate, state: &GcraState, now: u64, hits: u64) {
+        let denied = evaluate(rate, Some(state), now, hits);
+        assert!(!denied.admitted);
+        let at = now + denied.reset_after_us;
+        assert!(!evaluate(rate, Some(state), at - 1, hits).admitted);
+        assert!(evaluate(rate, Some(state), at, hits).admitted);
+    }
+
+    #[test]
+    fn exactly_burst_from_idle_with_burst_equal_to_limit() {
+        let rate = rate(10, Unit::Second, None);
+        let t = rate.emission_interval_us();
+        assert_eq!(t, 100_000);
+        let mut state = None;
+        for taken in 1..=10u64 {
+            assert_eq!(
+                decide(&rate, &mut state, T0, 1),
+                Verdict {
+                    admitted: true,
+                    remaining: (10 - taken) as u32,
+                    reset_after_us: taken * t
+                }
+            );
+        }
+        let full = state.unwrap();
+        assert_eq!(full.tat_us, T0 + 10 * t);
+        assert_eq!(
+            decide(&rate, &mut state, T0, 1),
+            Verdict {
+                admitted: false,
+                remaining: 0,
+                reset_after_us: t
+            }
+        );
+        assert_eq!(state, Some(full), "a denied request changes nothing");
+        assert_retry_exact(&rate, &full, T0, 1);
+        assert!(decide(&rate, &mut state, T0 + t, 1).admitted);
+    }
+
+    #[test]
+    fn exactly_burst_from_idle_with_burst_different_from_limit() {
+        for burst in [1, 3, 25, 1000] {
+            let rate = rate(10, Unit::Second, Some(burst));
+            let mut state = None;
+            for _ in 0..burst {
+                assert!(decide(&rate, &mut state, T0, 1).admitted);
+            }
+            let denied = decide(&rate, &mut state, T0, 1);
+            assert!(!denied.admitted, "burst {burst}");
+            assert_eq!(denied.reset_after_us, 100_000);
+            assert_retry_exact(&rate, &state.unwrap(), T0, 1);
+            let mut state = None;
+            assert!(decide(&rate, &mut state, T0, u64::from(burst)).admitted);
+            assert!(!decide(&rate, &mut state, T0, 1).admitted);
+            let mut state = None;
+            assert!(!decide(&rate, &mut state, T0, u64::from(burst) + 1).admitted);
+        }
+    }
+
+    #[test]
+    fn emission_interval_rounds_up_and_burst_stays_exact() {
+        // 3 per second: T = 333 334 µs (rounded up, never faster than the rate).
+        let rate = rate(3, Unit::Second, None);
+        let t = rate.emission_interval_us();
+        assert_eq!(t, 333_334);
+        let mut state = None;
+        for _ in 0..3 {
+            assert!(decide(&rate, &mut state, T0, 1).admitted);
+        }
+        let denied = decide(&rate, &mut state, T0, 1);
+        assert_eq!(
+            denied,
+            Verdict {
+                admitted: false,
+                remaining: 0,
+                reset_after_us: t
+            }
+        );
+        assert_retry_exact(&rate, &state.unwrap(), T0, 1);
+    }
+
+    #[test]
+    fn retry_after_is_exact_for_multi_hit_requests() {
+        let rate = rate(10, Unit::Second, Some(5));
+        let t = rate.emission_interval_us();
+        let mut state = None;
+        assert!(decide(&rate, &mut state, T0, 5).admitted);
+        let full = state.unwrap();
+        for hits in 1..=5u64 {
+            let denied = evaluate(&rate, Some(&full), T0, hits);
+            assert_eq!(denied.reset_after_us, hits * t);
+            assert_retry_exact(&rate, &full, T0, hits);
+            assert_retry_exact(&rate, &full, T0 + 12_345, hits);
+        }
+    }
+
+    #[test]
+    fn remaining_and_reset_with_partial_debt() {
+        let rate = rate(10, Unit::Second, None);
+        let state = commit(&rate, None, T0, 10);
+        let now = T0 + 150_000; // debt 850 000 of 1 000 000
+        assert_eq!(
+            evaluate(&rate, Some(&state), now, 0),
+            Verdict {
+                admitted: true,
+                remaining: 1,
+                reset_after_us: 850_000
+            }
+        );
+        assert_eq!(
+            evaluate(&rate, Some(&state), now, 1),
+            Verdict {
+                admitted: true,
+                remaining: 0,
+                reset_after_us: 950_000
+            }
+        );
+        assert_eq!(
+            evaluate(&rate, Some(&state), now, 2),
+            Verdict {
+                admitted: false,
+                remaining: 1,
+                reset_after_us: 50_000
+            }
+        );
+        assert_retry_exact(&rate, &state, now, 2);
+    }
+
+    #[test]
+    fn zero_hits_checks_without_consuming() {
+        let rate = rate(2, Unit::Second, None);
+        let mut state = None;
+        assert_eq!(
+            decide(&rate, &mut state, T0, 0),
+            Verdict {
+                admitted: true,
+                remaining: 2,
+                reset_after_us: 0
+            }
+        );
+        assert_eq!(state, None);
+        decide(&rate, &mut state, T0, 2);
+        let before = state;
+        let v = decide(&rate, &mut state, T0 + 1, 0);
+        assert!(v.admitted);
+        assert_eq!(v.remaining, 0);
+        assert_eq!(v.reset_after_us, S - 1);
+        assert_eq!(state, before);
+    }
+
+    #[test]
+    fn huge_hits_are_denied_without_overflow() {
+        let rate = rate(10, Unit::Second, Some(4));
+        let mut state = None;
+        for hits in [5, u64::MAX] {
+            assert_eq!(
+                decide(&rate, &mut state, T0, hits),
+                Verdict {
+                    admitted: false,
+                    remaining: 4,
+                    reset_after_us: 0
+                }
+            );
+            assert!(!evaluate(&rate, None, T0, hits).admitted);
+        }
+        assert!(decide(&rate, &mut state, T0, 3).admitted);
+        assert_eq!(
+            decide(&rate, &mut state, T0 + 50_000, u64::MAX),
+            Verdict {
+                admitted: false,
+                remaining: 1,
+                reset_after_us: 250_000
+            }
+        );
+        // The largest burst and limit a rate allows.
+        let rate = Rate::new(Algorithm::Gcra, u32::MAX, Unit::Day, 1, Some(u32::MAX)).unwrap();
+        let mut state = None;
+        assert!(decide(&rate, &mut state, T0, u64::from(u32::MAX)).admitted);
+        assert!(!decide(&rate, &mut state, T0, u64::MAX).admitted);
+        assert!(!decide(&rate, &mut state, T0, 1).admitted);
+    }
+
+    #[test]
+    fn expires_at_tat_and_is_then_like_absent() {
+        let rate = rate(10, Unit::Second, None);
+        let state = commit(&rate, None, T0, 4);
+        let expiry = expires_at_us(&rate, &state);
+        assert_eq!(expiry, T0 + 400_000);
+        assert_ne!(
+            evaluate(&rate, Some(&state), expiry - 1, 10),
+            evaluate(&rate, None, expiry - 1, 10)
+        );
+        for now in [expiry, expiry + 1, expiry + 3 * S] {
+            for hits in [0, 1, 10, 11] {
+                assert_eq!(
+                    evaluate(&rate, Some(&state), now, hits),
+                    evaluate(&rate, None, now, hits)
+                );
+            }
+        }
+    }
+}

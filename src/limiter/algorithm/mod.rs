@@ -5,7 +5,9 @@
 //! [`commit`] returns the state after admitting them. A store evaluates every descriptor of a
 //! request first and commits only when all admit. When several descriptors of one request share a
 //! counter, the store evaluates each with the hits of the earlier ones added (`hits` is cumulative)
-//! and commits the total once; for every algorithm that equals deciding them one after the other.
+//! and commits the total once; for every algorithm that equals deciding them one after the other
+//! (same admissions, same verdicts for admitted checks; a denied check reports the counter without
+//! the request's hits, since a denied request consumes nothing).
 //!
 //! The Lua scripts in `lua/` implement the same math operation for operation; the differential
 //! test replays random traces through both and demands identical answers.
@@ -144,4 +146,364 @@ pub fn expires_at_us(rate: &Rate, state: &State) -> u64 {
 /// Start of the epoch-aligned window of length `window_us` that contains `now_us`.
 pub fn window_start_us(window_us: u64, now_us: u64) -> u64 {
     now_us - now_us % window_us
+}
+
+#[cfg(test)]
+mod tests {
+    //! Properties every algorithm must keep, checked over deterministic pseudo-random traces.
+
+    use super::*;
+    use crate::limiter::rate::{Unit, MICROS_PER_SECOND};
+
+    const S: u64 = MICROS_PER_SECOND;
+    const T0: u64 = 1_700_000_000 * S;
+
+    /// SplitMix64: a small deterministic PRNG, enough for reproducible traces.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+
+        /// Uniform in `0..n` (n > 0; the modulo bias is irrelevant here).
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        fn range(&mut self, lo: u64, hi_inclusive: u64) -> u64 {
+            lo + self.below(hi_inclusive - lo + 1)
+        }
+    }
+
+    fn random_rate(rng: &mut Rng, algorithm: Algorithm) -> Rate {
+        let limit = rng.range(1, 12) as u32;
+        let (unit, multiplier) = match rng.below(4) {
+            0 => (Unit::Minute, 1),
+            _ => (Unit::Second, rng.range(1, 3) as u32),
+        };
+        let burst = match rng.below(3) {
+            0 => None,
+            _ => Some(rng.range(1, 20) as u32),
+        };
+        Rate::new(algorithm, limit, unit, multiplier, burst).unwrap()
+    }
+
+    fn random_hits(rng: &mut Rng, rate: &Rate) -> u64 {
+        match rng.below(20) {
+            0..=1 => 0,
+            2..=13 => 1,
+            14..=18 => rng.range(2, u64::from(rate.burst()) + 1),
+            _ => [u64::MAX, u64::MAX / 2, u64::from(u32::MAX) + 1][rng.below(3) as usize],
+        }
+    }
+
+    fn random_step_us(rng: &mut Rng, rate: &Rate) -> u64 {
+        let w = rate.window_us();
+        match rng.below(10) {
+            0..=3 => 0,
+            4..=5 => rng.range(1, 1_000),
+            6..=8 => rng.range(1, w / 3),
+            _ => rng.range(w / 3, 2 * w),
+        }
+    }
+
+    /// Decides like a store: evaluate, and commit only when admitted with hits.
+    fn decide(rate: &Rate, state: &mut Option<State>, now: u64, hits: u64) -> Verdict {
+        let verdict = evaluate(rate, state.as_ref(), now, hits);
+        if verdict.admitted && hits > 0 {
+            *state = Some(commit(rate, state.take(), now, hits));
+        }
+        verdict
+    }
+
+    /// Runs a random trace against one counter; returns the admitted `(instant, hits)`.
+    fn random_trace(rng: &mut Rng, rate: &Rate, steps: usize) -> Vec<(u64, u64)> {
+        let mut state = None;
+        let mut now = T0 + rng.below(rate.window_us());
+        let mut admitted = Vec::new();
+        let mut last: Option<Verdict> = None;
+        for _ in 0..steps {
+            // Often come back exactly when told to (±1 µs), as clients honouring Retry-After
+            // do: that is where off-by-one errors at the boundaries show.
+            now += match last {
+                Some(v) if rng.below(3) == 0 => (v.reset_after_us + rng.below(3)).saturating_sub(1),
+                _ => random_step_us(rng, rate),
+            };
+            let hits = random_hits(rng, rate);
+            let before = state.clone();
+            let v = decide(rate, &mut state, now, hits);
+            last = Some(v);
+            assert!(v.remaining <= rate.burst(), "{rate:?} {v:?}");
+            if v.admitted {
+                assert!(hits <= u64::from(rate.burst()), "{rate:?} admitted {hits}");
+                if hits > 0 {
+                    admitted.push((now, hits));
+                }
+            } else {
+                assert_eq!(state, before, "a denied request changed the state");
+            }
+        }
+        admitted
+    }
+
+    /// Admitted hits merged per instant (the trace's instants never decrease).
+    fn per_instant(admitted: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for &(t, n) in admitted {
+            match merged.last_mut() {
+                Some((last, sum)) if *last == t => *sum += n,
+                _ => merged.push((t, n)),
+            }
+        }
+        merged
+    }
+
+    #[test]
+    fn no_algorithm_ever_admits_more_than_its_capacity() {
+        let mut rng = Rng(0x5EED);
+        for algorithm in Algorithm::ALL {
+            for _ in 0..150 {
+                let rate = random_rate(&mut rng, algorithm);
+                let events = per_instant(&random_trace(&mut rng, &rate, 300));
+                assert!(!events.is_empty());
+                assert!(events.windows(2).all(|pair| pair[0].0 < pair[1].0));
+                let w = rate.window_us();
+                let limit = u64::from(rate.limit());
+                let burst = u64::from(rate.burst());
+                // prefix[k] = hits admitted at the first k instants; sum(i..=j) over instants.
+                let prefix: Vec<u64> = std::iter::once(0)
+                    .chain(events.iter().scan(0, |sum, &(_, n)| {
+                        *sum += n;
+                        Some(*sum)
+                    }))
+                    .collect();
+                let sum = |i: usize, j: usize| prefix[j + 1] - prefix[i];
+                for (j, &(tj, _)) in events.iter().enumerate() {
+                    // The sliding window (tj − W, tj] and the epoch-aligned window holding tj.
+                    let sliding_from = events.partition_point(|&(t, _)| t + w <= tj);
+                    let sliding = sum(sliding_from, j);
+                    let start = window_start_us(w, tj);
+                    let fixed_from = events.partition_point(|&(t, _)| t < start);
+                    let fixed = sum(fixed_from, j);
+                    match algorithm {
+                        Algorithm::FixedWindow => assert!(fixed <= limit, "{rate:?}"),
+                        Algorithm::SlidingWindowLog => assert!(sliding <= limit, "{rate:?}"),
+                        Algorithm::SlidingWindowCounter => {
+                            // The estimate bounds each epoch window by L, a sliding one by 2 L.
+                            assert!(fixed <= limit, "{rate:?}");
+                            assert!(sliding <= 2 * limit, "{rate:?}");
+                            // And the estimate itself, recomputed from the history, stays ≤ L.
+                            let previous_from = events.partition_point(|&(t, _)| t + w < start);
+                            let previous = prefix[fixed_from] - prefix[previous_from];
+                            let weight = 1.0 - (tj - start) as f64 / w as f64;
+                            let est = previous as f64 * weight + fixed as f64;
+                            assert!(est <= limit as f64 + 1e-9, "{rate:?} est {est} at {tj}");
+                        }
+                        Algorithm::TokenBucket | Algorithm::Gcra => {
+                            assert!(sliding <= burst + limit, "{rate:?}")
+                        }
+                    }
+                    // The exact bound of the rate-based algorithms over every span [ti, tj]:
+                    // B plus what refills in between.
+                    for (i, &(ti, _)) in events[..=j].iter().enumerate() {
+                        let (sum, span) = (sum(i, j), tj - ti);
+                        match algorithm {
+                            Algorithm::Gcra => {
+                                let t = rate.emission_interval_us();
+                                assert!(sum * t <= burst * t + span, "{rate:?} {ti}..{tj}");
+                            }
+                            Algorithm::TokenBucket => {
+                                let refill = span as f64 * limit as f64 / w as f64;
+                                assert!(sum as f64 <= burst as f64 + refill + 1e-6, "{rate:?}");
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn from_idle_exactly_capacity_is_admitted_at_one_instant() {
+        let mut rng = Rng(7);
+        for algorithm in Algorithm::ALL {
+            for _ in 0..100 {
+                let rate = random_rate(&mut rng, algorithm);
+                let now = T0 + rng.below(rate.window_us());
+                let mut state = None;
+                for _ in 0..rate.burst() {
+                    assert!(decide(&rate, &mut state, now, 1).admitted, "{rate:?}");
+                }
+                let before = state.clone();
+                let denied = decide(&rate, &mut state, now, 1);
+                assert!(!denied.admitted, "{rate:?}");
+                assert_eq!(denied.remaining, 0);
+                assert!(denied.reset_after_us > 0);
+                assert_eq!(state, before);
+            }
+        }
+    }
+
+    #[test]
+    fn cumulative_hits_equal_sequential_decisions() {
+        let mut rng = Rng(42);
+        for algorithm in Algorithm::ALL {
+            for _ in 0..200 {
+                let rate = random_rate(&mut rng, algorithm);
+                let mut state = None;
+                let mut now = T0 + rng.below(rate.window_us());
+                for _ in 0..rng.below(30) {
+                    now += random_step_us(&mut rng, &rate);
+                    let hits = random_hits(&mut rng, &rate);
+                    decide(&rate, &mut state, now, hits);
+                }
+                now += random_step_us(&mut rng, &rate);
+                let (a, b) = (random_hits(&mut rng, &rate), random_hits(&mut rng, &rate));
+                let first = evaluate(&rate, state.as_ref(), now, a);
+                if !first.admitted {
+                    continue;
+                }
+                let total = a.saturating_add(b);
+                let together = evaluate(&rate, state.as_ref(), now, total);
+                let after_a = if a > 0 {
+                    Some(commit(&rate, state.clone(), now, a))
+                } else {
+                    state.clone()
+                };
+                let second = evaluate(&rate, after_a.as_ref(), now, b);
+                assert_eq!(together.admitted, second.admitted, "{rate:?} {a} {b}");
+                if !together.admitted {
+                    // A denied check reports the counter as the denied request leaves it: without
+                    // the earlier hits (and its retry-after is for the whole cumulative amount).
+                    continue;
+                }
+                match algorithm {
+                    Algorithm::TokenBucket => {
+                        // Tokens are floats: (x − a) − b and x − (a + b) may differ in the last bit.
+                        assert!(together.remaining.abs_diff(second.remaining) <= 1);
+                        assert!(together.reset_after_us.abs_diff(second.reset_after_us) <= 1);
+                    }
+                    _ => assert_eq!(together, second, "{rate:?} {state:?} {a} {b}"),
+                }
+                if b > 0 {
+                    let once = commit(&rate, state.clone(), now, total);
+                    let twice = commit(&rate, after_a, now, b);
+                    match (&once, &twice) {
+                        (State::TokenBucket(x), State::TokenBucket(y)) => {
+                            assert_eq!(x.last_us, y.last_us);
+                            assert!((x.tokens - y.tokens).abs() < 1e-9);
+                        }
+                        _ => assert_eq!(once, twice),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_expired_state_decides_like_an_absent_one() {
+        let mut rng = Rng(99);
+        for algorithm in Algorithm::ALL {
+            for _ in 0..200 {
+                let rate = random_rate(&mut rng, algorithm);
+                let mut state = None;
+                let mut now = T0 + rng.below(rate.window_us());
+                for _ in 0..rng.range(1, 30) {
+                    now += random_step_us(&mut rng, &rate);
+                    decide(&rate, &mut state, now, 1);
+                }
+                let Some(state) = state else { continue };
+                let expiry = expires_at_us(&rate, &state);
+                assert!(
+                    expiry > now,
+                    "{rate:?} {state:?} expires at {expiry} <= {now}"
+                );
+                for later in [expiry, expiry + 1, expiry + rng.below(3 * rate.window_us())] {
+                    if let State::TokenBucket(s) = &state {
+                        // A float refill may stop a rounding error short of a full bucket.
+                        let tokens = token_bucket::tokens_at(&rate, Some(s), later);
+                        assert!(tokens >= f64::from(rate.burst()) - 1e-6, "{rate:?} {s:?}");
+                        continue;
+                    }
+                    for hits in [0, 1, u64::from(rate.burst()), u64::MAX] {
+                        assert_eq!(
+                            evaluate(&rate, Some(&state), later, hits),
+                            evaluate(&rate, None, later, hits),
+                            "{rate:?} {state:?} at {later}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_state_of_another_algorithm_counts_as_absent() {
+        let foreign = [
+            State::FixedWindow(FixedWindowState {
+                window_start_us: T0,
+                count: 5,
+            }),
+            State::SlidingWindowLog(SlidingWindowLogState {
+                entries: [(T0, 5)].into(),
+            }),
+            State::SlidingWindowCounter(SlidingWindowCounterState {
+                window_start_us: T0,
+                previous: 5,
+                current: 5,
+            }),
+            State::TokenBucket(TokenBucketState {
+                tokens: 0.0,
+                last_us: T0,
+            }),
+            State::Gcra(GcraState { tat_us: T0 + S }),
+        ];
+        for algorithm in Algorithm::ALL {
+            let rate = Rate::new(algorithm, 5, Unit::Second, 1, None).unwrap();
+            for state in &foreign {
+                let own = std::mem::discriminant(state)
+                    == std::mem::discriminant(&commit(&rate, None, T0, 1));
+                if own {
+                    continue;
+                }
+                for hits in [0, 1, 5, 6] {
+                    assert_eq!(
+                        evaluate(&rate, Some(state), T0, hits),
+                        evaluate(&rate, None, T0, hits)
+                    );
+                }
+                assert_eq!(
+                    commit(&rate, Some(state.clone()), T0, 2),
+                    commit(&rate, None, T0, 2)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn hits_beyond_capacity_are_clamped_and_never_admitted() {
+        let mut rng = Rng(3);
+        for algorithm in Algorithm::ALL {
+            for _ in 0..50 {
+                let rate = random_rate(&mut rng, algorithm);
+                assert_eq!(clamp_hits(&rate, u64::MAX), u64::from(rate.burst()) + 1);
+                assert_eq!(clamp_hits(&rate, 1), 1);
+                let mut state = None;
+                let mut now = T0;
+                for _ in 0..20 {
+                    now += random_step_us(&mut rng, &rate);
+                    for hits in [u64::from(rate.burst()) + 1, u64::MAX - 1, u64::MAX] {
+                        assert!(!decide(&rate, &mut state, now, hits).admitted);
+                    }
+                    decide(&rate, &mut state, now, 1);
+                }
+            }
+        }
+    }
 }

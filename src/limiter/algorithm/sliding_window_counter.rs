@@ -105,3 +105,285 @@ pub fn commit(
 pub fn expires_at_us(rate: &Rate, state: &SlidingWindowCounterState) -> u64 {
     state.window_start_us + 2 * rate.window_us()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::algorithm::{self, State};
+    use crate::limiter::rate::{Algorithm, Unit, MICROS_PER_SECOND};
+
+    const S: u64 = MICROS_PER_SECOND;
+    /// A realistic instant (2023-11-14), a multiple of 10 s.
+    const T0: u64 = 1_700_000_000 * S;
+
+    fn rate(limit: u32, unit: Unit, multiplier: u32) -> Rate {
+        Rate::new(
+            Algorithm::SlidingWindowCounter,
+            limit,
+            unit,
+            multiplier,
+            None,
+        )
+        .unwrap()
+    }
+
+    /// Decides like a store: evaluate, and commit only when admitted with hits.
+    fn decide(
+        rate: &Rate,
+        state: &mut Option<SlidingWindowCounterState>,
+        now: u64,
+        hits: u64,
+    ) -> Verdict {
+        let wrapped = state.map(State::SlidingWindowCounter);
+        let verdict = algorithm::evaluate(rate, wrapped.as_ref(), now, hits);
+        if verdict.admitted && hits > 0 {
+            match algorithm::commit(rate, wrapped, now, hits) {
+                State::SlidingWindowCounter(s) => *state = Some(s),
+                other => panic!("commit changed the algorithm: {other:?}"),
+            }
+        }
+        verdict
+    }
+
+    /// The first instant in [from, from + 3 W] at which `hits` would be admitted on top of the
+    /// unchanged `state` (admission is monotone in time for a fixed state).
+    fn first_admitted(rate: &Rate, state: &SlidingWindowCounterState, from: u64, hits: u64) -> u64 {
+        let (mut lo, mut hi) = (from, from + 3 * rate.window_us());
+        assert!(evaluate(rate, Some(state), hi, hits).admitted);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if evaluate(rate, Some(state), mid, hits).admitted {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    }
+
+    /// Retry-after names the first admissible instant, within 1 µs (the estimate is a float).
+    fn assert_retry_within_1us(
+        rate: &Rate,
+        state: &SlidingWindowCounterState,
+        now: u64,
+        hits: u64,
+    ) {
+        let denied = evaluate(rate, Some(state), now, hits);
+        assert!(!denied.admitted);
+        let promised = now + denied.reset_after_us;
+        let actual = first_admitted(rate, state, now, hits);
+        assert!(
+            promised.abs_diff(actual) <= 1,
+            "promised {promised}, first admitted at {actual} (now {now}, hits {hits}, {state:?})"
+        );
+    }
+
+    #[test]
+    fn weighted_estimate_across_the_boundary() {
+        // L = 10 per 10 s; the previous window used all 10; at 50 % of the next window est = 5.
+        let rate = rate(10, Unit::Second, 10);
+        let w = 10 * S;
+        assert_eq!(T0 % w, 0);
+        let mut state = None;
+        assert!(decide(&rate, &mut state, T0 + 3 * S, 10).admitted);
+        assert!(!decide(&rate, &mut state, T0 + 9 * S, 1).admitted);
+        let now = T0 + w + 5 * S;
+        for remaining in [4, 3, 2, 1, 0] {
+            assert_eq!(
+                decide(&rate, &mut state, now, 1),
+                Verdict {
+                    admitted: true,
+                    remaining,
+                    reset_after_us: 5 * S
+                }
+            );
+        }
+        let state_now = state.unwrap();
+        assert_eq!(
+            state_now,
+            SlidingWindowCounterState {
+                window_start_us: T0 + w,
+                previous: 10,
+                current: 5
+            }
+        );
+        let denied = decide(&rate, &mut state, now, 1);
+        assert_eq!(
+            denied,
+            Verdict {
+                admitted: false,
+                remaining: 0,
+                reset_after_us: S
+            }
+        );
+        // est falls by 1 per second: 9 at 60 %, so one more is admitted exactly then.
+        assert!(!evaluate(&rate, Some(&state_now), now + S - 1, 1).admitted);
+        assert!(evaluate(&rate, Some(&state_now), now + S, 1).admitted);
+        assert_retry_within_1us(&rate, &state_now, now, 1);
+        assert_retry_within_1us(&rate, &state_now, now, 3);
+        assert_eq!(state, Some(state_now), "denied requests changed nothing");
+    }
+
+    #[test]
+    fn retry_after_reaches_into_the_next_window() {
+        let rate = rate(10, Unit::Second, 10);
+        let w = 10 * S;
+        // No previous window: a full current window only eases once it becomes the previous one.
+        let mut state = None;
+        assert!(decide(&rate, &mut state, T0 + 2 * S, 10).admitted);
+        let full = state.unwrap();
+        let now = T0 + 4 * S;
+        let denied = evaluate(&rate, Some(&full), now, 1);
+        assert_eq!(now + denied.reset_after_us, T0 + w + S);
+        assert!(!evaluate(&rate, Some(&full), T0 + w + S - 1, 1).admitted);
+        assert!(evaluate(&rate, Some(&full), T0 + w + S, 1).admitted);
+        assert_retry_within_1us(&rate, &full, now, 1);
+        assert_retry_within_1us(&rate, &full, now, 4);
+        assert_retry_within_1us(&rate, &full, now, 10);
+
+        // The previous window's decay is too slow for n = 2 inside this window.
+        let late = SlidingWindowCounterState {
+            window_start_us: T0,
+            previous: 10,
+            current: 9,
+        };
+        let now = T0 + 9 * S;
+        let denied = evaluate(&rate, Some(&late), now, 2);
+        assert!(!denied.admitted);
+        assert!(
+            denied.reset_after_us > S,
+            "the admissible instant is in the next window"
+        );
+        assert_retry_within_1us(&rate, &late, now, 2);
+        // n = 1 fits exactly at the boundary.
+        let denied = evaluate(&rate, Some(&late), now, 1);
+        assert_eq!(denied.reset_after_us, S);
+        assert_retry_within_1us(&rate, &late, now, 1);
+    }
+
+    #[test]
+    fn retry_after_over_many_states_is_within_1us() {
+        let rate = rate(7, Unit::Minute, 1);
+        let w = rate.window_us();
+        let start = T0 - T0 % w;
+        for previous in 0..=7 {
+            for current in 0..=7 {
+                for elapsed in [0, 1, w / 7, w / 3, w / 2, w - 1_000_003, w - 1] {
+                    let state = SlidingWindowCounterState {
+                        window_start_us: start,
+                        previous,
+                        current,
+                    };
+                    for hits in 1..=7 {
+                        let now = start + elapsed;
+                        if !evaluate(&rate, Some(&state), now, hits).admitted {
+                            assert_retry_within_1us(&rate, &state, now, hits);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn remaining_is_the_floor_of_what_the_estimate_leaves() {
+        let rate = rate(10, Unit::Second, 10);
+        let state = SlidingWindowCounterState {
+            window_start_us: T0,
+            previous: 10,
+            current: 0,
+        };
+        let now = T0 + 10 * S / 4; // est = 7.5
+        let v = evaluate(&rate, Some(&state), now, 1);
+        assert!(v.admitted);
+        assert_eq!(v.remaining, 1, "floor(10 − 8.5)");
+        assert_eq!(v.reset_after_us, 7_500_000, "window end");
+        let v = evaluate(&rate, Some(&state), now, 3);
+        assert!(!v.admitted);
+        assert_eq!(v.remaining, 2, "floor(10 − 7.5)");
+        let v = evaluate(&rate, Some(&state), now, 0);
+        assert!(v.admitted);
+        assert_eq!(v.remaining, 2);
+    }
+
+    #[test]
+    fn zero_hits_checks_without_consuming() {
+        let rate = rate(3, Unit::Second, 1);
+        let mut state = None;
+        assert_eq!(
+            decide(&rate, &mut state, T0 + 200_000, 0),
+            Verdict {
+                admitted: true,
+                remaining: 3,
+                reset_after_us: 800_000
+            }
+        );
+        assert_eq!(state, None);
+        decide(&rate, &mut state, T0 + 200_000, 3);
+        let before = state;
+        assert!(decide(&rate, &mut state, T0 + 300_000, 0).admitted);
+        assert_eq!(state, before);
+    }
+
+    #[test]
+    fn huge_hits_are_denied_without_overflow() {
+        let rate = rate(u32::MAX, Unit::Second, 1);
+        let mut state = None;
+        for hits in [u64::from(u32::MAX) + 1, u64::MAX] {
+            let v = decide(&rate, &mut state, T0 + 100, hits);
+            assert!(!v.admitted);
+            assert_eq!(v.remaining, u32::MAX);
+            assert_eq!(v.reset_after_us, S - 100);
+            assert!(!evaluate(&rate, None, T0, hits).admitted);
+        }
+        assert_eq!(state, None);
+        assert!(decide(&rate, &mut state, T0, u64::from(u32::MAX)).admitted);
+        let v = decide(&rate, &mut state, T0 + S + S / 2, u64::MAX);
+        assert!(!v.admitted);
+        assert_eq!(v.remaining, u32::MAX / 2);
+    }
+
+    #[test]
+    fn counts_roll_forward_and_older_windows_are_forgotten() {
+        let rate = rate(5, Unit::Second, 1);
+        let state = commit(&rate, None, T0 + 10, 4);
+        let next = commit(&rate, Some(state), T0 + S + 10, 1);
+        assert_eq!(
+            next,
+            SlidingWindowCounterState {
+                window_start_us: T0 + S,
+                previous: 4,
+                current: 1
+            }
+        );
+        let later = commit(&rate, Some(next), T0 + 3 * S, 2);
+        assert_eq!(
+            later,
+            SlidingWindowCounterState {
+                window_start_us: T0 + 3 * S,
+                previous: 0,
+                current: 2
+            }
+        );
+    }
+
+    #[test]
+    fn expires_after_the_next_window_and_is_then_like_absent() {
+        let rate = rate(4, Unit::Second, 1);
+        let state = commit(&rate, None, T0 + 600_000, 4);
+        let expiry = expires_at_us(&rate, &state);
+        assert_eq!(expiry, T0 + 2 * S);
+        assert_ne!(
+            evaluate(&rate, Some(&state), expiry - 1, 4),
+            evaluate(&rate, None, expiry - 1, 4)
+        );
+        for now in [expiry, expiry + 1, expiry + 7 * S] {
+            for hits in [0, 1, 4, 5] {
+                assert_eq!(
+                    evaluate(&rate, Some(&state), now, hits),
+                    evaluate(&rate, None, now, hits)
+                );
+            }
+        }
+    }
+}

@@ -14,17 +14,23 @@ pub struct SlidingWindowLogState {
     pub entries: VecDeque<(u64, u64)>,
 }
 
+/// Whether an entry admitted at `ts` is inside (now − W, now], i.e. now − ts < W. Written without
+/// `now − W`, which would saturate at 0 and drop an entry at ts = 0 while now < W.
+fn is_live(window_us: u64, now_us: u64, ts: u64) -> bool {
+    now_us.saturating_sub(ts) < window_us
+}
+
 /// The entries still inside (now − W, now].
 fn live<'a>(
     rate: &Rate,
     state: Option<&'a SlidingWindowLogState>,
     now_us: u64,
 ) -> impl Iterator<Item = (u64, u64)> + 'a {
-    let horizon = now_us.saturating_sub(rate.window_us());
+    let window = rate.window_us();
     state
         .into_iter()
         .flat_map(|s| s.entries.iter().copied())
-        .filter(move |&(ts, _)| ts > horizon)
+        .filter(move |&(ts, _)| is_live(window, now_us, ts))
 }
 
 /// µs from now until enough of the oldest hits leave the window that only `keep` remain.
@@ -57,8 +63,8 @@ pub fn evaluate(
     hits: u64,
 ) -> Verdict {
     let limit = u64::from(rate.limit());
-    let count: u64 = live(rate, state, now_us).map(|(_, hits)| hits).sum();
-    if count + hits <= limit {
+    let count = live(rate, state, now_us).fold(0u64, |sum, (_, hits)| sum.saturating_add(hits));
+    if count.saturating_add(hits) <= limit {
         let oldest_leaves = match live(rate, state, now_us).next() {
             Some((ts, _)) => ts + rate.window_us() - now_us,
             None if hits > 0 => rate.window_us(),
@@ -70,7 +76,7 @@ pub fn evaluate(
             reset_after_us: oldest_leaves,
         }
     } else {
-        let keep = if hits > limit { 0 } else { limit - hits };
+        let keep = limit.saturating_sub(hits);
         Verdict {
             admitted: false,
             remaining: limit.saturating_sub(count) as u32,
@@ -86,9 +92,13 @@ pub fn commit(
     now_us: u64,
     hits: u64,
 ) -> SlidingWindowLogState {
-    let horizon = now_us.saturating_sub(rate.window_us());
+    let window = rate.window_us();
     let mut state = state.unwrap_or_default();
-    while state.entries.front().is_some_and(|&(ts, _)| ts <= horizon) {
+    while state
+        .entries
+        .front()
+        .is_some_and(|&(ts, _)| !is_live(window, now_us, ts))
+    {
         state.entries.pop_front();
     }
     match state.entries.back_mut() {
@@ -104,4 +114,225 @@ pub fn expires_at_us(rate: &Rate, state: &SlidingWindowLogState) -> u64 {
         .entries
         .back()
         .map_or(0, |&(ts, _)| ts + rate.window_us())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::algorithm::{self, State};
+    use crate::limiter::rate::{Algorithm, Unit, MICROS_PER_SECOND};
+
+    const S: u64 = MICROS_PER_SECOND;
+    const T0: u64 = 1_700_000_000 * S;
+
+    fn rate(limit: u32, unit: Unit, multiplier: u32) -> Rate {
+        Rate::new(Algorithm::SlidingWindowLog, limit, unit, multiplier, None).unwrap()
+    }
+
+    /// Decides like a store: evaluate, and commit only when admitted with hits.
+    fn decide(
+        rate: &Rate,
+        state: &mut Option<SlidingWindowLogState>,
+        now: u64,
+        hits: u64,
+    ) -> Verdict {
+        let wrapped = state.clone().map(State::SlidingWindowLog);
+        let verdict = algorithm::evaluate(rate, wrapped.as_ref(), now, hits);
+        if verdict.admitted && hits > 0 {
+            match algorithm::commit(rate, wrapped, now, hits) {
+                State::SlidingWindowLog(s) => *state = Some(s),
+                other => panic!("commit changed the algorithm: {other:?}"),
+            }
+        }
+        verdict
+    }
+
+    /// The exact-retry contract: denied 1 µs before `now + reset_after_us`, admitted at it.
+    fn assert_retry_exact(rate: &Rate, state: &SlidingWindowLogState, now: u64, hits: u64) {
+        let denied = evaluate(rate, Some(state), now, hits);
+        assert!(!denied.admitted);
+        let at = now + denied.reset_after_us;
+        assert!(!evaluate(rate, Some(state), at - 1, hits).admitted);
+        assert!(evaluate(rate, Some(state), at, hits).admitted);
+    }
+
+    #[test]
+    fn hits_leave_exactly_one_window_after_they_were_admitted() {
+        let rate = rate(3, Unit::Second, 10);
+        let w = 10 * S;
+        let mut state = None;
+        let first = decide(&rate, &mut state, T0, 1);
+        assert_eq!(
+            first,
+            Verdict {
+                admitted: true,
+                remaining: 2,
+                reset_after_us: w
+            }
+        );
+        let second = decide(&rate, &mut state, T0 + 2 * S, 1);
+        assert_eq!(second.remaining, 1);
+        assert_eq!(
+            second.reset_after_us,
+            8 * S,
+            "the oldest entry leaves at T0 + W"
+        );
+        assert_eq!(decide(&rate, &mut state, T0 + 5 * S, 1).remaining, 0);
+
+        let denied = decide(&rate, &mut state, T0 + 6 * S, 1);
+        assert_eq!(
+            denied,
+            Verdict {
+                admitted: false,
+                remaining: 0,
+                reset_after_us: 4 * S
+            }
+        );
+        // The window is (now − W, now]: the hit of T0 still counts at T0 + W − 1 µs, not at T0 + W.
+        assert!(!decide(&rate, &mut state, T0 + w - 1, 1).admitted);
+        let v = decide(&rate, &mut state, T0 + w, 1);
+        assert!(v.admitted);
+        assert_eq!(v.remaining, 0);
+        assert_eq!(
+            v.reset_after_us,
+            2 * S,
+            "now the hit of T0 + 2 s is the oldest"
+        );
+        assert_eq!(
+            state.unwrap().entries,
+            VecDeque::from([(T0 + 2 * S, 1), (T0 + 5 * S, 1), (T0 + w, 1)])
+        );
+    }
+
+    #[test]
+    fn retry_after_waits_for_enough_entries_to_leave() {
+        let rate = rate(5, Unit::Minute, 1);
+        let mut state = None;
+        assert!(decide(&rate, &mut state, T0, 2).admitted);
+        assert!(decide(&rate, &mut state, T0 + S, 1).admitted);
+        assert!(decide(&rate, &mut state, T0 + 2 * S, 2).admitted);
+        let state = state.unwrap();
+        let now = T0 + 3 * S;
+        // n = 3 needs at most 2 left: the 2 of T0 leaving is not enough, the 1 of T0 + 1 s is.
+        let v = evaluate(&rate, Some(&state), now, 3);
+        assert_eq!(v.remaining, 0);
+        assert_eq!(now + v.reset_after_us, T0 + S + 60 * S);
+        assert_retry_exact(&rate, &state, now, 3);
+        // n = 2 only needs the first entry gone; n = 5 needs every entry gone.
+        let v = evaluate(&rate, Some(&state), now, 2);
+        assert_eq!(now + v.reset_after_us, T0 + 60 * S);
+        assert_retry_exact(&rate, &state, now, 2);
+        let v = evaluate(&rate, Some(&state), now, 5);
+        assert_eq!(now + v.reset_after_us, T0 + 2 * S + 60 * S);
+        assert_retry_exact(&rate, &state, now, 5);
+    }
+
+    #[test]
+    fn hits_beyond_the_limit_wait_for_an_empty_log_and_never_overflow() {
+        let rate = rate(4, Unit::Second, 1);
+        let mut state = None;
+        let v = decide(&rate, &mut state, T0, u64::MAX);
+        assert_eq!(
+            v,
+            Verdict {
+                admitted: false,
+                remaining: 4,
+                reset_after_us: 0
+            }
+        );
+        assert_eq!(state, None);
+        decide(&rate, &mut state, T0, 1);
+        decide(&rate, &mut state, T0 + 300_000, 1);
+        for hits in [5, u64::MAX - 1, u64::MAX] {
+            let v = decide(&rate, &mut state, T0 + 500_000, hits);
+            assert!(!v.admitted);
+            assert_eq!(v.remaining, 2);
+            assert_eq!(v.reset_after_us, 800_000, "until the newest entry leaves");
+            assert!(!evaluate(&rate, state.as_ref(), T0 + 500_000, hits).admitted);
+        }
+        assert_eq!(state.unwrap().entries.len(), 2);
+    }
+
+    #[test]
+    fn zero_hits_checks_without_consuming() {
+        let rate = rate(2, Unit::Second, 1);
+        let mut state = None;
+        assert_eq!(
+            decide(&rate, &mut state, T0, 0),
+            Verdict {
+                admitted: true,
+                remaining: 2,
+                reset_after_us: 0
+            }
+        );
+        assert_eq!(state, None);
+        decide(&rate, &mut state, T0, 2);
+        let before = state.clone();
+        let v = decide(&rate, &mut state, T0 + 100, 0);
+        assert!(v.admitted);
+        assert_eq!(v.remaining, 0);
+        assert_eq!(v.reset_after_us, S - 100);
+        assert_eq!(state, before);
+    }
+
+    #[test]
+    fn a_denied_request_leaves_the_log_unchanged() {
+        let rate = rate(2, Unit::Second, 1);
+        let mut state = None;
+        decide(&rate, &mut state, T0, 1);
+        decide(&rate, &mut state, T0 + 10, 1);
+        let before = state.clone();
+        for hits in [1, 2, 3] {
+            assert!(!decide(&rate, &mut state, T0 + 20, hits).admitted);
+        }
+        assert_eq!(state, before);
+    }
+
+    #[test]
+    fn commit_merges_same_instant_hits_and_drops_departed_entries() {
+        let rate = rate(10, Unit::Second, 1);
+        let state = commit(&rate, None, T0, 2);
+        let state = commit(&rate, Some(state), T0, 3);
+        assert_eq!(state.entries, VecDeque::from([(T0, 5)]));
+        let state = commit(&rate, Some(state), T0 + 400_000, 1);
+        let state = commit(&rate, Some(state), T0 + S, 1);
+        assert_eq!(
+            state.entries,
+            VecDeque::from([(T0 + 400_000, 1), (T0 + S, 1)])
+        );
+    }
+
+    #[test]
+    fn hits_at_time_zero_count_while_now_is_less_than_a_window() {
+        // (now − W, now] contains 0 while now < W; a saturating `now − W` used to drop it.
+        let rate = rate(1, Unit::Second, 1);
+        let mut state = None;
+        assert!(decide(&rate, &mut state, 0, 1).admitted);
+        assert!(!decide(&rate, &mut state, 0, 1).admitted);
+        let denied = decide(&rate, &mut state, S - 1, 1);
+        assert!(!denied.admitted);
+        assert_eq!(denied.reset_after_us, 1);
+        assert!(decide(&rate, &mut state, S, 1).admitted);
+    }
+
+    #[test]
+    fn expires_when_the_newest_entry_leaves_and_is_then_like_absent() {
+        let rate = rate(3, Unit::Second, 1);
+        let state = commit(&rate, None, T0, 1);
+        let state = commit(&rate, Some(state), T0 + 700_000, 2);
+        let expiry = expires_at_us(&rate, &state);
+        assert_eq!(expiry, T0 + 700_000 + S);
+        assert_ne!(
+            evaluate(&rate, Some(&state), expiry - 1, 3),
+            evaluate(&rate, None, expiry - 1, 3)
+        );
+        for now in [expiry, expiry + 1, expiry + 5 * S] {
+            for hits in [0, 1, 3] {
+                assert_eq!(
+                    evaluate(&rate, Some(&state), now, hits),
+                    evaluate(&rate, None, now, hits)
+                );
+            }
+        }
+    }
 }

@@ -75,7 +75,257 @@ pub fn commit(
     }
 }
 
-/// A full bucket is the same as an absent one.
+/// A full bucket is the same as an absent one. Saturates: refilling a large burst at a slow rate
+/// can take longer than `u64::MAX` µs (`refill_time_us` then saturates too).
 pub fn expires_at_us(rate: &Rate, state: &TokenBucketState) -> u64 {
-    state.last_us + refill_time_us(rate, f64::from(rate.burst()) - state.tokens)
+    state
+        .last_us
+        .saturating_add(refill_time_us(rate, f64::from(rate.burst()) - state.tokens))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::algorithm::{self, State};
+    use crate::limiter::rate::{Algorithm, Unit, MICROS_PER_SECOND};
+
+    const S: u64 = MICROS_PER_SECOND;
+    const T0: u64 = 1_700_000_000 * S;
+
+    fn rate(limit: u32, unit: Unit, burst: Option<u32>) -> Rate {
+        Rate::new(Algorithm::TokenBucket, limit, unit, 1, burst).unwrap()
+    }
+
+    /// Decides like a store: evaluate, and commit only when admitted with hits.
+    fn decide(rate: &Rate, state: &mut Option<TokenBucketState>, now: u64, hits: u64) -> Verdict {
+        let wrapped = state.map(State::TokenBucket);
+        let verdict = algorithm::evaluate(rate, wrapped.as_ref(), now, hits);
+        if verdict.admitted && hits > 0 {
+            match algorithm::commit(rate, wrapped, now, hits) {
+                State::TokenBucket(s) => *state = Some(s),
+                other => panic!("commit changed the algorithm: {other:?}"),
+            }
+        }
+        verdict
+    }
+
+    /// The first instant in [from, from + span] at which `hits` would be admitted on top of
+    /// the unchanged `state` (admission is monotone in time for a fixed state).
+    fn first_admitted(rate: &Rate, state: &TokenBucketState, from: u64, hits: u64) -> u64 {
+        let span = refill_time_us(rate, f64::from(rate.burst())) + 2;
+        let (mut lo, mut hi) = (from, from + span);
+        assert!(evaluate(rate, Some(state), hi, hits).admitted);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if evaluate(rate, Some(state), mid, hits).admitted {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    }
+
+    /// Retry-after names the first admissible instant, within 1 µs (tokens are a float).
+    fn assert_retry_within_1us(rate: &Rate, state: &TokenBucketState, now: u64, hits: u64) {
+        let denied = evaluate(rate, Some(state), now, hits);
+        assert!(!denied.admitted);
+        let promised = now + denied.reset_after_us;
+        let actual = first_admitted(rate, state, now, hits);
+        assert!(
+            promised.abs_diff(actual) <= 1,
+            "promised {promised}, first admitted at {actual} (now {now}, hits {hits}, {state:?})"
+        );
+    }
+
+    #[test]
+    fn exactly_burst_from_idle_with_burst_equal_to_limit() {
+        let rate = rate(10, Unit::Second, None);
+        let mut state = None;
+        for taken in 1..=10u64 {
+            assert_eq!(
+                decide(&rate, &mut state, T0, 1),
+                Verdict {
+                    admitted: true,
+                    remaining: (10 - taken) as u32,
+                    reset_after_us: taken * 100_000
+                }
+            );
+        }
+        let before = state;
+        assert_eq!(
+            decide(&rate, &mut state, T0, 1),
+            Verdict {
+                admitted: false,
+                remaining: 0,
+                reset_after_us: 100_000
+            }
+        );
+        assert_eq!(state, before, "a denied request changes nothing");
+        // One token every 100 ms, exactly.
+        assert!(!decide(&rate, &mut state, T0 + 99_999, 1).admitted);
+        assert!(decide(&rate, &mut state, T0 + 100_000, 1).admitted);
+        assert!(!decide(&rate, &mut state, T0 + 100_000, 1).admitted);
+    }
+
+    #[test]
+    fn exactly_burst_from_idle_with_burst_different_from_limit() {
+        for burst in [1, 3, 25, 1000] {
+            let rate = rate(10, Unit::Second, Some(burst));
+            let mut state = None;
+            for _ in 0..burst {
+                assert!(decide(&rate, &mut state, T0, 1).admitted);
+            }
+            let denied = decide(&rate, &mut state, T0, 1);
+            assert!(!denied.admitted, "burst {burst}");
+            assert_eq!(denied.reset_after_us, 100_000);
+            // All at once as one request, too.
+            let mut state = None;
+            assert!(decide(&rate, &mut state, T0, u64::from(burst)).admitted);
+            assert!(!decide(&rate, &mut state, T0, 1).admitted);
+            let mut state = None;
+            assert!(!decide(&rate, &mut state, T0, u64::from(burst) + 1).admitted);
+        }
+    }
+
+    #[test]
+    fn retry_after_is_exact_for_whole_token_intervals() {
+        let rate = rate(10, Unit::Second, Some(5));
+        let mut state = None;
+        assert!(decide(&rate, &mut state, T0, 5).admitted);
+        let empty = state.unwrap();
+        for hits in 1..=5u64 {
+            let denied = evaluate(&rate, Some(&empty), T0, hits);
+            assert!(!denied.admitted);
+            assert_eq!(denied.reset_after_us, hits * 100_000);
+            let at = T0 + denied.reset_after_us;
+            assert!(!evaluate(&rate, Some(&empty), at - 1, hits).admitted);
+            assert!(evaluate(&rate, Some(&empty), at, hits).admitted);
+        }
+    }
+
+    #[test]
+    fn retry_after_with_fractional_refill_is_within_1us() {
+        // 7 per minute: a token every 8 571 428.57 µs.
+        let rate = rate(7, Unit::Minute, Some(3));
+        let mut state = None;
+        let mut now = T0;
+        let mut checked = 0;
+        for step in 0..200u64 {
+            now += (step * 7_919_993) % 9_000_001;
+            let hits = 1 + step % 3;
+            let wrapped = state;
+            let v = decide(&rate, &mut state, now, hits);
+            if !v.admitted {
+                assert_retry_within_1us(&rate, wrapped.as_ref().unwrap(), now, hits);
+                checked += 1;
+            }
+        }
+        assert!(checked > 20, "only {checked} denials");
+    }
+
+    #[test]
+    fn remaining_is_the_floor_of_tokens_and_refill_stops_at_burst() {
+        let rate = rate(10, Unit::Second, None);
+        let empty = commit(&rate, None, T0, 10);
+        let now = T0 + 250_000; // 2.5 tokens
+        assert_eq!(
+            evaluate(&rate, Some(&empty), now, 1),
+            Verdict {
+                admitted: true,
+                remaining: 1,
+                reset_after_us: 850_000
+            }
+        );
+        assert_eq!(
+            evaluate(&rate, Some(&empty), now, 3),
+            Verdict {
+                admitted: false,
+                remaining: 2,
+                reset_after_us: 50_000
+            }
+        );
+        assert_eq!(tokens_at(&rate, Some(&empty), T0 + 100 * S), 10.0);
+        let v = evaluate(&rate, Some(&empty), T0 + 100 * S, 10);
+        assert!(v.admitted);
+        assert_eq!(v.remaining, 0);
+    }
+
+    #[test]
+    fn zero_hits_checks_without_consuming() {
+        let rate = rate(2, Unit::Second, None);
+        let mut state = None;
+        assert_eq!(
+            decide(&rate, &mut state, T0, 0),
+            Verdict {
+                admitted: true,
+                remaining: 2,
+                reset_after_us: 0
+            }
+        );
+        assert_eq!(state, None);
+        decide(&rate, &mut state, T0, 2);
+        let before = state;
+        let v = decide(&rate, &mut state, T0 + 1, 0);
+        assert!(v.admitted, "an empty bucket still admits a check of 0");
+        assert_eq!(v.remaining, 0);
+        assert_eq!(state, before);
+    }
+
+    #[test]
+    fn huge_hits_are_denied_without_overflow_and_wait_for_a_full_bucket() {
+        let rate = rate(10, Unit::Second, Some(4));
+        let mut state = None;
+        for hits in [5, u64::MAX] {
+            assert_eq!(
+                decide(&rate, &mut state, T0, hits),
+                Verdict {
+                    admitted: false,
+                    remaining: 4,
+                    reset_after_us: 0
+                }
+            );
+            assert!(!evaluate(&rate, None, T0, hits).admitted);
+        }
+        assert!(decide(&rate, &mut state, T0, 3).admitted);
+        let v = decide(&rate, &mut state, T0, u64::MAX);
+        assert_eq!(
+            v,
+            Verdict {
+                admitted: false,
+                remaining: 1,
+                reset_after_us: 300_000
+            }
+        );
+    }
+
+    #[test]
+    fn expiry_is_when_the_bucket_is_full_again() {
+        let rate = rate(10, Unit::Second, None);
+        let state = commit(&rate, None, T0, 8);
+        let expiry = expires_at_us(&rate, &state);
+        assert_eq!(expiry, T0 + 800_000);
+        assert!(tokens_at(&rate, Some(&state), expiry - 1) < 10.0);
+        for now in [expiry, expiry + 1, expiry + 9 * S] {
+            assert_eq!(tokens_at(&rate, Some(&state), now), 10.0);
+            assert_eq!(
+                evaluate(&rate, Some(&state), now, 3),
+                evaluate(&rate, None, now, 3)
+            );
+        }
+    }
+
+    #[test]
+    fn slow_refill_of_a_large_burst_saturates_instead_of_overflowing() {
+        // 1 per 100 years with a burst of 4 294 967 295: refilling takes ~10^25 µs.
+        let rate = Rate::new(Algorithm::TokenBucket, 1, Unit::Year, 100, Some(u32::MAX)).unwrap();
+        let state = commit(&rate, None, T0, u64::from(u32::MAX));
+        assert_eq!(expires_at_us(&rate, &state), u64::MAX);
+        let v = evaluate(&rate, Some(&state), T0 + 1, 1);
+        assert!(!v.admitted);
+        assert!(v.reset_after_us.abs_diff(rate.window_us() - 1) <= 1);
+        let v = evaluate(&rate, Some(&state), T0 + 1, u64::MAX);
+        assert!(!v.admitted);
+        assert_eq!(v.reset_after_us, u64::MAX);
+    }
 }
