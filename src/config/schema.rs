@@ -1379,7 +1379,7 @@ descriptors:
             "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: year\n      requests_per_unit: 1\n      unit_multiplier: 100\n      algorithm: gcra\n      burst: 2\n",
             9,
             "descriptors[0].rate_limit.burst",
-            "burst 2 spans",
+            "burst 2 takes",
         );
     }
 

@@ -316,16 +316,14 @@ mod tests {
     }
 
     #[test]
-    fn slow_refill_of_a_large_burst_saturates_instead_of_overflowing() {
-        // 1 per 100 years with a burst of 4 294 967 295: refilling takes ~10^25 µs.
-        let rate = Rate::new(Algorithm::TokenBucket, 1, Unit::Year, 100, Some(u32::MAX)).unwrap();
-        let state = commit(&rate, None, T0, u64::from(u32::MAX));
-        assert_eq!(expires_at_us(&rate, &state), u64::MAX);
-        let v = evaluate(&rate, Some(&state), T0 + 1, 1);
-        assert!(!v.admitted);
-        assert!(v.reset_after_us.abs_diff(rate.window_us() - 1) <= 1);
-        let v = evaluate(&rate, Some(&state), T0 + 1, u64::MAX);
-        assert!(!v.admitted);
-        assert_eq!(v.reset_after_us, u64::MAX);
+    fn a_burst_that_would_take_over_100_years_to_refill_is_rejected() {
+        // 1 per 100 years with a burst of 2: refilling takes 200 years, beyond the exact range.
+        assert!(matches!(
+            Rate::new(Algorithm::TokenBucket, 1, Unit::Year, 100, Some(2)),
+            Err(crate::limiter::rate::RateError::BurstTooLong { burst: 2, .. })
+        ));
+        let widest = Rate::new(Algorithm::TokenBucket, 1, Unit::Year, 100, Some(1)).unwrap();
+        let state = commit(&widest, None, T0, 1);
+        assert_eq!(expires_at_us(&widest, &state), T0 + widest.window_us());
     }
 }
