@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use ratelimitd::service::ResponseHeaders;
 use ratelimitd::store::RedisSettings;
 use ratelimitd::{config, server};
 use tokio::net::TcpListener;
@@ -37,6 +38,27 @@ enum LogFormat {
     Json,
 }
 
+/// Rate-limit headers the service adds to its responses.
+#[derive(Clone, Copy, ValueEnum)]
+enum HeaderStyle {
+    /// No headers (the default).
+    None,
+    /// X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Retry-After when denied.
+    Draft03,
+    /// RateLimit-Policy and RateLimit (IETF draft), Retry-After when denied.
+    Ietf,
+}
+
+impl From<HeaderStyle> for ResponseHeaders {
+    fn from(style: HeaderStyle) -> ResponseHeaders {
+        match style {
+            HeaderStyle::None => ResponseHeaders::None,
+            HeaderStyle::Draft03 => ResponseHeaders::Draft03,
+            HeaderStyle::Ietf => ResponseHeaders::Ietf,
+        }
+    }
+}
+
 #[derive(clap::Args)]
 struct ServeArgs {
     /// Configuration file, or directory of *.yaml / *.yml files (repeatable).
@@ -63,6 +85,15 @@ struct ServeArgs {
     /// Redis connections kept open (each one multiplexes concurrent requests).
     #[arg(long, env = "RATELIMITD_REDIS_POOL_SIZE", default_value_t = RedisSettings::DEFAULT_POOL_SIZE, value_parser = clap::value_parser!(u32).range(1..))]
     redis_pool_size: u32,
+    /// Rate-limit headers to return in `response_headers_to_add` (Envoy adds them to the
+    /// client's response): none, draft03 (X-RateLimit-*) or ietf (RateLimit, RateLimit-Policy).
+    #[arg(
+        long,
+        env = "RATELIMITD_RESPONSE_HEADERS",
+        value_enum,
+        default_value = "none"
+    )]
+    response_headers: HeaderStyle,
     /// Log format.
     #[arg(
         long,
@@ -145,6 +176,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                 timeout: args.redis_timeout,
                 pool_size: args.redis_pool_size,
             }),
+            response_headers: args.response_headers.into(),
         };
         server::run(settings, grpc, http, shutdown_signal()).await
     });

