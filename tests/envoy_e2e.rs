@@ -10,11 +10,14 @@
 //! Every test starts its own redis-server, ratelimitd, upstream and Envoy on free ports
 //! (`--use-dynamic-base-id`, so parallel Envoys never share shared memory).
 //!
-//! Observed Envoy 1.40 behaviour these tests pin down:
-//! - `x-ratelimit-reset` is `duration_until_reset` truncated to whole seconds (0.99 s -> 0), from
-//!   the first status with the least `limit_remaining` among those with a `current_limit`;
+//! ratelimitd answers `duration_until_reset` in whole seconds, the exact wait rounded up. Envoy
+//! 1.40 truncates `duration_until_reset` to whole seconds, which leaves those values unchanged, so
+//! its headers are the exact wait rounded up (0.99 s -> 1), never a time at which the request would
+//! still be refused. Observed Envoy 1.40 behaviour these tests pin down:
+//! - `x-ratelimit-reset` is `duration_until_reset` of the first status with the least
+//!   `limit_remaining` among those with a `current_limit`;
 //! - `retry-after` (`enable_retry_after_header`) is the largest `duration_until_reset` of the
-//!   OVER_LIMIT statuses, truncated, at least 1;
+//!   OVER_LIMIT statuses, at least 1;
 //! - `response_headers_to_add` of the RLS answer reach the client on 200 and on 429;
 //! - ratelimitd down: `failure_mode_deny: false` forwards the request, `true` answers 500.
 
@@ -442,8 +445,10 @@ impl Stack {
 
     /// Sends a request that status `index` denies, asking ratelimitd directly just before and
     /// just after (a denied request consumes nothing). Returns Envoy's reply and the range its
-    /// retry-after must lie in if Envoy truncates `duration_until_reset`:
-    /// floor(after) ..= floor(before). Rounding up would give one more (these are never whole).
+    /// retry-after must lie in: the direct answers are the exact waits rounded up to whole
+    /// seconds, and the wait only shrinks, so Envoy's is one of `after ..= before`. Usually both
+    /// are the same second; a wait of less than a second is `1..=1` (retry-after 1 and, for the
+    /// tightest status, x-ratelimit-reset 1).
     async fn denied_between(
         &self,
         path: &str,
@@ -464,10 +469,10 @@ impl Stack {
         }
         let (before, after) = (duration_secs(&before, index), duration_secs(&after, index));
         assert!(
-            before.fract() != 0.0 && after.fract() != 0.0,
-            "{before} {after}"
+            1 <= after && after <= before,
+            "a denial waits at least 1 s (rounded up), and the wait only shrinks: {before} then {after}"
         );
-        (reply, after.floor() as u64..=before.floor() as u64)
+        (reply, after..=before)
     }
 
     /// SIGTERM to ratelimitd; waits until it has exited.
@@ -517,17 +522,19 @@ fn start_ratelimitd(redis: &RedisServer, grpc_addr: &str, extra: &[String]) -> R
     Ratelimitd::spawn(cmd)
 }
 
-/// `duration_until_reset` of status `index` of a direct answer, in seconds.
-fn duration_secs(response: &ratelimitd::proto::rls::RateLimitResponse, index: usize) -> f64 {
+/// `duration_until_reset` of status `index` of a direct answer: whole seconds (the exact wait
+/// rounded up), never a fraction.
+fn duration_secs(response: &ratelimitd::proto::rls::RateLimitResponse, index: usize) -> u64 {
     let d = response.statuses[index]
         .duration_until_reset
         .as_ref()
         .unwrap_or_else(|| panic!("no duration_until_reset in status {index}: {response:?}"));
-    d.seconds as f64 + f64::from(d.nanos) / 1e9
+    assert_eq!(d.nanos, 0, "whole seconds only: {response:?}");
+    u64::try_from(d.seconds).unwrap_or_else(|_| panic!("negative duration: {response:?}"))
 }
 
 /// Asserts status and Envoy's x-ratelimit headers: limit (the tightest limit, then every
-/// policy), remaining, and reset within `reset` (inclusive; Envoy truncates to whole seconds).
+/// policy), remaining, and reset within `reset` (inclusive; whole seconds, rounded up).
 #[track_caller]
 fn assert_limited(
     reply: &Reply,
@@ -577,39 +584,44 @@ const ALLOW: FilterOptions = FilterOptions {
 /// Three tiers (per address 12/h, per key 5/h, per key on /slow 2/h; token buckets, so one token
 /// returns every 300 / 720 / 1800 s): each request passes until its tightest tier is exhausted,
 /// then gets 429 from that tier; other keys keep their own budgets until the shared address tier
-/// runs out. Envoy's headers show the tightest tier; retry-after is what the algorithm says.
+/// runs out. Envoy's headers show the tightest tier; retry-after is what the algorithm says,
+/// rounded up to whole seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tiers_headers_and_retry_after() {
     let stack = Stack::start(ALLOW, &[]).await;
     let k1 = Some("k1");
 
     // Tier 3 (per_key_slow, 2/h) is the tightest on /slow. A token bucket is full after
-    // (consumed tokens) x 1800 s.
+    // (consumed tokens) x 1800 s, minus what has refilled since: exactly 1800 s for a fresh
+    // bucket, 3600 s minus a few milliseconds after the second request, rounded up to 3600.
     let r = stack.get("/slow", k1).await;
-    assert_limited(&r, 200, 2, SLOW_LIMITS, 1, 1_799..=1_800);
+    assert_limited(&r, 200, 2, SLOW_LIMITS, 1, 1_800..=1_800);
     let r = stack.get("/slow", k1).await;
-    assert_limited(&r, 200, 2, SLOW_LIMITS, 0, 3_590..=3_600);
-    // The denied bucket needs one token: 1800 s minus the few milliseconds since the last
-    // admitted request, 1799.99... s, which Envoy truncates to 1799 (reset and retry-after).
+    assert_limited(&r, 200, 2, SLOW_LIMITS, 0, 3_600..=3_600);
+    // The denied bucket needs one token: 1800 s minus the few milliseconds since the first
+    // admitted request, 1799.99... s, rounded up to 1800 (reset and retry-after; truncating
+    // would say 1799, a second too early).
     let (r, between) = stack.denied_between("/slow", k1, 2).await;
-    assert_limited(&r, 429, 2, SLOW_LIMITS, 0, 1_799..=1_799);
-    assert!(
-        between.contains(&r.number("retry-after")),
-        "{between:?} {r:?}"
-    );
+    assert_eq!(between, 1_800..=1_800, "1800 s minus a few ms, rounded up");
+    assert_limited(&r, 429, 2, SLOW_LIMITS, 0, 1_800..=1_800);
+    assert_eq!(r.number("retry-after"), 1_800, "{r:?}");
     assert_eq!(
         stack.upstream.hits(),
         2,
         "the 429 never reached the upstream"
     );
 
-    // Tier 2 (per_key, 5/h; 2 used on /slow): three more anywhere else, then 429 from it.
+    // Tier 2 (per_key, 5/h, one token every 720 s; 2 used on /slow): three more anywhere
+    // else, then 429 from it. Full after (consumed tokens) x 720 s minus the little refilled
+    // since the first request: rounded up, at most that many seconds (never more).
     for remaining in [2, 1, 0] {
         let r = stack.get("/other", k1).await;
-        assert_limited(&r, 200, 5, KEYED_LIMITS, remaining, 0..=3_600);
+        let full = (5 - remaining) * 720;
+        assert_limited(&r, 200, 5, KEYED_LIMITS, remaining, full - 10..=full);
     }
+    // One token: 720 s minus the time since the first request, rounded up.
     let (r, between) = stack.denied_between("/other", k1, 1).await;
-    assert_limited(&r, 429, 5, KEYED_LIMITS, 0, 700..=719);
+    assert_limited(&r, 429, 5, KEYED_LIMITS, 0, 710..=720);
     assert!(
         between.contains(&r.number("retry-after")),
         "{between:?} {r:?}"
@@ -618,13 +630,13 @@ async fn tiers_headers_and_retry_after() {
     let r = stack.get("/slow", k1).await;
     assert_eq!(r.status, 429, "{r:?}");
     assert!(
-        (1_790..=1_799).contains(&r.number("retry-after")),
+        (1_790..=1_800).contains(&r.number("retry-after")),
         "the longest denial decides: {r:?}"
     );
 
     // Other keys are unaffected: k2 has its own tiers 2 and 3.
     let r = stack.get("/slow", Some("k2")).await;
-    assert_limited(&r, 200, 2, SLOW_LIMITS, 1, 1_799..=1_800);
+    assert_limited(&r, 200, 2, SLOW_LIMITS, 1, 1_800..=1_800);
 
     // Tier 1 (per_address, 12/h) is shared by every request from 127.0.0.1: 6 used so far.
     for remaining in (0..6).rev() {
@@ -639,7 +651,7 @@ async fn tiers_headers_and_retry_after() {
         );
     }
     let r = stack.get("/other", None).await;
-    assert_limited(&r, 429, 12, ADDRESS_LIMITS, 0, 290..=299);
+    assert_limited(&r, 429, 12, ADDRESS_LIMITS, 0, 290..=300);
     // ... and now refuses every key, even one never seen before.
     for key in ["k2", "k3"] {
         let r = stack.get("/other", Some(key)).await;
@@ -656,12 +668,13 @@ async fn tiers_headers_and_retry_after() {
     );
 }
 
-/// How Envoy turns `duration_until_reset` into whole seconds: it truncates. A GCRA limit of
-/// 1/s (burst 1) refuses the second request for less than a second: x-ratelimit-reset says 0,
-/// retry-after says 1 (Envoy's minimum). 2/min refuses for 30 s minus the time since the last
-/// admission: 29.
+/// Envoy's retry-after and x-ratelimit-reset are the algorithm's wait rounded up to whole
+/// seconds (ratelimitd rounds up; Envoy truncates, which keeps whole seconds as they are), so a
+/// client that waits that long is admitted. A GCRA limit of 1/s (burst 1) refuses the second
+/// request for less than a second: both say 1 (truncating would make x-ratelimit-reset 0). 2/min
+/// refuses for 30 s minus the time since the first admission: 30 (truncating would say 29).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn envoy_truncates_durations_to_whole_seconds() {
+async fn envoy_retry_after_is_the_wait_rounded_up() {
     let stack = Stack::start(ALLOW, &[]).await;
     let sub = r#"12;w=3600;name="per_address", 1;w=1;name="subsecond""#;
     let minute = r#"12;w=3600;name="per_address", 2;w=60;name="per_minute""#;
@@ -670,23 +683,24 @@ async fn envoy_truncates_durations_to_whole_seconds() {
     // Admitted: TAT - now = exactly 1 s.
     assert_limited(&r, 200, 1, sub, 0, 1..=1);
     let (r, between) = stack.denied_between("/subsecond", None, 1).await;
-    // The denied request may retry in less than a second: Envoy truncates that to 0 and clamps
-    // retry-after to at least 1.
-    assert_eq!(between, 0..=0, "duration_until_reset < 1 s");
-    assert_limited(&r, 429, 1, sub, 0, 0..=0);
+    // The denied request may retry in less than a second, rounded up to 1: x-ratelimit-reset
+    // says 1, not 0, and retry-after 1 is the service's answer, not just Envoy's minimum.
+    assert_eq!(between, 1..=1, "0 < wait < 1 s, rounded up");
+    assert_limited(&r, 429, 1, sub, 0, 1..=1);
     assert_eq!(r.number("retry-after"), 1, "{r:?}");
 
     let r = stack.get("/minute", None).await;
     assert_limited(&r, 200, 2, minute, 1, 30..=30);
+    // TAT - now: 60 s minus a few ms, rounded up.
     let r = stack.get("/minute", None).await;
-    assert_limited(&r, 200, 2, minute, 0, 59..=60);
+    assert_limited(&r, 200, 2, minute, 0, 60..=60);
     let (r, between) = stack.denied_between("/minute", None, 1).await;
-    assert_eq!(between, 29..=29, "30 s minus a few ms");
-    assert_limited(&r, 429, 2, minute, 0, 29..=29);
+    assert_eq!(between, 30..=30, "30 s minus a few ms, rounded up");
+    assert_limited(&r, 429, 2, minute, 0, 30..=30);
     assert_eq!(
         r.number("retry-after"),
-        29,
-        "truncated, not rounded up: {r:?}"
+        30,
+        "rounded up, not truncated: {r:?}"
     );
 }
 
@@ -729,10 +743,10 @@ async fn ratelimitd_down_fails_open_and_limiting_resumes_after_restart() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_limited(&r, 429, 2, SLOW_LIMITS, 0, 1_700..=1_799);
+    assert_limited(&r, 429, 2, SLOW_LIMITS, 0, 1_700..=1_800);
     // A fresh key is counted from its full budget again.
     let r = stack.get("/slow", Some("k2")).await;
-    assert_limited(&r, 200, 2, SLOW_LIMITS, 1, 1_799..=1_800);
+    assert_limited(&r, 200, 2, SLOW_LIMITS, 1, 1_800..=1_800);
 }
 
 /// `failure_mode_deny: true`: with ratelimitd stopped, Envoy answers 500 (its default
@@ -772,7 +786,7 @@ async fn ratelimitd_down_fails_closed_with_failure_mode_deny() {
 
 /// `--response-headers draft03`: the service's own headers, with Envoy's header options off.
 /// Envoy adds `response_headers_to_add` to the upstream's 200 and to its own 429. Seconds are
-/// rounded up: the denied request's Retry-After is 1800, not Envoy's truncated 1799.
+/// rounded up: the denied request's Retry-After is 1800 (the wait is 1800 s minus a few ms).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_draft03_headers_reach_the_client_on_200_and_429() {
     let options = FilterOptions {
@@ -794,7 +808,7 @@ async fn service_draft03_headers_reach_the_client_on_200_and_429() {
     assert_eq!(r.status, 200, "{r:?}");
     let r = stack.get("/subsecond", None).await;
     assert_eq!(r.status, 429, "{r:?}");
-    // Less than a second: 1, where Envoy would say 0.
+    // Less than a second: rounded up to 1.
     assert_eq!(r.number("x-ratelimit-reset"), 1, "{r:?}");
     assert_eq!(r.number("retry-after"), 1, "{r:?}");
 }
@@ -839,7 +853,8 @@ async fn service_ietf_headers_reach_the_client_on_200_and_429() {
 
 /// Envoy's header options and the service's together: Envoy appends its x-ratelimit-* to the
 /// service's (each header twice: don't enable both), and keeps the service's Retry-After
-/// instead of computing its own (the service's 1800, not Envoy's truncated 1799).
+/// instead of adding its own: exactly one. Both round the wait (1800 s minus a few ms) up, so
+/// the two x-ratelimit-reset agree and the one Retry-After is 1800.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_keeps_the_service_retry_after() {
     let stack = Stack::start(ALLOW, &["--response-headers", "draft03"]).await;
@@ -861,12 +876,10 @@ async fn envoy_keeps_the_service_retry_after() {
         [limit.as_str(), limit.as_str()],
         "{r:?}"
     );
-    let mut resets = all("x-ratelimit-reset");
-    resets.sort();
     assert_eq!(
-        resets,
-        ["1799", "1800"],
-        "Envoy truncates, the service rounds up: {r:?}"
+        all("x-ratelimit-reset"),
+        ["1800", "1800"],
+        "Envoy's and the service's, both rounded up: {r:?}"
     );
     assert_eq!(all("retry-after"), ["1800"], "{r:?}");
 }

@@ -142,11 +142,16 @@ fn limit_to_proto(limit: &CurrentLimit) -> RateLimit {
     }
 }
 
-/// Microseconds as a protobuf `Duration`.
+/// Microseconds as a protobuf `Duration` of whole seconds, rounded up.
+///
+/// Envoy truncates `duration_until_reset` to whole seconds for `Retry-After` and
+/// `x-ratelimit-reset`; an exact sub-second value would tell clients to come back too early
+/// (0.4 s would become `x-ratelimit-reset: 0`). Rounding up keeps every answer a time after which
+/// the request can be admitted, and matches envoyproxy/ratelimit's whole-second answers.
 pub fn duration_from_us(us: u64) -> Duration {
     Duration {
-        seconds: (us / 1_000_000) as i64,
-        nanos: ((us % 1_000_000) * 1_000) as i32,
+        seconds: us.div_ceil(1_000_000) as i64,
+        nanos: 0,
     }
 }
 
