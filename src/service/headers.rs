@@ -19,9 +19,9 @@
 //! `current_limit`, the first one with the least `limit_remaining`. Every such status with a
 //! known window (unit x `unit_multiplier`) is listed as a policy. `Retry-After` is the largest
 //! `duration_until_reset` of the OVER_LIMIT statuses (all of them must admit the request again),
-//! at least 1, as Envoy 1.40's `enable_retry_after_header` computes it. Unlike Envoy, which
-//! truncates, seconds are rounded **up**: a client that waits `Retry-After` seconds is not refused
-//! again for a fraction of a second.
+//! at least 1, as Envoy 1.40's `enable_retry_after_header` computes it. Seconds are rounded
+//! **up** (the gRPC edge already answers whole seconds rounded up): a client that waits
+//! `Retry-After` seconds is not refused again for a fraction of a second.
 
 use std::fmt;
 use std::str::FromStr;
