@@ -36,7 +36,7 @@ fn wait_until_admissible(rate: &Rate, previous: u64, current: u64, elapsed: u64,
     let excess = estimate(previous, current, elapsed, window) + wanted - limit;
     if previous > 0 {
         let wait = (excess * window as f64 / previous as f64).ceil() as u64;
-        if elapsed + wait < window {
+        if wait < window - elapsed {
             return wait;
         }
     }

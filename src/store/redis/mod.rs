@@ -1,2 +1,371 @@
-//! Redis store.
-pub struct RedisStore;
+//! Redis store: every request is ONE `EVALSHA` of the script in `lua/` (all its checks, all or
+//! nothing, one round trip), with the time taken from Redis (`TIME`), so instances with skewed
+//! clocks agree.
+//!
+//! - Script: loaded once, called by SHA1; on `NOSCRIPT` (restart, failover, `SCRIPT FLUSH`) it is
+//!   reloaded and the call retried once, transparently. No other error is retried: the script may
+//!   have committed.
+//! - Keys: see [`keys`]. Every key written has a TTL of the state's remaining life + 1 s.
+//! - Connections: a bb8 pool of multiplexed connections (see [`ConnectionMode`]); broken
+//!   connections are replaced in the background with backoff, so the store recovers from a Redis
+//!   restart by itself.
+//! - Every call is bounded by [`RedisSettings::timeout`]: [`StoreError::Timeout`] past it,
+//!   [`StoreError::Unavailable`] for connection failures, [`StoreError::Protocol`] for replies the
+//!   store does not understand.
+
+pub mod connection;
+pub mod keys;
+pub mod script;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bb8_redis::bb8;
+use redis::aio::MultiplexedConnection;
+use redis::{ErrorKind, RedisError, Value};
+use tokio::time::{timeout_at, Instant};
+
+use self::connection::{is_connection_error, Conn, Manager, Reachability};
+use self::script::{decode_reply, script_load, sha1, Invocation};
+use super::{Check, Store, StoreError};
+use crate::limiter::algorithm::Verdict;
+use crate::limiter::clock::Clock;
+
+/// How to reach Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisSettings {
+    /// `redis://[user:password@]host:port[/db]` (or `unix://`, or `rediss://` where the redis crate
+    /// is built with TLS support): whatever the redis crate parses.
+    pub url: String,
+    /// Bound on every call: connection check-out plus the script round trip(s).
+    pub timeout: Duration,
+    /// Connections kept open. Each one is multiplexed (see [`ConnectionMode::Multiplexed`]), so a
+    /// few carry any number of concurrent requests.
+    pub pool_size: u32,
+}
+
+impl RedisSettings {
+    /// Default bound on every call.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+    /// Default number of (multiplexed) connections.
+    pub const DEFAULT_POOL_SIZE: u32 = 4;
+
+    /// Settings for `url` with the default timeout and pool size.
+    pub fn new(url: impl Into<String>) -> RedisSettings {
+        RedisSettings {
+            url: url.into(),
+            timeout: Self::DEFAULT_TIMEOUT,
+            pool_size: Self::DEFAULT_POOL_SIZE,
+        }
+    }
+}
+
+impl Default for RedisSettings {
+    fn default() -> RedisSettings {
+        RedisSettings::new("redis://127.0.0.1:6379")
+    }
+}
+
+/// How requests use the pooled connections.
+///
+/// Measured with `examples/redis_pool_bench.rs` (64 concurrent tasks, one EVALSHA per request,
+/// local redis-server, 2 cores): multiplexed reaches roughly 1.5–2× the throughput of exclusive
+/// pooling with millisecond tails, while exclusive pools (this store's and bb8-redis's stock
+/// manager alike) let bb8 starve some waiters for seconds under contention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConnectionMode {
+    /// The default and the faster: a request takes a pooled connection only long enough to
+    /// clone its handle, then sends its command on the shared socket, where concurrent requests
+    /// are pipelined. `pool_size` sockets carry any number of concurrent requests.
+    #[default]
+    Multiplexed,
+    /// Classic pooling: a request holds a connection for its whole round trip, so at most
+    /// `pool_size` requests are in flight and the others queue for a free connection.
+    Exclusive,
+}
+
+struct Shared {
+    pool: bb8::Pool<Manager>,
+    reachability: Arc<Reachability>,
+    timeout: Duration,
+    mode: ConnectionMode,
+    script_reloads: AtomicU64,
+}
+
+/// The Redis-backed [`Store`]. Cheap to clone; clones share the pool.
+#[derive(Clone)]
+pub struct RedisStore {
+    shared: Arc<Shared>,
+    pinned_clock: Option<Arc<dyn Clock>>,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.shared.pool.state();
+        f.debug_struct("RedisStore")
+            .field("timeout", &self.shared.timeout)
+            .field("mode", &self.shared.mode)
+            .field("connections", &state.connections)
+            .field("idle_connections", &state.idle_connections)
+            .field("pinned_clock", &self.pinned_clock.is_some())
+            .finish()
+    }
+}
+
+/// Connection attempts at startup may take this long even when the per-call timeout is shorter
+/// (TLS handshakes, remote hosts).
+const STARTUP_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl RedisStore {
+    /// Connects with [`ConnectionMode::Multiplexed`]: opens a first connection and loads the
+    /// script, so a wrong URL, a wrong password or an unreachable Redis fails here, at startup.
+    /// Later outages are survived: the store reconnects by itself.
+    pub async fn connect(settings: RedisSettings) -> Result<RedisStore, StoreError> {
+        RedisStore::connect_with_mode(settings, ConnectionMode::default()).await
+    }
+
+    /// [`RedisStore::connect`] with an explicit [`ConnectionMode`].
+    pub async fn connect_with_mode(
+        settings: RedisSettings,
+        mode: ConnectionMode,
+    ) -> Result<RedisStore, StoreError> {
+        if settings.timeout.is_zero() {
+            return Err(StoreError::Unavailable(
+                "redis timeout must be positive".into(),
+            ));
+        }
+        if settings.pool_size == 0 {
+            return Err(StoreError::Unavailable(
+                "redis pool size must be positive".into(),
+            ));
+        }
+        let client = redis::Client::open(settings.url.as_str())
+            .map_err(|e| StoreError::Unavailable(format!("invalid redis url: {e}")))?;
+        let connect_timeout = settings.timeout.max(STARTUP_CONNECT_TIMEOUT);
+        let manager = Manager::new(client, connect_timeout);
+
+        // First connection by hand, with a startup-sized deadline, to fail fast on bad settings.
+        let deadline = Instant::now() + connect_timeout;
+        let mut first = timeout_at(deadline, manager.open())
+            .await
+            .map_err(|_| StoreError::Timeout(connect_timeout))?
+            .map_err(|e| StoreError::Unavailable(format!("cannot connect to redis: {e}")))?;
+        let loaded = timeout_at(deadline, load_script(&mut first))
+            .await
+            .map_err(|_| StoreError::Timeout(connect_timeout))??;
+        tracing::debug!(sha1 = %loaded, "rate-limit script loaded");
+
+        let reachability = manager.reachability();
+        let pool = bb8::Pool::builder()
+            .max_size(settings.pool_size)
+            .min_idle(Some(settings.pool_size))
+            .connection_timeout(settings.timeout)
+            // `Manager::is_valid` only reads the broken flag: no extra round trip.
+            .test_on_check_out(true)
+            .retry_connection(true)
+            .build_unchecked(manager);
+        // The pool may already be filling itself; a full pool simply drops this connection.
+        let _ = pool.add(Conn {
+            mux: first,
+            broken: Default::default(),
+        });
+        Ok(RedisStore {
+            shared: Arc::new(Shared {
+                pool,
+                reachability,
+                timeout: settings.timeout,
+                mode,
+                script_reloads: AtomicU64::new(0),
+            }),
+            pinned_clock: None,
+        })
+    }
+
+    /// **For tests only.** Pins time: every request sends `clock.now_us()` to the script, which
+    /// then uses it instead of Redis's `TIME`, so tests can step exactly across window boundaries
+    /// and compare with the memory store. Production never calls this: pinned time gives up the
+    /// skew immunity of Redis time (and key TTLs still run on Redis's real clock).
+    pub fn with_pinned_clock(mut self, clock: Arc<dyn Clock>) -> RedisStore {
+        self.pinned_clock = Some(clock);
+        self
+    }
+
+    /// How many times the script was reloaded after a `NOSCRIPT` (for metrics).
+    pub fn script_reloads(&self) -> u64 {
+        self.shared.script_reloads.load(Ordering::Relaxed)
+    }
+
+    /// The connection mode in use.
+    pub fn mode(&self) -> ConnectionMode {
+        self.shared.mode
+    }
+
+    /// The SHA1 of the script this store calls.
+    pub fn script_sha1(&self) -> &'static str {
+        sha1()
+    }
+
+    /// Takes a connection: a clone of a pooled multiplexed handle; in exclusive mode the pool slot
+    /// is held until the lease is dropped.
+    async fn lease(&self, deadline: Instant) -> Result<Lease<'_>, StoreError> {
+        let shared = &*self.shared;
+        // Redis known down (the last connection attempt failed moments ago) and no connection
+        // left: fail at once instead of waiting out the timeout.
+        if let Some(reason) = shared.reachability.down_reason() {
+            if shared.pool.state().idle_connections == 0 {
+                return Err(StoreError::Unavailable(reason));
+            }
+        }
+        let pooled = match timeout_at(deadline, shared.pool.get()).await {
+            Ok(Ok(pooled)) => pooled,
+            Ok(Err(bb8::RunError::User(error))) => {
+                return Err(StoreError::Unavailable(error.to_string()))
+            }
+            Ok(Err(bb8::RunError::TimedOut)) | Err(_) => {
+                return Err(match shared.reachability.last_error() {
+                    Some(reason) => StoreError::Unavailable(reason),
+                    None => StoreError::Timeout(shared.timeout),
+                })
+            }
+        };
+        let mux = pooled.mux.clone();
+        let broken = pooled.broken.clone();
+        let slot = match shared.mode {
+            ConnectionMode::Exclusive => Some(pooled),
+            ConnectionMode::Multiplexed => None,
+        };
+        Ok(Lease {
+            mux,
+            broken,
+            _slot: slot,
+            deadline,
+            timeout: shared.timeout,
+        })
+    }
+
+    async fn evaluate(&self, invocation: &Invocation) -> Result<Value, StoreError> {
+        let deadline = Instant::now() + self.shared.timeout;
+        let mut lease = self.lease(deadline).await?;
+        match lease.query(&invocation.evalsha()).await? {
+            Ok(value) => Ok(value),
+            Err(error) if is_noscript(&error) => {
+                self.shared.script_reloads.fetch_add(1, Ordering::Relaxed);
+                tracing::info!("redis lost the rate-limit script (NOSCRIPT); reloading it");
+                let loaded = lease.query(&script_load()).await?.map_err(command_error)?;
+                check_loaded_sha(&loaded)?;
+                lease
+                    .query(&invocation.evalsha())
+                    .await?
+                    .map_err(command_error)
+            }
+            Err(error) => Err(command_error(error)),
+        }
+    }
+}
+
+/// A connection taken for one call, with the call's deadline.
+struct Lease<'a> {
+    mux: MultiplexedConnection,
+    broken: Arc<std::sync::atomic::AtomicBool>,
+    _slot: Option<bb8::PooledConnection<'a, Manager>>,
+    deadline: Instant,
+    timeout: Duration,
+}
+
+impl Lease<'_> {
+    /// Runs `cmd` before the deadline. The outer error ends the call (timeout, broken
+    /// connection); the inner one is the command's own error, for the caller to inspect.
+    async fn query(&mut self, cmd: &redis::Cmd) -> Result<Result<Value, RedisError>, StoreError> {
+        match timeout_at(self.deadline, cmd.query_async::<Value>(&mut self.mux)).await {
+            Err(_) => {
+                // A blackholed peer shows only as timeouts: replace the connection.
+                self.broken.store(true, Ordering::Relaxed);
+                Err(StoreError::Timeout(self.timeout))
+            }
+            Ok(Err(error)) if is_connection_error(&error) => {
+                self.broken.store(true, Ordering::Relaxed);
+                Err(StoreError::Unavailable(error.to_string()))
+            }
+            Ok(result) => Ok(result),
+        }
+    }
+}
+
+fn is_noscript(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript)
+        || error.code() == Some("NOSCRIPT")
+}
+
+/// A command-level error: the script or the reply is wrong (protocol) or Redis refuses to serve
+/// (out of memory, loading, read-only replica, busy...: unavailable).
+fn command_error(error: RedisError) -> StoreError {
+    let protocol = matches!(
+        error.kind(),
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType
+    ) || matches!(error.code(), Some("ERR" | "WRONGTYPE"));
+    if protocol {
+        StoreError::Protocol(error.to_string())
+    } else {
+        StoreError::Unavailable(error.to_string())
+    }
+}
+
+fn check_loaded_sha(value: &Value) -> Result<(), StoreError> {
+    let loaded = match value {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::SimpleString(text) => text.clone(),
+        other => {
+            return Err(StoreError::Protocol(format!(
+                "SCRIPT LOAD answered {other:?}"
+            )))
+        }
+    };
+    if loaded.eq_ignore_ascii_case(sha1()) {
+        Ok(())
+    } else {
+        Err(StoreError::Protocol(format!(
+            "SCRIPT LOAD returned sha1 {loaded}, expected {}",
+            sha1()
+        )))
+    }
+}
+
+async fn load_script(conn: &mut MultiplexedConnection) -> Result<String, StoreError> {
+    let value = script_load()
+        .query_async::<Value>(conn)
+        .await
+        .map_err(|e| {
+            if is_connection_error(&e) {
+                StoreError::Unavailable(format!("cannot load the script: {e}"))
+            } else {
+                command_error(e)
+            }
+        })?;
+    check_loaded_sha(&value)?;
+    Ok(sha1().to_owned())
+}
+
+impl Store for RedisStore {
+    async fn decide(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
+        if checks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pinned = self.pinned_clock.as_ref().map(|clock| clock.now_us());
+        let invocation = Invocation::new(checks, pinned);
+        let reply = self.evaluate(&invocation).await?;
+        decode_reply(reply, checks.len())
+    }
+
+    async fn is_healthy(&self) -> bool {
+        let deadline = Instant::now() + self.shared.timeout;
+        let Ok(mut lease) = self.lease(deadline).await else {
+            return false;
+        };
+        matches!(
+            lease.query(&redis::cmd("PING")).await,
+            Ok(Ok(Value::SimpleString(ref pong))) if pong == "PONG"
+        )
+    }
+}

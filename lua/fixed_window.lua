@@ -1,0 +1,53 @@
+-- ratelimitd: fixed window (library file; mirrors src/limiter/algorithm/fixed_window.rs).
+--
+-- KEYS: none of its own; request.lua passes one counter key, rl1:{tag}:fixed_window:<W>:<identity>.
+-- ARGV: none of its own; request.lua passes now (µs), L, W (µs), n (hits, cumulative per key).
+-- State: a string "<window_start_us>:<count>", PEXPIRE = (window end - now) + 1000 ms.
+-- Returns (evaluate): admitted (boolean), remaining (integer), reset_after_us (integer).
+--
+-- Admits when c + n <= L; remaining L - c after; resets at the window end either way.
+
+local fixed_window = {}
+
+-- Parsed state or nil (absent or unreadable counts as absent).
+function fixed_window.load(key)
+  local raw = redis.call('GET', key)
+  if not raw then
+    return nil
+  end
+  local start, count = string.match(raw, '^(%d+):(%d+)$')
+  if not start then
+    return nil
+  end
+  return { window_start_us = tonumber(start), count = tonumber(count) }
+end
+
+local function current_count(state, window_start)
+  if state and state.window_start_us == window_start then
+    return state.count
+  end
+  return 0
+end
+
+function fixed_window.evaluate(state, now, limit, window, _burst, hits, _interval)
+  local window_start = window_start_us(window, now)
+  local count = current_count(state, window_start)
+  local admitted = count + hits <= limit
+  local after = count
+  if admitted then
+    after = count + hits
+  end
+  local remaining = limit - after
+  if remaining < 0 then
+    remaining = 0
+  end
+  return admitted, remaining, window_start + window - now
+end
+
+function fixed_window.commit(key, state, now, _limit, window, _burst, hits, _interval)
+  local window_start = window_start_us(window, now)
+  local count = current_count(state, window_start) + hits
+  local expires_at = window_start + window
+  redis.call('SET', key, int_str(window_start) .. ':' .. int_str(count),
+    'PX', int_str(ttl_ms(expires_at, now)))
+end

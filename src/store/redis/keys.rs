@@ -1,0 +1,116 @@
+//! Redis key names: `rl1:{<tag>}:<algorithm>:<window_us>:<identity>`.
+//!
+//! - `rl1` versions the layout: a change of state format takes a new prefix, never a reinterpretation.
+//! - `tag` is the first 16 hex digits of SHA-256 of the counter identity, inside `{}` so a Redis
+//!   Cluster hashes only it: the code picks the slot, never a value sent by a client, and every key
+//!   of one descriptor (whatever its algorithm or window) shares it.
+//! - `identity` is [`CounterKey::as_str`], already injective and percent-encoded (it never holds `{`
+//!   or `}`); longer than [`MAX_IDENTITY_LEN`] bytes it becomes `h:<sha256 hex>`, which bounds the
+//!   key length. No plain identity looks like that (an identity with a `:` always has an `=` after
+//!   it), so the mapping stays injective up to SHA-256 collisions.
+
+use sha2::{Digest, Sha256};
+
+use crate::limiter::counter_key::CounterKey;
+use crate::limiter::rate::Rate;
+
+/// Version prefix of every key this store writes.
+pub const KEY_PREFIX: &str = "rl1";
+
+/// Identities longer than this many bytes are replaced by their hash.
+pub const MAX_IDENTITY_LEN: usize = 200;
+
+/// Upper bound on the length of any key built by [`redis_key`].
+pub const MAX_KEY_LEN: usize = KEY_PREFIX.len()
+    + 3 // ":{" and "}"
+    + 16 // tag
+    + 1
+    + 22 // "sliding_window_counter", the longest algorithm name
+    + 1
+    + 20 // window_us, a u64
+    + 1
+    + MAX_IDENTITY_LEN;
+
+/// The cluster hash tag of a counter (without braces): 16 hex digits of SHA-256 of its identity.
+pub fn hash_tag(key: &CounterKey) -> String {
+    let digest = Sha256::digest(key.as_str().as_bytes());
+    hex::encode(&digest[..8])
+}
+
+/// The identity part of the key: the counter identity itself, or `h:<sha256 hex>` when longer than
+/// [`MAX_IDENTITY_LEN`].
+pub fn identity(key: &CounterKey) -> String {
+    let text = key.as_str();
+    if text.len() <= MAX_IDENTITY_LEN {
+        text.to_owned()
+    } else {
+        format!("h:{}", hex::encode(Sha256::digest(text.as_bytes())))
+    }
+}
+
+/// The Redis key holding the state of `key` under `rate` (algorithm and window are part of it).
+pub fn redis_key(key: &CounterKey, rate: &Rate) -> String {
+    format!(
+        "{KEY_PREFIX}:{{{}}}:{}:{}:{}",
+        hash_tag(key),
+        rate.algorithm().as_str(),
+        rate.window_us(),
+        identity(key)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::rate::{Algorithm, Unit};
+    use crate::limiter::request::Entry;
+
+    fn counter(domain: &str, entries: &[(&str, &str)]) -> CounterKey {
+        let entries: Vec<Entry> = entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect();
+        CounterKey::new(domain, &entries)
+    }
+
+    fn rate(algorithm: Algorithm) -> Rate {
+        Rate::new(algorithm, 10, Unit::Minute, 1, None).unwrap()
+    }
+
+    #[test]
+    fn layout_is_prefix_tag_algorithm_window_identity() {
+        let key = counter("edge", &[("remote_address", "10.0.0.1")]);
+        let name = redis_key(&key, &rate(Algorithm::Gcra));
+        let tag = hash_tag(&key);
+        assert_eq!(tag.len(), 16);
+        assert_eq!(
+            name,
+            format!("rl1:{{{tag}}}:gcra:60000000:edge:remote_address=10.0.0.1")
+        );
+    }
+
+    #[test]
+    fn long_identities_are_hashed_and_bounded() {
+        let long = "x".repeat(10_000);
+        let key = counter("d", &[("k", &long)]);
+        for algorithm in Algorithm::ALL {
+            let name = redis_key(&key, &rate(algorithm));
+            assert!(name.len() <= MAX_KEY_LEN, "{name}");
+            assert!(name.contains(":h:"), "{name}");
+        }
+        let exactly = counter("d", &[("k", &"y".repeat(MAX_IDENTITY_LEN - 4))]);
+        assert_eq!(identity(&exactly).len(), MAX_IDENTITY_LEN);
+        assert_eq!(identity(&exactly), exactly.as_str());
+    }
+
+    #[test]
+    fn braces_never_come_from_values() {
+        let key = counter("d", &[("k", "{slot}")]);
+        let name = redis_key(&key, &rate(Algorithm::FixedWindow));
+        assert_eq!(name.matches('{').count(), 1);
+        assert_eq!(name.matches('}').count(), 1);
+    }
+}

@@ -1,0 +1,209 @@
+//! The request script: `lua/` concatenated into one Lua chunk, its SHA1, argument encoding and
+//! reply decoding.
+
+use std::sync::LazyLock;
+
+use redis::Value;
+
+use crate::limiter::algorithm::Verdict;
+use crate::limiter::rate::Algorithm;
+use crate::store::{Check, StoreError};
+
+use super::keys::redis_key;
+
+/// The whole script: helpers, the five algorithms, then the request-level entry point. Redis cannot
+/// call one script from another, so they travel as one chunk (see `lua/request.lua`).
+pub const SOURCE: &str = concat!(
+    include_str!("../../../lua/common.lua"),
+    "\n",
+    include_str!("../../../lua/fixed_window.lua"),
+    "\n",
+    include_str!("../../../lua/sliding_window_log.lua"),
+    "\n",
+    include_str!("../../../lua/sliding_window_counter.lua"),
+    "\n",
+    include_str!("../../../lua/token_bucket.lua"),
+    "\n",
+    include_str!("../../../lua/gcra.lua"),
+    "\n",
+    include_str!("../../../lua/request.lua"),
+);
+
+/// Values per check after the optional pinned time (see the header of `lua/request.lua`).
+pub const FIELDS_PER_CHECK: usize = 7;
+
+/// Hits sent to the script are clamped to this: above every rate's `burst + 1`, so each check
+/// decides exactly as with `algorithm::clamp_hits`, while the script's cumulative sums (doubles)
+/// stay exact. Clamping with each check's own rate instead would change the sum seen by a later
+/// check of the same counter with a larger burst.
+pub const MAX_HITS_SENT: u64 = u32::MAX as u64 + 1;
+
+/// SHA1 of [`SOURCE`] (hex), computed once per process.
+pub fn sha1() -> &'static str {
+    static SHA1: LazyLock<String> = LazyLock::new(|| redis::Script::new(SOURCE).get_hash().into());
+    &SHA1
+}
+
+/// The algorithm's code in the script's ARGV.
+pub fn algorithm_code(algorithm: Algorithm) -> u8 {
+    match algorithm {
+        Algorithm::FixedWindow => 0,
+        Algorithm::SlidingWindowLog => 1,
+        Algorithm::SlidingWindowCounter => 2,
+        Algorithm::TokenBucket => 3,
+        Algorithm::Gcra => 4,
+    }
+}
+
+/// KEYS and ARGV of one request: one key per check; ARGV = [pinned now] + 7 values per check.
+pub struct Invocation {
+    pub keys: Vec<String>,
+    pub args: Vec<u64>,
+}
+
+impl Invocation {
+    pub fn new(checks: &[Check], pinned_now_us: Option<u64>) -> Invocation {
+        let mut keys = Vec::with_capacity(checks.len());
+        let mut args = Vec::with_capacity(1 + FIELDS_PER_CHECK * checks.len());
+        args.extend(pinned_now_us);
+        for check in checks {
+            let rate = &check.rate;
+            keys.push(redis_key(&check.key, rate));
+            args.extend([
+                u64::from(algorithm_code(rate.algorithm())),
+                u64::from(rate.limit()),
+                rate.window_us(),
+                u64::from(rate.burst()),
+                check.hits.min(MAX_HITS_SENT),
+                rate.emission_interval_us(),
+                u64::from(check.shadow),
+            ]);
+        }
+        Invocation { keys, args }
+    }
+
+    /// `EVALSHA <sha> <k> keys... args...`
+    pub fn evalsha(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(sha1()).arg(self.keys.len());
+        for key in &self.keys {
+            cmd.arg(key.as_str());
+        }
+        for arg in &self.args {
+            cmd.arg(*arg);
+        }
+        cmd
+    }
+}
+
+/// `SCRIPT LOAD <source>`
+pub fn script_load() -> redis::Cmd {
+    let mut cmd = redis::cmd("SCRIPT");
+    cmd.arg("LOAD").arg(SOURCE);
+    cmd
+}
+
+fn protocol(what: impl std::fmt::Display) -> StoreError {
+    StoreError::Protocol(what.to_string())
+}
+
+fn integer(value: &Value) -> Result<i64, StoreError> {
+    match value {
+        Value::Int(n) => Ok(*n),
+        other => Err(protocol(format_args!("expected an integer, got {other:?}"))),
+    }
+}
+
+/// A u64: an integer reply, or decimal digits for values of 2^63 and more (see `lua/request.lua`).
+fn unsigned(value: &Value) -> Result<u64, StoreError> {
+    match value {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        Value::BulkString(digits) => std::str::from_utf8(digits)
+            .ok()
+            .and_then(|text| text.parse().ok()),
+        _ => None,
+    }
+    .ok_or_else(|| protocol(format_args!("expected a u64, got {value:?}")))
+}
+
+/// Decodes the script's reply: `expected` arrays of `{admitted 0/1, remaining, reset_after_us}`.
+pub fn decode_reply(value: Value, expected: usize) -> Result<Vec<Verdict>, StoreError> {
+    let Value::Array(items) = value else {
+        return Err(protocol(format_args!(
+            "expected an array of verdicts, got {value:?}"
+        )));
+    };
+    if items.len() != expected {
+        return Err(protocol(format_args!(
+            "expected {expected} verdicts, got {}",
+            items.len()
+        )));
+    }
+    items
+        .iter()
+        .map(|item| {
+            let Value::Array(fields) = item else {
+                return Err(protocol(format_args!(
+                    "expected a verdict array, got {item:?}"
+                )));
+            };
+            let [admitted, remaining, reset] = fields.as_slice() else {
+                return Err(protocol(format_args!(
+                    "expected 3 fields per verdict, got {}",
+                    fields.len()
+                )));
+            };
+            let admitted = match integer(admitted)? {
+                0 => false,
+                1 => true,
+                other => return Err(protocol(format_args!("admitted flag {other}"))),
+            };
+            let remaining = u32::try_from(integer(remaining)?)
+                .map_err(|_| protocol(format_args!("remaining out of range: {remaining:?}")))?;
+            let reset_after_us = unsigned(reset)?;
+            Ok(Verdict {
+                admitted,
+                remaining,
+                reset_after_us,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha1_is_stable_and_hex() {
+        assert_eq!(sha1().len(), 40);
+        assert!(sha1().bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(sha1(), redis::Script::new(SOURCE).get_hash());
+    }
+
+    #[test]
+    fn decodes_verdicts_and_rejects_garbage() {
+        let reply = Value::Array(vec![
+            Value::Array(vec![Value::Int(1), Value::Int(4), Value::Int(1_000)]),
+            Value::Array(vec![Value::Int(0), Value::Int(0), Value::Int(7)]),
+        ]);
+        let verdicts = decode_reply(reply, 2).unwrap();
+        assert!(verdicts[0].admitted && !verdicts[1].admitted);
+        assert_eq!(verdicts[0].remaining, 4);
+        assert_eq!(verdicts[1].reset_after_us, 7);
+        assert!(decode_reply(Value::Okay, 1).is_err());
+        assert!(decode_reply(Value::Array(vec![]), 1).is_err());
+        let negative = Value::Array(vec![Value::Array(vec![
+            Value::Int(1),
+            Value::Int(-1),
+            Value::Int(0),
+        ])]);
+        assert!(decode_reply(negative, 1).is_err());
+        let huge = Value::Array(vec![Value::Array(vec![
+            Value::Int(0),
+            Value::Int(0),
+            Value::BulkString(b"18446744073709551615".to_vec()),
+        ])]);
+        assert_eq!(decode_reply(huge, 1).unwrap()[0].reset_after_us, u64::MAX);
+    }
+}
