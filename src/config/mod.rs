@@ -5,6 +5,7 @@
 //! this module finds the files and assembles the domains.
 
 mod error;
+pub mod reload;
 mod schema;
 mod yaml;
 

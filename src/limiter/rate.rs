@@ -133,7 +133,9 @@ pub enum RateError {
     ZeroBurst,
     #[error("window of {seconds} s is longer than the supported maximum of 100 years")]
     WindowTooLong { seconds: u128 },
-    #[error("burst {burst} takes {seconds} s to refill, longer than the supported maximum of 100 years")]
+    #[error(
+        "burst {burst} takes {seconds} s to refill, longer than the supported maximum of 100 years"
+    )]
     BurstTooLong { burst: u32, seconds: u128 },
 }
 

@@ -1,35 +1,217 @@
-//! The HTTP port: `/healthcheck` (200 `OK` while serving, 503 otherwise).
+//! The HTTP port:
+//!
+//! - `/healthcheck`: 200 `OK` while serving, 503 otherwise;
+//! - `/metrics`: Prometheus text (see [`super::metrics`]);
+//! - `/json`: envoyproxy/ratelimit's JSON endpoint: POST a proto3-JSON `RateLimitRequest`, get the
+//!   proto3-JSON `RateLimitResponse` with 200 (OK) or 429 (OVER_LIMIT); 400 with a message for a
+//!   body that is not a valid request, 503 with a message when the store failed (and the
+//!   store-failure policy is `unavailable`);
+//! - `/rlconfig`: the loaded limits, one per line, in envoyproxy/ratelimit's format
+//!   (`edge.api_key_free.path: unit=SECOND requests_per_unit=10, shadow_mode: false`), sorted by
+//!   path, with this service's extensions appended when they differ from the defaults
+//!   (`, unit_multiplier: 5`, `, algorithm: gcra`, `, burst: 20`, `, unlimited: true`).
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use super::health::Health;
+use super::json::{request_from_json, response_to_json};
+use super::metrics::Metrics;
+use super::rls::RateLimitEdge;
+use crate::limiter::{LimitKind, Rules};
+use crate::proto::rls::rate_limit_response::Code;
+use crate::store::Store;
 
-fn respond(health: &Health, request: &Request<Incoming>) -> Response<Full<Bytes>> {
-    let (status, body) = match (request.method(), request.uri().path()) {
-        (&Method::GET | &Method::HEAD, "/healthcheck") if health.is_serving() => {
-            (StatusCode::OK, "OK")
+/// Largest `/json` body accepted (the gRPC port's default message limit).
+pub const MAX_JSON_BODY: usize = 4 << 20;
+
+/// What the HTTP port serves from.
+pub struct HttpState<S> {
+    pub health: Arc<Health>,
+    pub metrics: Option<Arc<Metrics>>,
+    pub edge: Option<Arc<RateLimitEdge<S>>>,
+}
+
+impl<S> HttpState<S> {
+    /// Only `/healthcheck`.
+    pub fn health_only(health: Arc<Health>) -> HttpState<S> {
+        HttpState {
+            health,
+            metrics: None,
+            edge: None,
         }
-        (&Method::GET | &Method::HEAD, "/healthcheck") => {
-            (StatusCode::SERVICE_UNAVAILABLE, "NOT SERVING")
-        }
-        _ => (StatusCode::NOT_FOUND, "not found"),
-    };
-    let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    }
+}
+
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     response
 }
 
+async fn respond<S: Store>(
+    state: Arc<HttpState<S>>,
+    request: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let get = matches!(*request.method(), Method::GET | Method::HEAD);
+    match request.uri().path() {
+        "/healthcheck" if get => {
+            if state.health.is_serving() {
+                text(StatusCode::OK, "OK")
+            } else {
+                text(StatusCode::SERVICE_UNAVAILABLE, "NOT SERVING")
+            }
+        }
+        "/metrics" if get => match &state.metrics {
+            Some(metrics) => {
+                let mut response = text(StatusCode::OK, metrics.render());
+                response.headers_mut().insert(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                );
+                response
+            }
+            None => text(StatusCode::NOT_FOUND, "not found"),
+        },
+        "/rlconfig" if get => match &state.edge {
+            Some(edge) => text(StatusCode::OK, rlconfig(&edge.rules().load())),
+            None => text(StatusCode::NOT_FOUND, "not found"),
+        },
+        // Like envoyproxy/ratelimit, any method: the body is what matters.
+        "/json" => match &state.edge {
+            Some(edge) => json(edge, request).await,
+            None => text(StatusCode::NOT_FOUND, "not found"),
+        },
+        "/healthcheck" | "/metrics" | "/rlconfig" => {
+            let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+            response
+                .headers_mut()
+                .insert("allow", HeaderValue::from_static("GET, HEAD"));
+            response
+        }
+        _ => text(StatusCode::NOT_FOUND, "not found"),
+    }
+}
+
+async fn json<S: Store>(
+    edge: &RateLimitEdge<S>,
+    request: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let body = match Limited::new(request.into_body(), MAX_JSON_BODY)
+        .collect()
+        .await
+    {
+        Ok(body) => body.to_bytes(),
+        Err(error) => {
+            return if error.is::<http_body_util::LengthLimitError>() {
+                text(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("request body larger than {MAX_JSON_BODY} bytes\n"),
+                )
+            } else {
+                text(
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the request body: {error}\n"),
+                )
+            };
+        }
+    };
+    let request = match request_from_json(&body) {
+        Ok(request) => request,
+        Err(message) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("invalid RateLimitRequest: {message}\n"),
+            )
+        }
+    };
+    match edge.decide(request).await {
+        Ok(response) => {
+            let status = match Code::try_from(response.overall_code) {
+                Ok(Code::Ok) => StatusCode::OK,
+                Ok(Code::OverLimit) => StatusCode::TOO_MANY_REQUESTS,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            let mut http = Response::new(Full::new(Bytes::from(response_to_json(&response))));
+            *http.status_mut() = status;
+            http.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            http
+        }
+        Err(status) if status.code() == tonic::Code::InvalidArgument => text(
+            StatusCode::BAD_REQUEST,
+            format!("invalid RateLimitRequest: {}\n", status.message()),
+        ),
+        Err(status) if status.code() == tonic::Code::Unavailable => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{}\n", status.message()),
+        ),
+        Err(status) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{}\n", status.message()),
+        ),
+    }
+}
+
+/// The `/rlconfig` text: one line per configured limit, sorted by path.
+pub fn rlconfig(rules: &Rules) -> String {
+    let mut out = String::new();
+    for limit in rules.limits() {
+        let (unit, requests_per_unit) = match &limit.kind {
+            LimitKind::Unlimited => ("UNKNOWN".to_string(), 0),
+            LimitKind::Limited(l) => (l.unit.as_str().to_ascii_uppercase(), l.requests_per_unit),
+            LimitKind::Blocked { unit, .. } => (unit.as_str().to_ascii_uppercase(), 0),
+        };
+        out.push_str(&format!(
+            "{}: unit={unit} requests_per_unit={requests_per_unit}, shadow_mode: {}",
+            limit.path, limit.shadow_mode
+        ));
+        match &limit.kind {
+            LimitKind::Unlimited => out.push_str(", unlimited: true"),
+            LimitKind::Limited(l) => {
+                if l.unit_multiplier != 1 {
+                    out.push_str(&format!(", unit_multiplier: {}", l.unit_multiplier));
+                }
+                let algorithm = l.rate.algorithm();
+                if algorithm != crate::limiter::Algorithm::default() {
+                    out.push_str(&format!(", algorithm: {algorithm}"));
+                }
+                if algorithm.uses_burst() && l.rate.burst() != l.requests_per_unit {
+                    out.push_str(&format!(", burst: {}", l.rate.burst()));
+                }
+            }
+            LimitKind::Blocked {
+                unit_multiplier, ..
+            } => {
+                if *unit_multiplier != 1 {
+                    out.push_str(&format!(", unit_multiplier: {unit_multiplier}"));
+                }
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// Serves HTTP/1.1 on `listener` until `shutdown` completes.
-pub async fn serve(listener: TcpListener, health: Arc<Health>, shutdown: impl Future<Output = ()>) {
+pub async fn serve<S: Store>(
+    listener: TcpListener,
+    state: Arc<HttpState<S>>,
+    shutdown: impl Future<Output = ()>,
+) {
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -43,11 +225,11 @@ pub async fn serve(listener: TcpListener, health: Arc<Health>, shutdown: impl Fu
                 continue;
             }
         };
-        let health = health.clone();
+        let state = state.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let response = respond(&health, &request);
-                async move { Ok::<_, Infallible>(response) }
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(respond(state, request).await) }
             });
             if let Err(error) = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)

@@ -5,8 +5,11 @@ pub mod convert;
 pub mod headers;
 pub mod health;
 pub mod http;
+pub mod json;
+pub mod metrics;
 pub mod rls;
 
 pub use headers::ResponseHeaders;
 pub use health::Health;
+pub use metrics::Metrics;
 pub use rls::RateLimitEdge;

@@ -1,16 +1,69 @@
 //! `envoy.service.ratelimit.v3.RateLimitService`: decode, plan, decide in the store, encode.
 
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use tonic::{Request, Response, Status};
+use tonic::{Code as GrpcCode, Request, Response, Status};
 
 use super::convert::{request_from_proto, response_to_proto};
 use super::headers::ResponseHeaders;
+use super::metrics::{Metrics, RequestResult};
+use crate::limiter::algorithm::Verdict;
 use crate::limiter::{outcome, plan, Rules};
+use crate::proto::rls::rate_limit_response::Code as ProtoCode;
 use crate::proto::rls::rate_limit_service_server::RateLimitService;
 use crate::proto::rls::{RateLimitRequest, RateLimitResponse};
-use crate::store::{Store, StoreError};
+use crate::store::{Check, Store, StoreError};
+
+/// What to answer when the store fails (error or timeout).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum StoreErrorPolicy {
+    /// gRPC `UNAVAILABLE` (the default): Envoy's `failure_mode_deny` decides.
+    #[default]
+    Unavailable,
+    /// OK: every counted descriptor is admitted (nothing is counted).
+    Allow,
+    /// OVER_LIMIT: every counted non-shadow descriptor is denied.
+    Deny,
+}
+
+impl StoreErrorPolicy {
+    /// The name the command line and the metrics use.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreErrorPolicy::Unavailable => "unavailable",
+            StoreErrorPolicy::Allow => "allow",
+            StoreErrorPolicy::Deny => "deny",
+        }
+    }
+}
+
+impl fmt::Display for StoreErrorPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for StoreErrorPolicy {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<StoreErrorPolicy, String> {
+        [
+            StoreErrorPolicy::Unavailable,
+            StoreErrorPolicy::Allow,
+            StoreErrorPolicy::Deny,
+        ]
+        .into_iter()
+        .find(|policy| policy.name().eq_ignore_ascii_case(name))
+        .ok_or_else(|| {
+            format!("unknown store error policy `{name}` (expected unavailable, allow or deny)")
+        })
+    }
+}
 
 /// The RLS gRPC service over a store and the current rules (swapped atomically on reload; a
 /// request keeps the rules it started with).
@@ -18,6 +71,45 @@ pub struct RateLimitEdge<S> {
     rules: Arc<ArcSwap<Rules>>,
     store: Arc<S>,
     headers: ResponseHeaders,
+    metrics: Option<Arc<Metrics>>,
+    on_store_error: StoreErrorPolicy,
+    store_timeout: Option<Duration>,
+    /// Store-error warnings are logged at most once per second, with the count of the others.
+    warnings: WarnThrottle,
+}
+
+/// Lets one warning through per second and counts the ones it holds back.
+struct WarnThrottle {
+    origin: Instant,
+    /// Milliseconds after `origin` of the last warning logged, plus one (0: none yet).
+    last_ms: AtomicU64,
+    suppressed: AtomicU64,
+}
+
+impl WarnThrottle {
+    fn new() -> WarnThrottle {
+        WarnThrottle {
+            origin: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            suppressed: AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(number held back since the last one)` when this warning may be logged.
+    fn admit(&self) -> Option<u64> {
+        let now = self.origin.elapsed().as_millis() as u64 + 1;
+        let last = self.last_ms.load(Ordering::Relaxed);
+        if (last == 0 || now >= last + 1_000)
+            && self
+                .last_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(self.suppressed.swap(0, Ordering::Relaxed));
+        }
+        self.suppressed.fetch_add(1, Ordering::Relaxed);
+        None
+    }
 }
 
 impl<S: Store> RateLimitEdge<S> {
@@ -26,6 +118,10 @@ impl<S: Store> RateLimitEdge<S> {
             rules,
             store,
             headers: ResponseHeaders::None,
+            metrics: None,
+            on_store_error: StoreErrorPolicy::Unavailable,
+            store_timeout: None,
+            warnings: WarnThrottle::new(),
         }
     }
 
@@ -35,28 +131,113 @@ impl<S: Store> RateLimitEdge<S> {
         self
     }
 
+    /// Records every request in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> RateLimitEdge<S> {
+        metrics.set_store_error_policy(self.on_store_error.name());
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// What to answer when the store fails.
+    pub fn with_store_error_policy(mut self, policy: StoreErrorPolicy) -> RateLimitEdge<S> {
+        self.on_store_error = policy;
+        if let Some(metrics) = &self.metrics {
+            metrics.set_store_error_policy(policy.name());
+        }
+        self
+    }
+
+    /// Gives up on the store after `timeout` (a store timeout error), whatever the store does.
+    pub fn with_store_timeout(mut self, timeout: Duration) -> RateLimitEdge<S> {
+        self.store_timeout = Some(timeout);
+        self
+    }
+
+    /// The rules in use.
+    pub fn rules(&self) -> &Arc<ArcSwap<Rules>> {
+        &self.rules
+    }
+
     /// Decides one request; also used by the HTTP `/json` endpoint.
     pub async fn decide(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        let started = Instant::now();
+        let result = self.decide_timed(request).await;
+        if let Some(metrics) = &self.metrics {
+            let ended = match &result {
+                Ok(response) if response.overall_code == ProtoCode::OverLimit as i32 => {
+                    RequestResult::OverLimit
+                }
+                Ok(_) => RequestResult::Ok,
+                Err(status) if status.code() == GrpcCode::InvalidArgument => {
+                    RequestResult::InvalidArgument
+                }
+                Err(_) => RequestResult::Unavailable,
+            };
+            metrics.record_request(ended, started.elapsed());
+        }
+        result
+    }
+
+    async fn decide_timed(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
         let request = request_from_proto(request)?;
         let rules = self.rules.load();
         let plan = plan(&rules, &request).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let verdicts = if plan.checks.is_empty() {
-            Vec::new()
+        let (verdicts, from_store) = if plan.checks.is_empty() {
+            (Vec::new(), true)
         } else {
-            self.store
-                .decide(&plan.checks)
-                .await
-                .map_err(store_status)?
+            match self.call_store(&plan.checks).await {
+                Ok(verdicts) => (verdicts, true),
+                Err(error) => (self.on_store_error(error, plan.checks.len())?, false),
+            }
         };
-        let mut response = response_to_proto(&outcome(&plan, &verdicts));
+        let outcome = outcome(&plan, &verdicts);
+        if let Some(metrics) = &self.metrics {
+            metrics.record_decision(&request, &plan, from_store.then_some(&verdicts), &outcome);
+        }
+        let mut response = response_to_proto(&outcome);
         self.headers.apply(&request, &mut response);
         Ok(response)
     }
-}
 
-fn store_status(error: StoreError) -> Status {
-    tracing::warn!(kind = error.kind(), %error, "store failed");
-    Status::unavailable(error.to_string())
+    async fn call_store(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
+        match self.store_timeout {
+            None => self.store.decide(checks).await,
+            Some(timeout) => tokio::time::timeout(timeout, self.store.decide(checks))
+                .await
+                .unwrap_or(Err(StoreError::Timeout(timeout))),
+        }
+    }
+
+    /// Applies the store-failure policy: an error for `unavailable`, else stand-in verdicts (the
+    /// counts are unknown: nothing remaining, no reset time).
+    fn on_store_error(&self, error: StoreError, checks: usize) -> Result<Vec<Verdict>, Status> {
+        if let Some(suppressed) = self.warnings.admit() {
+            tracing::warn!(
+                kind = error.kind(),
+                %error,
+                policy = %self.on_store_error,
+                suppressed,
+                "store failed"
+            );
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.record_store_error(&error);
+            metrics.record_policy_answer();
+        }
+        let admitted = match self.on_store_error {
+            StoreErrorPolicy::Unavailable => return Err(Status::unavailable(error.to_string())),
+            StoreErrorPolicy::Allow => true,
+            StoreErrorPolicy::Deny => false,
+        };
+        Ok(vec![
+            Verdict {
+                admitted,
+                remaining: 0,
+                reset_after_us: 0,
+            };
+            checks
+        ])
+    }
 }
 
 #[tonic::async_trait]

@@ -3,6 +3,7 @@
 //! A store decides a whole request atomically: it evaluates every [`Check`] and commits only if
 //! all enforced (non-shadow) checks admit, so a denied request consumes nothing anywhere.
 
+pub mod deny_cache;
 pub mod memory;
 pub mod redis;
 
@@ -12,6 +13,7 @@ use crate::limiter::algorithm::Verdict;
 pub use crate::limiter::check::Check;
 
 pub use self::redis::{RedisSettings, RedisStore};
+pub use deny_cache::{DenyCache, DenyCacheSettings};
 pub use memory::MemoryStore;
 
 /// Why a store could not decide. The gRPC edge answers these with `UNAVAILABLE`.
@@ -39,9 +41,9 @@ impl StoreError {
 /// Counter storage shared by every request.
 pub trait Store: Send + Sync + 'static {
     /// Decides `checks` together and returns one verdict per check, in order. Each verdict says
-    /// what its check alone would get on top of the earlier checks of the same request that
-    /// share its counter (same key, algorithm and window): those are evaluated with cumulative
-    /// hits and committed once with their total. Nothing is written unless every non-shadow
+    /// what its check alone would get on top of the earlier *admitted* checks of the same request
+    /// that share its counter (same key, algorithm and window): those are evaluated with
+    /// cumulative hits and committed once with their total. Nothing is written unless every non-shadow
     /// check admits; then every admitted check is committed, shadow ones included, and a
     /// shadow check that does not admit is left unchanged (it never vetoes).
     fn decide(

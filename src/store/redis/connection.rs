@@ -5,7 +5,12 @@
 //! ones marked broken, and keeps `min_idle` of them open. A connection is marked broken when a
 //! command on it fails at the connection level (I/O error, dropped connection, timeout); it is then
 //! dropped at its next check-out or return and a new one is opened in the background.
+//!
+//! [`client`] turns the settings into a redis client: plain `redis://`, or TLS (`rediss://`) with
+//! rustls, verifying the server against the bundled Mozilla roots or, when given, only the CA file
+//! of the settings.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +18,14 @@ use std::time::{Duration, Instant};
 use bb8_redis::bb8;
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, RedisError};
+use redis::{
+    AsyncConnectionConfig, ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError,
+    TlsCertificates,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+
+use crate::store::StoreError;
 
 /// First pause after a failed connection attempt; doubles per consecutive failure.
 const BACKOFF_FIRST: Duration = Duration::from_millis(50);
@@ -163,4 +175,71 @@ pub fn is_connection_error(error: &RedisError) -> bool {
         || error.is_connection_refusal()
         || error.is_timeout()
         || error.is_unrecoverable_error()
+}
+
+/// The redis client for `url`. With `tls_ca` (a PEM file of one or more CA certificates; only
+/// with a `rediss://` URL), the server certificate must chain to one of those CAs, and the bundled
+/// public roots are not used. Errors name the problem but never echo the URL (it may hold a
+/// password).
+pub fn client(url: &str, tls_ca: Option<&Path>) -> Result<redis::Client, StoreError> {
+    // rustls needs a process-wide crypto provider; installing it again is a harmless no-op.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let invalid = |e: RedisError| StoreError::Unavailable(format!("invalid redis url: {e}"));
+    let info = url.into_connection_info().map_err(invalid)?;
+    let Some(ca_path) = tls_ca else {
+        return redis::Client::open(info).map_err(invalid);
+    };
+    if !matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
+        return Err(StoreError::Unavailable(format!(
+            "a redis TLS CA file ({}) needs a rediss:// url",
+            ca_path.display()
+        )));
+    }
+    let pem = std::fs::read(ca_path).map_err(|e| {
+        StoreError::Unavailable(format!(
+            "cannot read the redis TLS CA file {}: {e}",
+            ca_path.display()
+        ))
+    })?;
+    let certificates = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            StoreError::Unavailable(format!(
+                "the redis TLS CA file {} is not valid PEM: {e}",
+                ca_path.display()
+            ))
+        })?;
+    if certificates.is_empty() {
+        return Err(StoreError::Unavailable(format!(
+            "the redis TLS CA file {} holds no PEM certificate",
+            ca_path.display()
+        )));
+    }
+    redis::Client::build_with_tls(
+        info,
+        TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem),
+        },
+    )
+    .map_err(|e| {
+        StoreError::Unavailable(format!(
+            "cannot use the redis TLS CA file {}: {e}",
+            ca_path.display()
+        ))
+    })
+}
+
+/// The error of a failed first connection (bad address, TLS, credentials, database number), with
+/// a hint for the usual causes.
+pub fn connect_error(error: &RedisError) -> StoreError {
+    let hint = if error.kind() == ErrorKind::AuthenticationFailed {
+        " (wrong user or password in the redis url)"
+    } else if error.to_string().contains("invalid peer certificate") {
+        " (TLS: the server's certificate is not trusted; for a self-signed or private CA pass its \
+         certificate with --redis-tls-ca, or add #insecure to the url to skip verification)"
+    } else {
+        ""
+    };
+    StoreError::Unavailable(format!("cannot connect to redis: {error}{hint}"))
 }

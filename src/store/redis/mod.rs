@@ -9,6 +9,9 @@
 //! - Connections: a bb8 pool of multiplexed connections (see [`ConnectionMode`]); broken
 //!   connections are replaced in the background with backoff, so the store recovers from a Redis
 //!   restart by itself.
+//! - URLs: `redis://[user:password@]host[:port][/db]`, and `rediss://...` for TLS (rustls, with
+//!   the bundled Mozilla roots, or only the CA of [`RedisSettings::tls_ca`]; a `#insecure` fragment
+//!   skips certificate verification). See [`connection::client`].
 //! - Every call is bounded by [`RedisSettings::timeout`]: [`StoreError::Timeout`] past it,
 //!   [`StoreError::Unavailable`] for connection failures, [`StoreError::Protocol`] for replies the
 //!   store does not understand.
@@ -18,6 +21,7 @@ pub mod keys;
 pub mod script;
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,23 +31,54 @@ use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, RedisError, Value};
 use tokio::time::{timeout_at, Instant};
 
-use self::connection::{is_connection_error, Conn, Manager, Reachability};
+use self::connection::{connect_error, is_connection_error, Conn, Manager, Reachability};
 use self::script::{decode_reply, script_load, sha1, Invocation};
 use super::{Check, Store, StoreError};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::clock::Clock;
 
 /// How to reach Redis.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct RedisSettings {
-    /// `redis://[user:password@]host:port[/db]` (or `unix://`, or `rediss://` where the redis crate
-    /// is built with TLS support): whatever the redis crate parses.
+    /// `redis://[user:password@]host[:port][/db]`, `rediss://...` for TLS (a `#insecure` fragment,
+    /// `rediss://host:port/#insecure`, skips certificate verification), or
+    /// `unix:///path/to/socket[?db=N&pass=P]`.
     pub url: String,
     /// Bound on every call: connection check-out plus the script round trip(s).
     pub timeout: Duration,
     /// Connections kept open. Each one is multiplexed (see [`ConnectionMode::Multiplexed`]), so a
     /// few carry any number of concurrent requests.
     pub pool_size: u32,
+    /// PEM file of the CA certificate(s) to trust for `rediss://` instead of the bundled public
+    /// roots (self-signed or private-CA deployments). Only valid with a `rediss://` URL.
+    pub tls_ca: Option<PathBuf>,
+}
+
+/// Shows the URL without its password, so settings can be logged.
+impl fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisSettings")
+            .field("url", &redacted_url(&self.url))
+            .field("timeout", &self.timeout)
+            .field("pool_size", &self.pool_size)
+            .field("tls_ca", &self.tls_ca)
+            .finish()
+    }
+}
+
+/// `url` with the password of its `user:password@` part replaced by `***`.
+fn redacted_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***{}", &rest[at..])
+        }
+        None => url.to_owned(),
+    }
 }
 
 impl RedisSettings {
@@ -58,6 +93,7 @@ impl RedisSettings {
             url: url.into(),
             timeout: Self::DEFAULT_TIMEOUT,
             pool_size: Self::DEFAULT_POOL_SIZE,
+            tls_ca: None,
         }
     }
 }
@@ -141,8 +177,7 @@ impl RedisStore {
                 "redis pool size must be positive".into(),
             ));
         }
-        let client = redis::Client::open(settings.url.as_str())
-            .map_err(|e| StoreError::Unavailable(format!("invalid redis url: {e}")))?;
+        let client = connection::client(&settings.url, settings.tls_ca.as_deref())?;
         let connect_timeout = settings.timeout.max(STARTUP_CONNECT_TIMEOUT);
         let manager = Manager::new(client, connect_timeout);
 
@@ -151,7 +186,7 @@ impl RedisStore {
         let mut first = timeout_at(deadline, manager.open())
             .await
             .map_err(|_| StoreError::Timeout(connect_timeout))?
-            .map_err(|e| StoreError::Unavailable(format!("cannot connect to redis: {e}")))?;
+            .map_err(|e| connect_error(&e))?;
         let loaded = timeout_at(deadline, load_script(&mut first))
             .await
             .map_err(|_| StoreError::Timeout(connect_timeout))??;
@@ -332,15 +367,33 @@ fn check_loaded_sha(value: &Value) -> Result<(), StoreError> {
     }
 }
 
+/// Loads the script on a fresh connection, at startup: the first command after the handshake, so
+/// its errors also tell about missing credentials or permissions.
 async fn load_script(conn: &mut MultiplexedConnection) -> Result<String, StoreError> {
     let value = script_load()
         .query_async::<Value>(conn)
         .await
         .map_err(|e| {
-            if is_connection_error(&e) {
-                StoreError::Unavailable(format!("cannot load the script: {e}"))
+            let text = e.to_string();
+            if e.code() == Some("NOAUTH") || text.contains("unauthenticated") {
+                // Redis 7 answers a large unauthenticated argument (the script) with
+                // "Protocol error: unauthenticated bulk length" rather than NOAUTH.
+                StoreError::Unavailable(format!(
+                    "redis requires authentication: put the user and password in the url \
+                     (redis://[user]:password@host:port): {text}"
+                ))
+            } else if is_connection_error(&e) {
+                StoreError::Unavailable(format!("cannot load the rate-limit script: {text}"))
             } else {
-                command_error(e)
+                match command_error(e) {
+                    StoreError::Protocol(m) => {
+                        StoreError::Protocol(format!("cannot load the rate-limit script: {m}"))
+                    }
+                    StoreError::Unavailable(m) => {
+                        StoreError::Unavailable(format!("cannot load the rate-limit script: {m}"))
+                    }
+                    other => other,
+                }
             }
         })?;
     check_loaded_sha(&value)?;
@@ -367,5 +420,26 @@ impl Store for RedisStore {
             lease.query(&redis::cmd("PING")).await,
             Ok(Ok(Value::SimpleString(ref pong))) if pong == "PONG"
         )
+    }
+}
+
+#[cfg(test)]
+mod settings_tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_hides_the_password() {
+        let settings = RedisSettings::new("redis://limiter:s3cret@redis:6379/2");
+        let shown = format!("{settings:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(
+            shown.contains("redis://limiter:***@redis:6379/2"),
+            "{shown}"
+        );
+        assert_eq!(redacted_url("redis://redis:6379"), "redis://redis:6379");
+        assert_eq!(
+            redacted_url("rediss://:pw@h/1#insecure"),
+            "rediss://:***@h/1#insecure"
+        );
     }
 }
