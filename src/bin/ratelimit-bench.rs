@@ -1,0 +1,78 @@
+//! `ratelimit-bench`: load generator and measurements for ratelimitd (and any RLS v3 server).
+//!
+//! ```text
+//! ratelimit-bench --addr 127.0.0.1:8081 [--connections 2] [--concurrency 16]
+//!                 [--domain bench] [--key gcra] [--keys 100000] [--descriptors 3]
+//!                 [--descriptor 'k=v{r},k2=x{i}' ...] [--hits-addend N]
+//!                 [--duration 5s | --requests N] [--warmup 1s] [--rate R]
+//!                 [--server-pid PID] [--store-pid PID] [--threads N] [--json] [--label TEXT]
+//! ratelimit-bench footprint [--keys 1000000] [--algorithm gcra] [--json]
+//! ratelimit-bench report RESULTS.jsonl...
+//! ```
+//!
+//! The load: `connections` HTTP/2 connections (one tonic `Channel` each), `concurrency` RPCs in
+//! flight on each. Closed loop by default (each RPC starts when the previous one of its slot
+//! ends); with `--rate R` open loop: R requests per second in total, each slot on a fixed
+//! schedule, latency measured from the scheduled start (so a stalled server shows as latency, not
+//! as fewer requests). Reported: throughput, latency percentiles (HdrHistogram), OK / OVER_LIMIT /
+//! error counts, and the CPU time per request of the server (`--server-pid`), of a store such as
+//! redis-server (`--store-pid`) and of the load generator itself, from `/proc/PID/stat`.
+//!
+//! `footprint` inserts keys into an in-process `MemoryStore` and reports the RSS growth per key,
+//! then how much an expiry sweep gives back. `report` turns the JSON lines of a
+//! `scripts/bench.sh` run into its markdown tables.
+
+// The crate root lives in src/bin/, its modules beside it in src/bin/ratelimit-bench/.
+#[path = "ratelimit-bench/footprint.rs"]
+mod footprint;
+#[path = "ratelimit-bench/load.rs"]
+mod load;
+#[path = "ratelimit-bench/procstat.rs"]
+mod procstat;
+#[path = "ratelimit-bench/report.rs"]
+mod report;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "ratelimit-bench",
+    about = "Load generator for RLS v3 servers (ratelimitd, rls-ceiling) and memory-store footprint",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    load: load::LoadArgs,
+}
+
+#[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once
+enum Command {
+    /// Run the load (the default when no subcommand is given).
+    Load(load::LoadArgs),
+    /// Insert keys into an in-process MemoryStore and report RSS growth per key.
+    Footprint(footprint::FootprintArgs),
+    /// Render the markdown tables of a scripts/bench.sh run from its JSON lines.
+    Report(report::ReportArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Footprint(args)) => footprint::run(&args),
+        Some(Command::Report(args)) => report::run(&args),
+        Some(Command::Load(args)) => load::run(args),
+        None => load::run(cli.load),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("ratelimit-bench: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,491 @@
+//! `ratelimit-bench report FILE...`: the markdown tables of a `scripts/bench.sh` run, from the
+//! JSON lines its steps wrote (one object per line).
+//!
+//! Records are told apart by `tags.kind`:
+//! - `matrix`: a load run against ratelimitd (`tags.store` memory or redis, `tags.algorithm`);
+//! - `transport_ceiling`: the same load against `rls-ceiling`;
+//! - `redis_ceiling`: `redis-benchmark` running the request script with EVALSHA (written by the
+//!   script: `throughput_rps`, `latency_us.p50/p99`, `store_cpu_us_per_request`);
+//! - `half_peak`: an open-loop run at half of a matrix cell's throughput (`tags.store`);
+//! - `footprint`: `ratelimit-bench footprint --json`.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::PathBuf;
+
+use clap::Args;
+use serde_json::Value;
+
+#[derive(Args, Clone, Debug)]
+pub struct ReportArgs {
+    /// Files of JSON lines.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+}
+
+pub fn run(args: &ReportArgs) -> Result<(), String> {
+    let mut records = Vec::new();
+    for file in &args.files {
+        let text = fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() {
+                continue;
+            }
+            let value: Value = serde_json::from_str(line)
+                .map_err(|e| format!("{}:{}: {e}", file.display(), n + 1))?;
+            records.push(Record(value));
+        }
+    }
+    print!("{}", render(&records));
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+pub struct Record(Value);
+
+impl Record {
+    fn tag(&self, name: &str) -> &str {
+        self.0
+            .get("tags")
+            .and_then(|t| t.get(name))
+            .and_then(Value::as_str)
+            .or_else(|| self.0.get(name).and_then(Value::as_str))
+            .unwrap_or("")
+    }
+
+    fn kind(&self) -> &str {
+        self.tag("kind")
+    }
+
+    fn num(&self, path: &[&str]) -> Option<f64> {
+        let mut value = &self.0;
+        for key in path {
+            value = value.get(key)?;
+        }
+        value.as_f64()
+    }
+
+    fn int(&self, name: &str) -> u64 {
+        self.num(&[name]).unwrap_or(0.0) as u64
+    }
+
+    fn rps(&self) -> Option<f64> {
+        self.num(&["throughput_rps"])
+    }
+
+    fn server_cpu(&self) -> Option<f64> {
+        self.num(&["server_cpu_us_per_request"])
+    }
+
+    fn store_cpu(&self) -> Option<f64> {
+        self.num(&["store_cpu_us_per_request"])
+    }
+
+    fn p(&self, name: &str) -> Option<f64> {
+        self.num(&["latency_us", name])
+    }
+
+    fn same_shape(&self, other: &Record) -> bool {
+        self.int("keys") == other.int("keys") && self.int("descriptors") == other.int("descriptors")
+    }
+}
+
+fn f(value: Option<f64>, decimals: usize) -> String {
+    match value {
+        Some(v) if v.is_finite() => format!("{v:.decimals$}"),
+        _ => "–".to_string(),
+    }
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+fn pct(value: Option<f64>) -> String {
+    value.map_or("–".into(), |v| format!("{:.0} %", v * 100.0))
+}
+
+fn times(value: Option<f64>) -> String {
+    value.map_or("–".into(), |v| format!("{v:.2}x"))
+}
+
+fn keys_label(keys: u64) -> String {
+    match keys {
+        1 => "1 (hot)".into(),
+        n if n % 1000 == 0 => format!("{}k", n / 1000),
+        n => n.to_string(),
+    }
+}
+
+fn verdict(ok: Option<bool>) -> &'static str {
+    match ok {
+        Some(true) => "met",
+        Some(false) => "**missed**",
+        None => "not measured",
+    }
+}
+
+pub fn render(records: &[Record]) -> String {
+    let of = |kind: &str| -> Vec<&Record> { records.iter().filter(|r| r.kind() == kind).collect() };
+    let matrix = of("matrix");
+    let transport = of("transport_ceiling");
+    let redis_ceiling = of("redis_ceiling");
+    let half_peak = of("half_peak");
+    let footprint = of("footprint");
+
+    let transport_for = |r: &Record| {
+        transport
+            .iter()
+            .find(|c| c.int("descriptors") == r.int("descriptors"))
+            .copied()
+    };
+    let redis_ceiling_for = |r: &Record| {
+        redis_ceiling
+            .iter()
+            .find(|c| c.tag("algorithm") == r.tag("algorithm") && c.same_shape(r))
+            .copied()
+    };
+
+    let mut out = String::new();
+    if !matrix.is_empty() {
+        let _ = writeln!(
+            out,
+            "#### Decisions: store x algorithm x keys x descriptors per request\n"
+        );
+        let _ = writeln!(
+            out,
+            "| store | algorithm | keys | desc | req/s | p50 µs | p99 µs | p99.9 µs | OK | OVER_LIMIT | errors | server CPU µs/req | redis CPU µs/req | req/s ÷ ceiling | CPU ÷ ceiling |"
+        );
+        let _ = writeln!(
+            out,
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for r in &matrix {
+            let (rps_ratio, cpu_ratio) = if r.tag("store") == "redis" {
+                let c = redis_ceiling_for(r);
+                (
+                    ratio(r.rps(), c.and_then(Record::rps)),
+                    ratio(r.store_cpu(), c.and_then(Record::store_cpu)),
+                )
+            } else {
+                let c = transport_for(r);
+                (
+                    ratio(r.rps(), c.and_then(Record::rps)),
+                    ratio(r.server_cpu(), c.and_then(Record::server_cpu)),
+                )
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.tag("store"),
+                r.tag("algorithm"),
+                keys_label(r.int("keys")),
+                r.int("descriptors"),
+                f(r.rps(), 0),
+                f(r.p("p50"), 0),
+                f(r.p("p99"), 0),
+                f(r.p("p999"), 0),
+                r.int("ok"),
+                r.int("over_limit"),
+                r.int("errors"),
+                f(r.server_cpu(), 1),
+                f(r.store_cpu(), 1),
+                pct(rps_ratio),
+                times(cpu_ratio),
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\nCeiling of a memory row: rls-ceiling with the same descriptors per request (CPU = server CPU per request). Ceiling of a redis row: redis-benchmark, same script, algorithm, keys and descriptors (CPU = redis-server CPU per request).\n"
+        );
+    }
+
+    if !transport.is_empty() || !redis_ceiling.is_empty() {
+        let _ = writeln!(out, "#### Ceilings\n");
+        let _ = writeln!(
+            out,
+            "| ceiling | algorithm | keys | desc | req/s | p50 µs | p99 µs | server CPU µs/req | redis CPU µs/req |"
+        );
+        let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
+        for r in transport.iter().chain(&redis_ceiling) {
+            let name = if r.kind() == "transport_ceiling" {
+                "transport (rls-ceiling)"
+            } else {
+                "redis (redis-benchmark EVALSHA)"
+            };
+            let _ = writeln!(
+                out,
+                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                if r.tag("algorithm").is_empty() {
+                    "–"
+                } else {
+                    r.tag("algorithm")
+                },
+                keys_label(r.int("keys")),
+                r.int("descriptors"),
+                f(r.rps(), 0),
+                f(r.p("p50"), 0),
+                f(r.p("p99"), 0),
+                f(r.server_cpu(), 1),
+                f(r.store_cpu(), 1),
+            );
+        }
+        let _ = writeln!(out);
+    }
+
+    if !half_peak.is_empty() {
+        let _ = writeln!(out, "#### Latency at half of peak throughput (open loop)\n");
+        let _ = writeln!(
+            out,
+            "| target | algorithm | keys | desc | offered req/s | achieved req/s | p50 µs | p99 µs | p99.9 µs | errors |"
+        );
+        let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for r in &half_peak {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.tag("store"),
+                if r.tag("algorithm").is_empty() {
+                    "–"
+                } else {
+                    r.tag("algorithm")
+                },
+                keys_label(r.int("keys")),
+                r.int("descriptors"),
+                f(r.num(&["rate"]), 0),
+                f(r.rps(), 0),
+                f(r.p("p50"), 0),
+                f(r.p("p99"), 0),
+                f(r.p("p999"), 0),
+                r.int("errors"),
+            );
+        }
+        let _ = writeln!(out);
+    }
+
+    if !footprint.is_empty() {
+        let _ = writeln!(out, "#### Memory store footprint\n");
+        let _ = writeln!(
+            out,
+            "| algorithm | keys | RSS growth bytes/key | insert ns/key | keys left after the expiry sweep | RSS returned to the OS |"
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+        for r in &footprint {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {:.1} of {:.1} MiB |",
+                r.tag("algorithm"),
+                r.int("keys"),
+                f(r.num(&["bytes_per_key"]), 1),
+                f(r.num(&["insert_ns_per_key"]), 0),
+                r.int("tracked_after_sweep"),
+                r.num(&["released_bytes"]).unwrap_or(0.0) / 1048576.0,
+                (r.num(&["rss_full_bytes"]).unwrap_or(0.0)
+                    - r.num(&["rss_before_bytes"]).unwrap_or(0.0))
+                    / 1048576.0,
+            );
+        }
+        let _ = writeln!(out);
+    }
+
+    out.push_str(&targets(
+        &matrix,
+        &transport,
+        &redis_ceiling,
+        &half_peak,
+        &footprint,
+    ));
+    out
+}
+
+fn targets(
+    matrix: &[&Record],
+    transport: &[&Record],
+    redis_ceiling: &[&Record],
+    half_peak: &[&Record],
+    footprint: &[&Record],
+) -> String {
+    let mut rows: Vec<(String, String, String, &'static str)> = Vec::new();
+    let cell = |store: &str, algorithm: &str, keys: u64, descriptors: u64| {
+        matrix
+            .iter()
+            .find(|r| {
+                r.tag("store") == store
+                    && r.tag("algorithm") == algorithm
+                    && r.int("keys") == keys
+                    && r.int("descriptors") == descriptors
+            })
+            .copied()
+    };
+
+    // 1. Memory store, 1 descriptor: server CPU per decision <= the transport ceiling's.
+    let ceiling_cpu = transport
+        .iter()
+        .find(|c| c.int("descriptors") == 1)
+        .and_then(|c| c.server_cpu());
+    let memory_one: Vec<&Record> = matrix
+        .iter()
+        .filter(|r| r.tag("store") == "memory" && r.int("descriptors") == 1)
+        .copied()
+        .collect();
+    if !memory_one.is_empty() {
+        let worst = memory_one
+            .iter()
+            .filter_map(|r| ratio(r.server_cpu(), ceiling_cpu).map(|x| (x, *r)))
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        let gcra = cell("memory", "gcra", 100_000, 1);
+        rows.push((
+            "memory, 1 descriptor: server CPU per decision ≤ transport ceiling's CPU per request"
+                .into(),
+            format!(
+                "ceiling {} µs; gcra 100k {} µs ({}); worst {}",
+                f(ceiling_cpu, 1),
+                f(gcra.and_then(Record::server_cpu), 1),
+                times(ratio(gcra.and_then(Record::server_cpu), ceiling_cpu)),
+                worst.map_or("–".into(), |(x, r)| format!(
+                    "{} {}: {}",
+                    r.tag("algorithm"),
+                    keys_label(r.int("keys")),
+                    times(Some(x))
+                )),
+            ),
+            "≤ 1.00x".into(),
+            verdict(worst.map(|(x, _)| x <= 1.0)),
+        ));
+    }
+
+    // 2. Redis GCRA, 1 descriptor, 100k keys: >= 100 % of the Redis ceiling.
+    if let Some(r) = cell("redis", "gcra", 100_000, 1) {
+        let c = redis_ceiling
+            .iter()
+            .find(|c| c.tag("algorithm") == "gcra" && c.same_shape(r));
+        let x = ratio(r.rps(), c.and_then(|c| c.rps()));
+        rows.push((
+            "redis, gcra, 1 descriptor, 100k keys: throughput ≥ Redis ceiling".into(),
+            format!(
+                "{} vs {} req/s = {}",
+                f(r.rps(), 0),
+                f(c.and_then(|c| c.rps()), 0),
+                pct(x)
+            ),
+            "≥ 100 %".into(),
+            verdict(x.map(|x| x >= 1.0)),
+        ));
+    }
+
+    // 3. Redis: 3 descriptors cost <= 1.3x the time of 1 (time per request = 1 / throughput at
+    //    the same concurrency).
+    let mut worst: Option<(f64, String)> = None;
+    let mut gcra_ratio = None;
+    for r in matrix
+        .iter()
+        .filter(|r| r.tag("store") == "redis" && r.int("descriptors") == 1)
+    {
+        if let Some(three) = cell("redis", r.tag("algorithm"), r.int("keys"), 3) {
+            if let Some(x) = ratio(r.rps(), three.rps()) {
+                if r.tag("algorithm") == "gcra" && r.int("keys") == 100_000 {
+                    gcra_ratio = Some(x);
+                }
+                if worst.as_ref().is_none_or(|(w, _)| x > *w) {
+                    worst = Some((
+                        x,
+                        format!("{} {}", r.tag("algorithm"), keys_label(r.int("keys"))),
+                    ));
+                }
+            }
+        }
+    }
+    if let Some((x, which)) = &worst {
+        rows.push((
+            "redis: time of 3 descriptors ≤ 1.3x time of 1 (1/throughput)".into(),
+            format!(
+                "gcra 100k {}; worst {which}: {}",
+                times(gcra_ratio),
+                times(Some(*x))
+            ),
+            "≤ 1.30x".into(),
+            verdict(Some(*x <= 1.3)),
+        ));
+    }
+
+    // 4. p99 at half of peak.
+    for (store, bound) in [("memory", 1000.0), ("redis", 2000.0)] {
+        if let Some(r) = half_peak.iter().find(|r| r.tag("store") == store) {
+            let p99 = r.p("p99");
+            rows.push((
+                format!(
+                    "{store}: p99 at half of peak ({} {} keys, {} desc)",
+                    r.tag("algorithm"),
+                    keys_label(r.int("keys")),
+                    r.int("descriptors")
+                ),
+                format!("{} µs at {} req/s", f(p99, 0), f(r.num(&["rate"]), 0)),
+                format!("< {bound:.0} µs"),
+                verdict(p99.map(|p| p < bound)),
+            ));
+        }
+    }
+
+    // 5. Footprint of the O(1) algorithms.
+    let o1: Vec<&Record> = footprint
+        .iter()
+        .filter(|r| r.tag("algorithm") != "sliding_window_log")
+        .copied()
+        .collect();
+    if !o1.is_empty() {
+        let worst = o1
+            .iter()
+            .filter_map(|r| r.num(&["bytes_per_key"]).map(|b| (b, r.tag("algorithm"))))
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        // Released: the sweep drops every idle key and most of the RSS goes back to the OS
+        // (how much goes back is the allocator's choice: glibc keeps small freed tables).
+        let returned: Vec<String> = o1
+            .iter()
+            .map(|r| {
+                let grown = r.num(&["rss_full_bytes"]).unwrap_or(0.0)
+                    - r.num(&["rss_before_bytes"]).unwrap_or(0.0);
+                let back = r.num(&["released_bytes"]).unwrap_or(0.0);
+                format!(
+                    "{} {:.0} %",
+                    r.tag("algorithm"),
+                    if grown > 0.0 { 100.0 * back / grown } else { 0.0 }
+                )
+            })
+            .collect();
+        let released = o1.iter().all(|r| {
+            let grown = r.num(&["rss_full_bytes"]).unwrap_or(0.0)
+                - r.num(&["rss_before_bytes"]).unwrap_or(0.0);
+            r.int("tracked_after_sweep") == 0
+                && r.num(&["released_bytes"]).unwrap_or(0.0) >= 0.9 * grown
+        });
+        rows.push((
+            "memory: bytes per tracked key (RSS growth, O(1) algorithms)".into(),
+            worst.map_or("–".into(), |(b, a)| format!("worst {a}: {b:.1} B/key")),
+            "≤ 150 B".into(),
+            verdict(worst.map(|(b, _)| b <= 150.0)),
+        ));
+        rows.push((
+            "memory: idle keys released (none left after the sweep, ≥ 90 % of the RSS growth returned)".into(),
+            format!("RSS returned: {}", returned.join(", ")),
+            "yes".into(),
+            verdict(Some(released)),
+        ));
+    }
+
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "#### Targets (issue 6)\n");
+    let _ = writeln!(out, "| target | measured | goal | status |");
+    let _ = writeln!(out, "|---|---|---|---|");
+    for (target, measured, goal, status) in rows {
+        let _ = writeln!(out, "| {target} | {measured} | {goal} | {status} |");
+    }
+    let _ = writeln!(out);
+    out
+}
