@@ -32,6 +32,21 @@ enum Command {
     Serve(ServeArgs),
     /// Validate configuration: print every error with file:line, exit 1 if there is any.
     Check(CheckArgs),
+    /// Ask a running ratelimitd's gRPC health service; exit 0 when SERVING (for container probes).
+    Health(HealthArgs),
+}
+
+#[derive(clap::Args)]
+struct HealthArgs {
+    /// gRPC address of the server to ask.
+    #[arg(long, env = "RATELIMITD_GRPC_ADDR", default_value = "127.0.0.1:8081")]
+    grpc_addr: String,
+    /// Health service name to ask about (`""` is the whole server).
+    #[arg(long, default_value = "")]
+    service: String,
+    /// Give up after this long.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -194,6 +209,32 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Check(args) => check(&args),
         Command::Serve(args) => serve(args),
+        Command::Health(args) => health(&args),
+    }
+}
+
+fn health(args: &HealthArgs) -> ExitCode {
+    let probe = ratelimitd::service::health::probe(&args.grpc_addr, &args.service, args.timeout);
+    let result = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(probe),
+        Err(error) => Err(format!("cannot start the async runtime: {error}")),
+    };
+    match result {
+        Ok(true) => {
+            println!("SERVING");
+            ExitCode::SUCCESS
+        }
+        Ok(false) => {
+            println!("NOT_SERVING");
+            ExitCode::FAILURE
+        }
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::FAILURE
+        }
     }
 }
 

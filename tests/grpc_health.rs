@@ -255,3 +255,24 @@ async fn sigint_exits_zero() {
         });
     assert!(status.success(), "exit status {status}");
 }
+
+/// `ratelimitd health`, the probe the container image uses: exit 0 and `SERVING` against a
+/// serving server, exit 1 when nothing listens.
+#[test]
+fn health_subcommand_probes_the_grpc_health_service() {
+    let server = serve();
+    let addr = server.grpc_addr().to_string();
+    for name in NAMES {
+        let mut cmd = command();
+        cmd.args(["health", "--grpc-addr", &addr, "--service", name]);
+        let (status, stdout, stderr) = run_to_end(cmd, Duration::from_secs(10));
+        assert!(status.success(), "{name:?}: {stdout} {stderr}");
+        assert_eq!(stdout.trim(), "SERVING");
+    }
+    drop(server);
+    let mut cmd = command();
+    cmd.args(["health", "--grpc-addr", &addr, "--timeout", "1s"]);
+    let (status, _, stderr) = run_to_end(cmd, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(!stderr.is_empty());
+}

@@ -65,3 +65,34 @@ impl Health {
         }
     }
 }
+
+/// Asks the gRPC health service at `addr` (e.g. `127.0.0.1:8081`) for `service`'s status, within
+/// `timeout`. Used by `ratelimitd health`, so container images need no separate probe binary.
+pub async fn probe(
+    addr: &str,
+    service: &str,
+    timeout: std::time::Duration,
+) -> Result<bool, String> {
+    use tonic_health::pb::health_check_response::ServingStatus as Status;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+
+    let check = async {
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| format!("bad address {addr}: {e}"))?;
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+        let response = HealthClient::new(channel)
+            .check(HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await
+            .map_err(|status| format!("health check failed: {}", status.message()))?;
+        Ok(response.into_inner().status == Status::Serving as i32)
+    };
+    tokio::time::timeout(timeout, check)
+        .await
+        .map_err(|_| format!("no answer from {addr} within {timeout:?}"))?
+}
