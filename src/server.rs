@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::reload::{self, ReloadOutcome, Reloader};
@@ -27,6 +26,16 @@ use crate::store::{
 
 /// How often the store's health is probed, and idle memory-store keys swept.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// HTTP/2 PINGs to idle clients, so a vanished peer does not hold a connection forever.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accepted gRPC connections with Nagle's algorithm off: answers are small frames that must
+/// leave at once, not wait for the client's delayed ACK (up to 40 ms).
+fn incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}
 
 /// How long in-flight calls may take to finish once shutdown starts.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -258,11 +267,13 @@ async fn serve<S: Store>(
         }
     };
     let grpc_server = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(RateLimitServiceServer::from_arc(edge))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), drained);
+        .serve_with_incoming_shutdown(incoming(grpc), drained);
     tokio::pin!(grpc_server);
     let result = tokio::select! {
         result = &mut grpc_server => result,
