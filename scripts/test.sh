@@ -28,6 +28,18 @@ echo "==> scripts/ensure-envoy.sh"
 ENVOY_BIN="$(bash scripts/ensure-envoy.sh)"
 export ENVOY_BIN
 
+# No Docker engine runs on the development machines or in CI: check the compose file's syntax where
+# a docker CLI with compose is present (the Envoy config is validated by tests/envoy_e2e.rs).
+if docker compose version >/dev/null 2>&1; then
+    echo "==> docker compose config -q"
+    docker compose config -q
+elif command -v docker-compose >/dev/null 2>&1; then
+    echo "==> docker-compose config -q"
+    docker-compose config -q
+else
+    echo "==> no docker compose CLI here: docker-compose.yml syntax not checked"
+fi
+
 echo "==> cargo fmt --all -- --check"
 cargo fmt --all -- --check
 
