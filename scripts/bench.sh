@@ -9,7 +9,8 @@
 #   2. the ceilings: (a) transport: rls-ceiling, a default tonic server answering a constant OK,
 #      under the same load; (b) Redis: redis-benchmark calling the same request script with
 #      EVALSHA, same keys and arguments, at the same concurrency, without pipelining;
-#   3. open-loop runs at half of the peak throughput (memory, redis, transport; gcra, 100k keys);
+#   3. open-loop runs at half of the peak throughput (memory, redis; gcra, 100k keys, 1 descriptor)
+#      and the transport ceiling at the memory store's rate (CPU per request at equal load);
 #   4. the memory store's footprint: RSS growth per key over FOOTPRINT_KEYS keys, and release.
 # and prints the tables (ratelimit-bench report) with every figure and ratio.
 #
@@ -33,7 +34,8 @@
 #   KEYS_LIST ["1 100000"]   DESCRIPTORS_LIST ["1 3"]
 #   CEILINGS [1]   HALF_PEAK [1]   FOOTPRINT_KEYS [1000000] (0 skips)
 #   RESULTS [a temporary file]: where the JSON lines go (kept; its path is printed on stderr)
-#   CARGO_BUILD [1]: 0 uses the binaries already in target/release
+#   CARGO_BUILD [1]: 0 uses the binaries already built
+#   BIN [target/release]: where ratelimitd, ratelimit-bench and rls-ceiling are
 #   REPEAT [1]: runs per cell, the one with the highest throughput is kept (on a machine shared
 #     with other work, the least disturbed); the Redis ceiling likewise
 set -euo pipefail
@@ -78,7 +80,7 @@ if [ "$CARGO_BUILD" = 1 ]; then
   log "cargo build --release --bins"
   cargo build --release --bins --quiet >&2
 fi
-BIN="$ROOT/target/release"
+BIN=${BIN:-$ROOT/target/release}
 for b in ratelimitd ratelimit-bench rls-ceiling; do
   [ -x "$BIN/$b" ] || { log "missing $BIN/$b"; exit 1; }
 done
@@ -309,10 +311,13 @@ if [ "$CEILINGS" = 1 ]; then
     PEAK[ceiling/$descriptors]=$(field throughput_rps "$line")
     summary "transport ceiling desc=$descriptors" "$line"
   done
+  # The same offered load as the memory store's half-peak run (CPU per request falls as load
+  # rises, since more responses share each syscall: compare at equal load), else half its own.
   if [ "$HALF_PEAK" = 1 ] && [ -n "${PEAK[ceiling/1]:-}" ]; then
-    rate=$(awk -v p="${PEAK[ceiling/1]}" 'BEGIN { printf "%d", p / 2 }')
+    peak=${PEAK[memory/gcra/100000/1]:-${PEAK[ceiling/1]}}
+    rate=$(awk -v p="$peak" 'BEGIN { printf "%d", p / 2 }')
     line=$(load pin half_peak transport "" 100000 1 --rate "$rate")
-    summary "transport ceiling desc=1 at half peak ($rate req/s)" "$line"
+    summary "transport ceiling desc=1 open loop at $rate req/s" "$line"
   fi
   stop_server
 

@@ -12,9 +12,9 @@
 //!
 //! The load: `connections` HTTP/2 connections (one tonic `Channel` each), `concurrency` RPCs in
 //! flight on each. Closed loop by default (each RPC starts when the previous one of its slot
-//! ends); with `--rate R` open loop: R requests per second in total, each slot on a fixed
-//! schedule, latency measured from the scheduled start (so a stalled server shows as latency, not
-//! as fewer requests). Reported: throughput, latency percentiles (HdrHistogram), OK / OVER_LIMIT /
+//! ends); with `--rate R` open loop: R requests per second in total on a fixed schedule, at most
+//! connections x concurrency in flight; a request that finds every slot busy is timed from its
+//! scheduled instant (so a stalled server shows as latency, not as fewer requests). Reported: throughput, latency percentiles (HdrHistogram), OK / OVER_LIMIT /
 //! error counts, and the CPU time per request of the server (`--server-pid`), of a store such as
 //! redis-server (`--store-pid`) and of the load generator itself, from `/proc/PID/stat`.
 //!
