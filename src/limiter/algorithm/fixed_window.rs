@@ -53,28 +53,12 @@ pub fn expires_at_us(rate: &Rate, state: &FixedWindowState) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::algorithm::{self, window_start_us, State};
-    use crate::limiter::rate::{Algorithm, Unit, MICROS_PER_SECOND};
-
-    const S: u64 = MICROS_PER_SECOND;
-    /// An arbitrary realistic instant (2023-11-14), a whole second but not a whole minute.
-    const T0: u64 = 1_700_000_000 * S;
+    use crate::limiter::algorithm::testkit::*;
+    use crate::limiter::algorithm::window_start_us;
+    use crate::limiter::rate::{Algorithm, Unit};
 
     fn rate(limit: u32, unit: Unit, multiplier: u32) -> Rate {
         Rate::new(Algorithm::FixedWindow, limit, unit, multiplier, None).unwrap()
-    }
-
-    /// Decides like a store: evaluate, and commit only when admitted with hits.
-    fn decide(rate: &Rate, state: &mut Option<FixedWindowState>, now: u64, hits: u64) -> Verdict {
-        let wrapped = state.map(State::FixedWindow);
-        let verdict = algorithm::evaluate(rate, wrapped.as_ref(), now, hits);
-        if verdict.admitted && hits > 0 {
-            match algorithm::commit(rate, wrapped, now, hits) {
-                State::FixedWindow(s) => *state = Some(s),
-                other => panic!("commit changed the algorithm: {other:?}"),
-            }
-        }
-        verdict
     }
 
     #[test]
@@ -88,7 +72,7 @@ mod tests {
         );
         let now = start + 17 * S + 123;
         let end = start + 60 * S;
-        let mut state = None;
+        let mut state: Option<FixedWindowState> = None;
         for remaining in [2, 1, 0] {
             let v = decide(&rate, &mut state, now, 1);
             assert_eq!(
@@ -132,7 +116,7 @@ mod tests {
         let rate = rate(2, Unit::Second, 5);
         assert_eq!(rate.window_us(), 5 * S);
         let now = 12 * S + 400_000; // inside [10 s, 15 s)
-        let mut state = None;
+        let mut state: Option<FixedWindowState> = None;
         let v = decide(&rate, &mut state, now, 2);
         assert!(v.admitted);
         assert_eq!(v.remaining, 0);
@@ -146,7 +130,7 @@ mod tests {
         let rate = Rate::new(Algorithm::FixedWindow, 1, Unit::Hour, 3, None).unwrap();
         let w = 3 * 3_600 * S;
         let start = T0 - T0 % w;
-        let mut state = None;
+        let mut state: Option<FixedWindowState> = None;
         let v = decide(&rate, &mut state, T0, 1);
         assert_eq!(v.reset_after_us, start + w - T0);
         let denied = decide(&rate, &mut state, T0 + 1, 1);
@@ -177,7 +161,7 @@ mod tests {
     #[test]
     fn multi_hit_requests_and_remaining() {
         let rate = rate(10, Unit::Second, 1);
-        let mut state = None;
+        let mut state: Option<FixedWindowState> = None;
         assert_eq!(decide(&rate, &mut state, T0, 7).remaining, 3);
         let denied = decide(&rate, &mut state, T0, 4);
         assert!(!denied.admitted);
@@ -191,7 +175,7 @@ mod tests {
     #[test]
     fn zero_hits_checks_without_consuming() {
         let rate = rate(2, Unit::Minute, 1);
-        let mut state = None;
+        let mut state: Option<FixedWindowState> = None;
         let v = decide(&rate, &mut state, T0, 0);
         assert!(v.admitted);
         assert_eq!(v.remaining, 2);
@@ -213,7 +197,7 @@ mod tests {
     #[test]
     fn huge_hits_are_denied_without_overflow() {
         let rate = rate(u32::MAX, Unit::Second, 1);
-        let mut state = None;
+        let mut state: Option<FixedWindowState> = None;
         for hits in [u64::from(u32::MAX) + 1, u64::MAX - 1, u64::MAX] {
             let v = decide(&rate, &mut state, T0, hits);
             assert!(!v.admitted);

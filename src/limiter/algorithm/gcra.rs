@@ -54,36 +54,11 @@ pub fn expires_at_us(_rate: &Rate, state: &GcraState) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::algorithm::{self, State};
-    use crate::limiter::rate::{Algorithm, Unit, MICROS_PER_SECOND};
-
-    const S: u64 = MICROS_PER_SECOND;
-    const T0: u64 = 1_700_000_000 * S;
+    use crate::limiter::algorithm::testkit::*;
+    use crate::limiter::rate::{Algorithm, Unit};
 
     fn rate(limit: u32, unit: Unit, burst: Option<u32>) -> Rate {
         Rate::new(Algorithm::Gcra, limit, unit, 1, burst).unwrap()
-    }
-
-    /// Decides like a store: evaluate, and commit only when admitted with hits.
-    fn decide(rate: &Rate, state: &mut Option<GcraState>, now: u64, hits: u64) -> Verdict {
-        let wrapped = state.map(State::Gcra);
-        let verdict = algorithm::evaluate(rate, wrapped.as_ref(), now, hits);
-        if verdict.admitted && hits > 0 {
-            match algorithm::commit(rate, wrapped, now, hits) {
-                State::Gcra(s) => *state = Some(s),
-                other => panic!("commit changed the algorithm: {other:?}"),
-            }
-        }
-        verdict
-    }
-
-    /// The exact-retry contract: denied 1 µs before `now + reset_after_us`, admitted at it.
-    fn assert_retry_exact(rate: &Rate, state: &GcraState, now: u64, hits: u64) {
-        let denied = evaluate(rate, Some(state), now, hits);
-        assert!(!denied.admitted);
-        let at = now + denied.reset_after_us;
-        assert!(!evaluate(rate, Some(state), at - 1, hits).admitted);
-        assert!(evaluate(rate, Some(state), at, hits).admitted);
     }
 
     #[test]
@@ -91,7 +66,7 @@ mod tests {
         let rate = rate(10, Unit::Second, None);
         let t = rate.emission_interval_us();
         assert_eq!(t, 100_000);
-        let mut state = None;
+        let mut state: Option<GcraState> = None;
         for taken in 1..=10u64 {
             assert_eq!(
                 decide(&rate, &mut state, T0, 1),
@@ -121,7 +96,7 @@ mod tests {
     fn exactly_burst_from_idle_with_burst_different_from_limit() {
         for burst in [1, 3, 25, 1000] {
             let rate = rate(10, Unit::Second, Some(burst));
-            let mut state = None;
+            let mut state: Option<GcraState> = None;
             for _ in 0..burst {
                 assert!(decide(&rate, &mut state, T0, 1).admitted);
             }
@@ -129,10 +104,10 @@ mod tests {
             assert!(!denied.admitted, "burst {burst}");
             assert_eq!(denied.reset_after_us, 100_000);
             assert_retry_exact(&rate, &state.unwrap(), T0, 1);
-            let mut state = None;
+            let mut state: Option<GcraState> = None;
             assert!(decide(&rate, &mut state, T0, u64::from(burst)).admitted);
             assert!(!decide(&rate, &mut state, T0, 1).admitted);
-            let mut state = None;
+            let mut state: Option<GcraState> = None;
             assert!(!decide(&rate, &mut state, T0, u64::from(burst) + 1).admitted);
         }
     }
@@ -143,7 +118,7 @@ mod tests {
         let rate = rate(3, Unit::Second, None);
         let t = rate.emission_interval_us();
         assert_eq!(t, 333_334);
-        let mut state = None;
+        let mut state: Option<GcraState> = None;
         for _ in 0..3 {
             assert!(decide(&rate, &mut state, T0, 1).admitted);
         }
@@ -163,7 +138,7 @@ mod tests {
     fn retry_after_is_exact_for_multi_hit_requests() {
         let rate = rate(10, Unit::Second, Some(5));
         let t = rate.emission_interval_us();
-        let mut state = None;
+        let mut state: Option<GcraState> = None;
         assert!(decide(&rate, &mut state, T0, 5).admitted);
         let full = state.unwrap();
         for hits in 1..=5u64 {
@@ -209,7 +184,7 @@ mod tests {
     #[test]
     fn zero_hits_checks_without_consuming() {
         let rate = rate(2, Unit::Second, None);
-        let mut state = None;
+        let mut state: Option<GcraState> = None;
         assert_eq!(
             decide(&rate, &mut state, T0, 0),
             Verdict {
@@ -231,7 +206,7 @@ mod tests {
     #[test]
     fn huge_hits_are_denied_without_overflow() {
         let rate = rate(10, Unit::Second, Some(4));
-        let mut state = None;
+        let mut state: Option<GcraState> = None;
         for hits in [5, u64::MAX] {
             assert_eq!(
                 decide(&rate, &mut state, T0, hits),
@@ -254,7 +229,7 @@ mod tests {
         );
         // The largest burst and limit a rate allows.
         let rate = Rate::new(Algorithm::Gcra, u32::MAX, Unit::Day, 1, Some(u32::MAX)).unwrap();
-        let mut state = None;
+        let mut state: Option<GcraState> = None;
         assert!(decide(&rate, &mut state, T0, u64::from(u32::MAX)).admitted);
         assert!(!decide(&rate, &mut state, T0, u64::MAX).admitted);
         assert!(!decide(&rate, &mut state, T0, 1).admitted);

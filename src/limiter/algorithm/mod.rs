@@ -148,6 +148,104 @@ pub fn window_start_us(window_us: u64, now_us: u64) -> u64 {
     now_us - now_us % window_us
 }
 
+/// Helpers shared by the algorithms' unit tests: deciding like a store, and checking that a
+/// denied verdict's `reset_after_us` names the first instant the same request is admitted.
+#[cfg(test)]
+pub(crate) mod testkit {
+    use std::fmt::Debug;
+
+    use super::*;
+    use crate::limiter::rate::MICROS_PER_SECOND;
+
+    pub const S: u64 = MICROS_PER_SECOND;
+    /// A realistic instant (2023-11-14 22:13:20 UTC): a whole second and a multiple of 10 s, but
+    /// not a whole minute.
+    pub const T0: u64 = 1_700_000_000 * S;
+
+    /// An algorithm's own state type, convertible to and from [`State`].
+    pub trait Typed: Clone + Debug + Sized {
+        fn wrap(self) -> State;
+        fn unwrap(state: State) -> Option<Self>;
+    }
+
+    macro_rules! typed {
+        ($($state:ident => $variant:ident,)*) => {
+            $(impl Typed for $state {
+                fn wrap(self) -> State {
+                    State::$variant(self)
+                }
+                fn unwrap(state: State) -> Option<Self> {
+                    match state {
+                        State::$variant(s) => Some(s),
+                        _ => None,
+                    }
+                }
+            })*
+        };
+    }
+
+    typed! {
+        FixedWindowState => FixedWindow,
+        SlidingWindowLogState => SlidingWindowLog,
+        SlidingWindowCounterState => SlidingWindowCounter,
+        TokenBucketState => TokenBucket,
+        GcraState => Gcra,
+    }
+
+    fn verdict<T: Typed>(rate: &Rate, state: &T, now: u64, hits: u64) -> Verdict {
+        evaluate(rate, Some(&state.clone().wrap()), now, hits)
+    }
+
+    /// Decides like a store: evaluate, and commit only when admitted with hits.
+    pub fn decide<T: Typed>(rate: &Rate, state: &mut Option<T>, now: u64, hits: u64) -> Verdict {
+        let wrapped = state.clone().map(T::wrap);
+        let verdict = evaluate(rate, wrapped.as_ref(), now, hits);
+        if verdict.admitted && hits > 0 {
+            let committed = commit(rate, wrapped, now, hits);
+            *state = Some(T::unwrap(committed).expect("commit keeps the algorithm"));
+        }
+        verdict
+    }
+
+    /// The exact-retry contract: denied 1 µs before `now + reset_after_us`, admitted at it.
+    pub fn assert_retry_exact<T: Typed>(rate: &Rate, state: &T, now: u64, hits: u64) {
+        let denied = verdict(rate, state, now, hits);
+        assert!(!denied.admitted);
+        let at = now + denied.reset_after_us;
+        assert!(!verdict(rate, state, at - 1, hits).admitted);
+        assert!(verdict(rate, state, at, hits).admitted);
+    }
+
+    /// The first instant from `from` at which `hits` would be admitted on top of the unchanged
+    /// `state` (admission is monotone in time for a fixed state), by bisection.
+    fn first_admitted<T: Typed>(rate: &Rate, state: &T, from: u64, hits: u64) -> u64 {
+        let refill = u64::from(rate.burst()) * rate.window_us() / u64::from(rate.limit());
+        let (mut lo, mut hi) = (from, from + 3 * rate.window_us() + refill + 2);
+        assert!(verdict(rate, state, hi, hits).admitted);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if verdict(rate, state, mid, hits).admitted {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    }
+
+    /// Retry-after names the first admissible instant within 1 µs (for the float algorithms).
+    pub fn assert_retry_within_1us<T: Typed>(rate: &Rate, state: &T, now: u64, hits: u64) {
+        let denied = verdict(rate, state, now, hits);
+        assert!(!denied.admitted);
+        let promised = now + denied.reset_after_us;
+        let actual = first_admitted(rate, state, now, hits);
+        assert!(
+            promised.abs_diff(actual) <= 1,
+            "promised {promised}, first admitted at {actual} (now {now}, hits {hits}, {state:?})"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Properties every algorithm must keep, checked over deterministic pseudo-random traces.

@@ -109,12 +109,8 @@ pub fn expires_at_us(rate: &Rate, state: &SlidingWindowCounterState) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::algorithm::{self, State};
-    use crate::limiter::rate::{Algorithm, Unit, MICROS_PER_SECOND};
-
-    const S: u64 = MICROS_PER_SECOND;
-    /// A realistic instant (2023-11-14), a multiple of 10 s.
-    const T0: u64 = 1_700_000_000 * S;
+    use crate::limiter::algorithm::testkit::*;
+    use crate::limiter::rate::{Algorithm, Unit};
 
     fn rate(limit: u32, unit: Unit, multiplier: u32) -> Rate {
         Rate::new(
@@ -127,64 +123,13 @@ mod tests {
         .unwrap()
     }
 
-    /// Decides like a store: evaluate, and commit only when admitted with hits.
-    fn decide(
-        rate: &Rate,
-        state: &mut Option<SlidingWindowCounterState>,
-        now: u64,
-        hits: u64,
-    ) -> Verdict {
-        let wrapped = state.map(State::SlidingWindowCounter);
-        let verdict = algorithm::evaluate(rate, wrapped.as_ref(), now, hits);
-        if verdict.admitted && hits > 0 {
-            match algorithm::commit(rate, wrapped, now, hits) {
-                State::SlidingWindowCounter(s) => *state = Some(s),
-                other => panic!("commit changed the algorithm: {other:?}"),
-            }
-        }
-        verdict
-    }
-
-    /// The first instant in [from, from + 3 W] at which `hits` would be admitted on top of the
-    /// unchanged `state` (admission is monotone in time for a fixed state).
-    fn first_admitted(rate: &Rate, state: &SlidingWindowCounterState, from: u64, hits: u64) -> u64 {
-        let (mut lo, mut hi) = (from, from + 3 * rate.window_us());
-        assert!(evaluate(rate, Some(state), hi, hits).admitted);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if evaluate(rate, Some(state), mid, hits).admitted {
-                hi = mid;
-            } else {
-                lo = mid + 1;
-            }
-        }
-        lo
-    }
-
-    /// Retry-after names the first admissible instant, within 1 µs (the estimate is a float).
-    fn assert_retry_within_1us(
-        rate: &Rate,
-        state: &SlidingWindowCounterState,
-        now: u64,
-        hits: u64,
-    ) {
-        let denied = evaluate(rate, Some(state), now, hits);
-        assert!(!denied.admitted);
-        let promised = now + denied.reset_after_us;
-        let actual = first_admitted(rate, state, now, hits);
-        assert!(
-            promised.abs_diff(actual) <= 1,
-            "promised {promised}, first admitted at {actual} (now {now}, hits {hits}, {state:?})"
-        );
-    }
-
     #[test]
     fn weighted_estimate_across_the_boundary() {
         // L = 10 per 10 s; the previous window used all 10; at 50 % of the next window est = 5.
         let rate = rate(10, Unit::Second, 10);
         let w = 10 * S;
         assert_eq!(T0 % w, 0);
-        let mut state = None;
+        let mut state: Option<SlidingWindowCounterState> = None;
         assert!(decide(&rate, &mut state, T0 + 3 * S, 10).admitted);
         assert!(!decide(&rate, &mut state, T0 + 9 * S, 1).admitted);
         let now = T0 + w + 5 * S;
@@ -229,7 +174,7 @@ mod tests {
         let rate = rate(10, Unit::Second, 10);
         let w = 10 * S;
         // No previous window: a full current window only eases once it becomes the previous one.
-        let mut state = None;
+        let mut state: Option<SlidingWindowCounterState> = None;
         assert!(decide(&rate, &mut state, T0 + 2 * S, 10).admitted);
         let full = state.unwrap();
         let now = T0 + 4 * S;
@@ -309,7 +254,7 @@ mod tests {
     #[test]
     fn zero_hits_checks_without_consuming() {
         let rate = rate(3, Unit::Second, 1);
-        let mut state = None;
+        let mut state: Option<SlidingWindowCounterState> = None;
         assert_eq!(
             decide(&rate, &mut state, T0 + 200_000, 0),
             Verdict {
@@ -328,7 +273,7 @@ mod tests {
     #[test]
     fn huge_hits_are_denied_without_overflow() {
         let rate = rate(u32::MAX, Unit::Second, 1);
-        let mut state = None;
+        let mut state: Option<SlidingWindowCounterState> = None;
         for hits in [u64::from(u32::MAX) + 1, u64::MAX] {
             let v = decide(&rate, &mut state, T0 + 100, hits);
             assert!(!v.admitted);

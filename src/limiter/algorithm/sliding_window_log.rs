@@ -119,48 +119,18 @@ pub fn expires_at_us(rate: &Rate, state: &SlidingWindowLogState) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::algorithm::{self, State};
-    use crate::limiter::rate::{Algorithm, Unit, MICROS_PER_SECOND};
-
-    const S: u64 = MICROS_PER_SECOND;
-    const T0: u64 = 1_700_000_000 * S;
+    use crate::limiter::algorithm::testkit::*;
+    use crate::limiter::rate::{Algorithm, Unit};
 
     fn rate(limit: u32, unit: Unit, multiplier: u32) -> Rate {
         Rate::new(Algorithm::SlidingWindowLog, limit, unit, multiplier, None).unwrap()
-    }
-
-    /// Decides like a store: evaluate, and commit only when admitted with hits.
-    fn decide(
-        rate: &Rate,
-        state: &mut Option<SlidingWindowLogState>,
-        now: u64,
-        hits: u64,
-    ) -> Verdict {
-        let wrapped = state.clone().map(State::SlidingWindowLog);
-        let verdict = algorithm::evaluate(rate, wrapped.as_ref(), now, hits);
-        if verdict.admitted && hits > 0 {
-            match algorithm::commit(rate, wrapped, now, hits) {
-                State::SlidingWindowLog(s) => *state = Some(s),
-                other => panic!("commit changed the algorithm: {other:?}"),
-            }
-        }
-        verdict
-    }
-
-    /// The exact-retry contract: denied 1 µs before `now + reset_after_us`, admitted at it.
-    fn assert_retry_exact(rate: &Rate, state: &SlidingWindowLogState, now: u64, hits: u64) {
-        let denied = evaluate(rate, Some(state), now, hits);
-        assert!(!denied.admitted);
-        let at = now + denied.reset_after_us;
-        assert!(!evaluate(rate, Some(state), at - 1, hits).admitted);
-        assert!(evaluate(rate, Some(state), at, hits).admitted);
     }
 
     #[test]
     fn hits_leave_exactly_one_window_after_they_were_admitted() {
         let rate = rate(3, Unit::Second, 10);
         let w = 10 * S;
-        let mut state = None;
+        let mut state: Option<SlidingWindowLogState> = None;
         let first = decide(&rate, &mut state, T0, 1);
         assert_eq!(
             first,
@@ -207,7 +177,7 @@ mod tests {
     #[test]
     fn retry_after_waits_for_enough_entries_to_leave() {
         let rate = rate(5, Unit::Minute, 1);
-        let mut state = None;
+        let mut state: Option<SlidingWindowLogState> = None;
         assert!(decide(&rate, &mut state, T0, 2).admitted);
         assert!(decide(&rate, &mut state, T0 + S, 1).admitted);
         assert!(decide(&rate, &mut state, T0 + 2 * S, 2).admitted);
@@ -230,7 +200,7 @@ mod tests {
     #[test]
     fn hits_beyond_the_limit_wait_for_an_empty_log_and_never_overflow() {
         let rate = rate(4, Unit::Second, 1);
-        let mut state = None;
+        let mut state: Option<SlidingWindowLogState> = None;
         let v = decide(&rate, &mut state, T0, u64::MAX);
         assert_eq!(
             v,
@@ -256,7 +226,7 @@ mod tests {
     #[test]
     fn zero_hits_checks_without_consuming() {
         let rate = rate(2, Unit::Second, 1);
-        let mut state = None;
+        let mut state: Option<SlidingWindowLogState> = None;
         assert_eq!(
             decide(&rate, &mut state, T0, 0),
             Verdict {
@@ -278,7 +248,7 @@ mod tests {
     #[test]
     fn a_denied_request_leaves_the_log_unchanged() {
         let rate = rate(2, Unit::Second, 1);
-        let mut state = None;
+        let mut state: Option<SlidingWindowLogState> = None;
         decide(&rate, &mut state, T0, 1);
         decide(&rate, &mut state, T0 + 10, 1);
         let before = state.clone();
@@ -306,7 +276,7 @@ mod tests {
     fn hits_at_time_zero_count_while_now_is_less_than_a_window() {
         // (now − W, now] contains 0 while now < W; a saturating `now − W` used to drop it.
         let rate = rate(1, Unit::Second, 1);
-        let mut state = None;
+        let mut state: Option<SlidingWindowLogState> = None;
         assert!(decide(&rate, &mut state, 0, 1).admitted);
         assert!(!decide(&rate, &mut state, 0, 1).admitted);
         let denied = decide(&rate, &mut state, S - 1, 1);

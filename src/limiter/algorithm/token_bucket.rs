@@ -86,62 +86,17 @@ pub fn expires_at_us(rate: &Rate, state: &TokenBucketState) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::algorithm::{self, State};
-    use crate::limiter::rate::{Algorithm, Unit, MICROS_PER_SECOND};
-
-    const S: u64 = MICROS_PER_SECOND;
-    const T0: u64 = 1_700_000_000 * S;
+    use crate::limiter::algorithm::testkit::*;
+    use crate::limiter::rate::{Algorithm, Unit};
 
     fn rate(limit: u32, unit: Unit, burst: Option<u32>) -> Rate {
         Rate::new(Algorithm::TokenBucket, limit, unit, 1, burst).unwrap()
     }
 
-    /// Decides like a store: evaluate, and commit only when admitted with hits.
-    fn decide(rate: &Rate, state: &mut Option<TokenBucketState>, now: u64, hits: u64) -> Verdict {
-        let wrapped = state.map(State::TokenBucket);
-        let verdict = algorithm::evaluate(rate, wrapped.as_ref(), now, hits);
-        if verdict.admitted && hits > 0 {
-            match algorithm::commit(rate, wrapped, now, hits) {
-                State::TokenBucket(s) => *state = Some(s),
-                other => panic!("commit changed the algorithm: {other:?}"),
-            }
-        }
-        verdict
-    }
-
-    /// The first instant in [from, from + span] at which `hits` would be admitted on top of
-    /// the unchanged `state` (admission is monotone in time for a fixed state).
-    fn first_admitted(rate: &Rate, state: &TokenBucketState, from: u64, hits: u64) -> u64 {
-        let span = refill_time_us(rate, f64::from(rate.burst())) + 2;
-        let (mut lo, mut hi) = (from, from + span);
-        assert!(evaluate(rate, Some(state), hi, hits).admitted);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if evaluate(rate, Some(state), mid, hits).admitted {
-                hi = mid;
-            } else {
-                lo = mid + 1;
-            }
-        }
-        lo
-    }
-
-    /// Retry-after names the first admissible instant, within 1 µs (tokens are a float).
-    fn assert_retry_within_1us(rate: &Rate, state: &TokenBucketState, now: u64, hits: u64) {
-        let denied = evaluate(rate, Some(state), now, hits);
-        assert!(!denied.admitted);
-        let promised = now + denied.reset_after_us;
-        let actual = first_admitted(rate, state, now, hits);
-        assert!(
-            promised.abs_diff(actual) <= 1,
-            "promised {promised}, first admitted at {actual} (now {now}, hits {hits}, {state:?})"
-        );
-    }
-
     #[test]
     fn exactly_burst_from_idle_with_burst_equal_to_limit() {
         let rate = rate(10, Unit::Second, None);
-        let mut state = None;
+        let mut state: Option<TokenBucketState> = None;
         for taken in 1..=10u64 {
             assert_eq!(
                 decide(&rate, &mut state, T0, 1),
@@ -172,7 +127,7 @@ mod tests {
     fn exactly_burst_from_idle_with_burst_different_from_limit() {
         for burst in [1, 3, 25, 1000] {
             let rate = rate(10, Unit::Second, Some(burst));
-            let mut state = None;
+            let mut state: Option<TokenBucketState> = None;
             for _ in 0..burst {
                 assert!(decide(&rate, &mut state, T0, 1).admitted);
             }
@@ -180,10 +135,10 @@ mod tests {
             assert!(!denied.admitted, "burst {burst}");
             assert_eq!(denied.reset_after_us, 100_000);
             // All at once as one request, too.
-            let mut state = None;
+            let mut state: Option<TokenBucketState> = None;
             assert!(decide(&rate, &mut state, T0, u64::from(burst)).admitted);
             assert!(!decide(&rate, &mut state, T0, 1).admitted);
-            let mut state = None;
+            let mut state: Option<TokenBucketState> = None;
             assert!(!decide(&rate, &mut state, T0, u64::from(burst) + 1).admitted);
         }
     }
@@ -191,7 +146,7 @@ mod tests {
     #[test]
     fn retry_after_is_exact_for_whole_token_intervals() {
         let rate = rate(10, Unit::Second, Some(5));
-        let mut state = None;
+        let mut state: Option<TokenBucketState> = None;
         assert!(decide(&rate, &mut state, T0, 5).admitted);
         let empty = state.unwrap();
         for hits in 1..=5u64 {
@@ -208,7 +163,7 @@ mod tests {
     fn retry_after_with_fractional_refill_is_within_1us() {
         // 7 per minute: a token every 8 571 428.57 µs.
         let rate = rate(7, Unit::Minute, Some(3));
-        let mut state = None;
+        let mut state: Option<TokenBucketState> = None;
         let mut now = T0;
         let mut checked = 0;
         for step in 0..200u64 {
@@ -254,7 +209,7 @@ mod tests {
     #[test]
     fn zero_hits_checks_without_consuming() {
         let rate = rate(2, Unit::Second, None);
-        let mut state = None;
+        let mut state: Option<TokenBucketState> = None;
         assert_eq!(
             decide(&rate, &mut state, T0, 0),
             Verdict {
@@ -275,7 +230,7 @@ mod tests {
     #[test]
     fn huge_hits_are_denied_without_overflow_and_wait_for_a_full_bucket() {
         let rate = rate(10, Unit::Second, Some(4));
-        let mut state = None;
+        let mut state: Option<TokenBucketState> = None;
         for hits in [5, u64::MAX] {
             assert_eq!(
                 decide(&rate, &mut state, T0, hits),
