@@ -528,7 +528,8 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     (code, body)
 }
 
-fn dechunk(mut body: &str) -> String {
+/// The body of an HTTP/1.1 response sent with `Transfer-Encoding: chunked`, joined.
+pub fn dechunk(mut body: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = body.split_once("\r\n") {
         let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);

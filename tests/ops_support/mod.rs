@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::common::ratelimitd::dechunk;
+
 /// A file of `tests/fixtures/ops/`.
 pub fn ops_fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -82,19 +84,6 @@ pub async fn post_json(addr: SocketAddr, body: &str) -> HttpResponse {
 
 pub async fn get(addr: SocketAddr, path: &str) -> HttpResponse {
     http(addr, "GET", path, b"").await
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if size == 0 || rest.len() < size {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        body = rest[size..].trim_start_matches("\r\n");
-    }
-    out
 }
 
 /// The `/metrics` text.
