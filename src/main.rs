@@ -55,48 +55,6 @@ enum LogFormat {
     Json,
 }
 
-/// Rate-limit headers the service adds to its responses.
-#[derive(Clone, Copy, ValueEnum)]
-enum HeaderStyle {
-    /// No headers (the default).
-    None,
-    /// X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Retry-After when denied.
-    Draft03,
-    /// RateLimit-Policy and RateLimit (IETF draft), Retry-After when denied.
-    Ietf,
-}
-
-impl From<HeaderStyle> for ResponseHeaders {
-    fn from(style: HeaderStyle) -> ResponseHeaders {
-        match style {
-            HeaderStyle::None => ResponseHeaders::None,
-            HeaderStyle::Draft03 => ResponseHeaders::Draft03,
-            HeaderStyle::Ietf => ResponseHeaders::Ietf,
-        }
-    }
-}
-
-/// What to answer when the store fails.
-#[derive(Clone, Copy, ValueEnum)]
-enum StoreErrorArg {
-    /// gRPC UNAVAILABLE: Envoy's failure_mode_deny decides (the default).
-    Unavailable,
-    /// OK.
-    Allow,
-    /// OVER_LIMIT.
-    Deny,
-}
-
-impl From<StoreErrorArg> for StoreErrorPolicy {
-    fn from(arg: StoreErrorArg) -> StoreErrorPolicy {
-        match arg {
-            StoreErrorArg::Unavailable => StoreErrorPolicy::Unavailable,
-            StoreErrorArg::Allow => StoreErrorPolicy::Allow,
-            StoreErrorArg::Deny => StoreErrorPolicy::Deny,
-        }
-    }
-}
-
 fn parse_ratio(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(ratio) if ratio > 0.0 && ratio <= 1.0 => Ok(ratio),
@@ -136,26 +94,16 @@ struct ServeArgs {
     redis_tls_ca: Option<PathBuf>,
     /// Rate-limit headers to return in `response_headers_to_add` (Envoy adds them to the
     /// client's response): none, draft03 (X-RateLimit-*) or ietf (RateLimit, RateLimit-Policy).
-    #[arg(
-        long,
-        env = "RATELIMITD_RESPONSE_HEADERS",
-        value_enum,
-        default_value = "none"
-    )]
-    response_headers: HeaderStyle,
+    #[arg(long, env = "RATELIMITD_RESPONSE_HEADERS", default_value = "none")]
+    response_headers: ResponseHeaders,
     /// How often to check the configuration files for changes and reload them (`0s`: only on
     /// SIGHUP). A configuration with errors is rejected and the running one stays.
     #[arg(long, env = "RATELIMITD_RELOAD_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     reload_interval: Duration,
     /// What to answer when the store fails or times out: unavailable (gRPC UNAVAILABLE, so
     /// Envoy's failure_mode_deny decides), allow (OK) or deny (OVER_LIMIT).
-    #[arg(
-        long,
-        env = "RATELIMITD_ON_STORE_ERROR",
-        value_enum,
-        default_value = "unavailable"
-    )]
-    on_store_error: StoreErrorArg,
+    #[arg(long, env = "RATELIMITD_ON_STORE_ERROR", default_value = "unavailable")]
+    on_store_error: StoreErrorPolicy,
     /// Local deny cache in front of Redis: counters found exhausted are answered OVER_LIMIT
     /// without a Redis round trip until they can admit again (`--deny-cache=false` or
     /// `--no-deny-cache` turns it off). Unused with the in-memory store.
@@ -289,9 +237,9 @@ fn serve(args: ServeArgs) -> ExitCode {
                 tls_ca: args.redis_tls_ca.clone(),
                 ..RedisSettings::new(url)
             }),
-            response_headers: args.response_headers.into(),
+            response_headers: args.response_headers,
             reload_interval: (!args.reload_interval.is_zero()).then_some(args.reload_interval),
-            on_store_error: args.on_store_error.into(),
+            on_store_error: args.on_store_error,
             deny_cache: (args.deny_cache && !args.no_deny_cache).then_some(DenyCacheSettings {
                 max_entries: args.deny_cache_size as usize,
                 ..DenyCacheSettings::default()
