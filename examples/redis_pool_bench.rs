@@ -1,6 +1,6 @@
 //! Throughput of the Redis store's connection strategies against a local redis-server (started
-//! here on a free port): 64 concurrent tasks, each sending `REQUESTS_PER_TASK` decisions (one
-//! EVALSHA each), per strategy.
+//! here on a free port): 64 concurrent tasks, each sending `REQUESTS_PER_TASK` decisions, per
+//! strategy. The raw strategies send one EVALSHA per decision; the store batches.
 //!
 //! ```text
 //! cargo run --release --example redis_pool_bench [requests_per_task] [checks_per_request]
@@ -11,7 +11,8 @@
 //!   check-out), connection held for the round trip. What bb8-redis gives out of the box.
 //! - `RedisStore exclusive`: the store's pool, connection held for the round trip, no PING.
 //! - `RedisStore multiplexed`: the store's default: a pooled multiplexed connection is cloned
-//!   and released at once; concurrent requests pipeline on its socket.
+//!   and released at once; concurrent requests share script calls (see `store::redis::batch`),
+//!   up to `pool_size` calls in flight.
 //! - `redis ConnectionManager`: one auto-reconnecting multiplexed connection, cloned per request.
 
 #[allow(dead_code)]
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 use bb8_redis::{bb8, RedisConnectionManager};
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
-use ratelimitd::store::redis::script::{decode_reply, Invocation};
+use ratelimitd::store::redis::script::{decode_batch_reply, evalsha, Invocation};
 use ratelimitd::store::redis::{ConnectionMode, RedisSettings};
 use ratelimitd::store::{Check, RedisStore, Store};
 use redis_server::RedisServer;
@@ -47,6 +48,12 @@ fn checks_for(task: usize, per_request: usize) -> Vec<Check> {
             shadow: false,
         })
         .collect()
+}
+
+/// Decodes the reply of a call carrying one request of `checks` checks.
+fn decode_one(reply: redis::Value, checks: usize) {
+    let mut replies = decode_batch_reply(reply, std::iter::once(checks)).unwrap();
+    assert_eq!(replies.pop().unwrap().unwrap().len(), checks);
 }
 
 /// Runs `TASKS` tasks of `requests` calls of `call(task)`; returns (requests/s, p50, p99, max).
@@ -131,8 +138,11 @@ async fn main() {
             async move {
                 let invocation = Invocation::new(&checks_for(task, per_request), None);
                 let mut conn = pool.get().await.unwrap();
-                let reply = invocation.evalsha().query_async(&mut *conn).await.unwrap();
-                decode_reply(reply, per_request).unwrap();
+                let reply = evalsha(std::iter::once(&invocation))
+                    .query_async(&mut *conn)
+                    .await
+                    .unwrap();
+                decode_one(reply, per_request);
             }
         })
         .await;
@@ -165,8 +175,11 @@ async fn main() {
         let mut conn = manager.clone();
         async move {
             let invocation = Invocation::new(&checks_for(task, per_request), None);
-            let reply = invocation.evalsha().query_async(&mut conn).await.unwrap();
-            decode_reply(reply, per_request).unwrap();
+            let reply = evalsha(std::iter::once(&invocation))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            decode_one(reply, per_request);
         }
     })
     .await;

@@ -1,11 +1,18 @@
--- ratelimitd: one rate-limit request, decided all or nothing (the entry point of the script).
+-- ratelimitd: a batch of rate-limit requests, each decided all or nothing (the entry point of the
+-- script).
 --
 -- The store sends ONE script: common.lua, the five algorithm files and this file, concatenated in
--- that order, loaded once (SCRIPT LOAD) and called with EVALSHA.
+-- that order, loaded once (SCRIPT LOAD) and called with EVALSHA. Concurrent requests share one
+-- call (src/store/redis/batch.rs): they are decided one after the other, in order, each on the
+-- state the earlier ones left, exactly as if each had its own call.
 --
--- KEYS: the k counter keys, one per check, in request order (repeats allowed: checks that share a
---       counter share its key), rl1:{<tag>}:<algorithm>:<window_us>:<identity>.
--- ARGV: [pinned_now_us] then 7 values per check:
+-- KEYS: the counter keys of every check of every request, request after request, in check order
+--       (repeats allowed: checks that share a counter share its key),
+--       rl1:{<tag>}:<algorithm>:<window_us>:<identity>.
+-- ARGV: per request, in the same order: k (its number of checks, at least 1), now, then 7 values
+--       per check:
+--         now     '-' for Redis's own clock (TIME, read once per call): production always sends
+--                 '-', so hosts with skewed clocks agree; tests pin time with µs digits.
 --         code    algorithm: 0 fixed_window, 1 sliding_window_log, 2 sliding_window_counter,
 --                 3 token_bucket, 4 gcra
 --         L       limit (requests per window)
@@ -14,17 +21,17 @@
 --         n       hits, clamped by Rust to at most 2^32 (more than any B + 1)
 --         T       GCRA emission interval in µs (ignored by the other algorithms)
 --         shadow  1 for a shadow-mode check (decided and counted, never vetoes), else 0
---       pinned_now_us is present only when #ARGV == 7k + 1; tests pin time with it. Production never
---       sends it: time is then Redis's own (TIME), so hosts with skewed clocks agree.
--- Returns: an array of k arrays {admitted 0/1, remaining, reset_after_us}, in check order; integers
---          (a reset_after_us of 2^63 or more, which only Rust's saturation produces, travels as a
---          decimal string).
+-- Returns: one element per request: an array of its k verdicts {admitted 0/1, remaining,
+--          reset_after_us} in check order (integers; a reset_after_us of 2^63 or more, which only
+--          Rust's saturation produces, travels as a decimal string), or an error reply for that
+--          request alone (invalid arguments, or a Redis error while deciding it). An ARGV/KEYS
+--          layout that does not add up fails the whole call before anything is decided.
 --
--- Every check is evaluated first, on the stored state, with the hits of the earlier ADMITTED checks
--- on the same key added (a denied check consumes nothing, so a denied shadow check cannot make a
--- later check of its counter fail). Nothing is written unless every non-shadow check admits; then
--- each distinct key is committed once, with the total hits of its admitted checks and the rate of
--- its last admitted check; a key whose total is 0 is not written.
+-- Within a request, every check is evaluated first, on the stored state, with the hits of the
+-- earlier ADMITTED checks on the same key added (a denied check consumes nothing, so a denied
+-- shadow check cannot make a later check of its counter fail). Nothing is written unless every
+-- non-shadow check admits; then each distinct key is committed once, with the total hits of its
+-- admitted checks and the rate of its last admitted check; a key whose total is 0 is not written.
 
 local ALGORITHMS = {
   [0] = fixed_window,
@@ -41,83 +48,156 @@ if redis.replicate_commands then
   pcall(redis.replicate_commands)
 end
 
-local checks = #KEYS
-local offset
-local now
-if #ARGV == checks * FIELDS + 1 then
-  offset = 1
-  now = tonumber(ARGV[1])
-elseif #ARGV == checks * FIELDS then
-  offset = 0
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-else
-  return redis.error_reply('ERR ratelimitd: ' .. #ARGV .. ' arguments for ' .. checks .. ' keys')
-end
-if not now or now < 0 then
-  return redis.error_reply('ERR ratelimitd: invalid pinned time')
+-- The values of the check whose fields start at ARGV[base + 1]: algorithm, L, W, B, n, T, shadow;
+-- nothing when one is missing or out of range.
+local function read_check(base)
+  local algorithm = ALGORITHMS[tonumber(ARGV[base + 1])]
+  local limit = tonumber(ARGV[base + 2])
+  local window = tonumber(ARGV[base + 3])
+  local burst = tonumber(ARGV[base + 4])
+  local hits = tonumber(ARGV[base + 5])
+  local interval = tonumber(ARGV[base + 6])
+  if not algorithm or not limit or limit < 1 or not window or window < 1 or not burst
+      or burst < 1 or not hits or hits < 0 or not interval or interval < 1 then
+    return nil
+  end
+  return algorithm, limit, window, burst, hits, interval, ARGV[base + 7] == '1'
 end
 
-local params = {}
-for i = 1, checks do
-  local base = offset + (i - 1) * FIELDS
-  local p = {
-    algorithm = ALGORITHMS[tonumber(ARGV[base + 1])],
-    limit = tonumber(ARGV[base + 2]),
-    window = tonumber(ARGV[base + 3]),
-    burst = tonumber(ARGV[base + 4]),
-    hits = tonumber(ARGV[base + 5]),
-    interval = tonumber(ARGV[base + 6]),
-    shadow = ARGV[base + 7] == '1',
-  }
-  if not p.algorithm or not p.limit or p.limit < 1 or not p.window or p.window < 1
-      or not p.burst or p.burst < 1 or not p.hits or p.hits < 0
-      or not p.interval or p.interval < 1 then
-    return redis.error_reply('ERR ratelimitd: invalid arguments for check ' .. i)
+-- The common one-check request: the general rule below reduces to "write when admitted".
+local function decide_one(key, base, now)
+  local algorithm, limit, window, burst, hits, interval = read_check(base)
+  if not algorithm then
+    return redis.error_reply('ERR ratelimitd: invalid arguments for check 1')
   end
-  params[i] = p
+  hits = math.min(hits, burst + 1)
+  local state = algorithm.load(key, now, window)
+  local admitted, remaining, reset_after = algorithm.evaluate(
+    state, now, limit, window, burst, hits, interval)
+  if admitted and hits > 0 then
+    algorithm.commit(key, state, now, limit, window, burst, hits, interval)
+  end
+  return { { admitted and 1 or 0, remaining, u64_reply(reset_after) } }
 end
 
--- Evaluate every check on the stored state (each key loaded once), with the hits of the earlier
--- admitted checks on the same key added.
-local states = {}
-local admitted_hits = {}
-local commit_rate = {}
-local order = {}
-local verdicts = {}
-local vetoed = false
-for i = 1, checks do
-  local key = KEYS[i]
-  local p = params[i]
-  if admitted_hits[key] == nil then
-    states[key] = p.algorithm.load(key, now, p.window) or false
-    admitted_hits[key] = 0
-    order[#order + 1] = key
+-- Decides the request whose keys are KEYS[key_base + 1 ..] and whose check values start at
+-- ARGV[arg_base + 1]; returns its verdicts or an error reply (nothing written in that case).
+local function decide(key_base, arg_base, checks, now)
+  if checks == 1 then
+    return decide_one(KEYS[key_base + 1], arg_base, now)
   end
-  local cumulative = admitted_hits[key] + p.hits
-  -- Rust's algorithm::evaluate clamps hits to B + 1 (nothing above it can be admitted).
-  local admitted, remaining, reset_after = p.algorithm.evaluate(
-    states[key] or nil, now, p.limit, p.window, p.burst, math.min(cumulative, p.burst + 1),
-    p.interval)
-  if admitted then
-    admitted_hits[key] = cumulative
-    commit_rate[key] = p
-  elseif not p.shadow then
-    vetoed = true
+  local params = {}
+  for i = 1, checks do
+    local algorithm, limit, window, burst, hits, interval, shadow =
+      read_check(arg_base + (i - 1) * FIELDS)
+    if not algorithm then
+      return redis.error_reply('ERR ratelimitd: invalid arguments for check ' .. i)
+    end
+    params[i] = {
+      algorithm = algorithm,
+      limit = limit,
+      window = window,
+      burst = burst,
+      hits = hits,
+      interval = interval,
+      shadow = shadow,
+    }
   end
-  verdicts[i] = { admitted and 1 or 0, remaining, u64_reply(reset_after) }
+
+  -- Evaluate every check on the stored state (each key loaded once), with the hits of the earlier
+  -- admitted checks on the same key added.
+  local states = {}
+  local admitted_hits = {}
+  local commit_rate = {}
+  local order = {}
+  local verdicts = {}
+  local vetoed = false
+  for i = 1, checks do
+    local key = KEYS[key_base + i]
+    local p = params[i]
+    if admitted_hits[key] == nil then
+      states[key] = p.algorithm.load(key, now, p.window) or false
+      admitted_hits[key] = 0
+      order[#order + 1] = key
+    end
+    local cumulative = admitted_hits[key] + p.hits
+    -- Rust's algorithm::evaluate clamps hits to B + 1 (nothing above it can be admitted).
+    local admitted, remaining, reset_after = p.algorithm.evaluate(
+      states[key] or nil, now, p.limit, p.window, p.burst, math.min(cumulative, p.burst + 1),
+      p.interval)
+    if admitted then
+      admitted_hits[key] = cumulative
+      commit_rate[key] = p
+    elseif not p.shadow then
+      vetoed = true
+    end
+    verdicts[i] = { admitted and 1 or 0, remaining, u64_reply(reset_after) }
+  end
+
+  -- All or nothing: commit each distinct key once, with the total hits of its admitted checks.
+  if not vetoed then
+    for _, key in ipairs(order) do
+      local total = admitted_hits[key]
+      if total > 0 then
+        local p = commit_rate[key]
+        p.algorithm.commit(key, states[key] or nil, now, p.limit, p.window, p.burst,
+          math.min(total, p.burst + 1), p.interval)
+      end
+    end
+  end
+  return verdicts
 end
 
--- All or nothing: commit each distinct key once, with the total hits of its admitted checks.
-if not vetoed then
-  for _, key in ipairs(order) do
-    local total = admitted_hits[key]
-    if total > 0 then
-      local p = commit_rate[key]
-      p.algorithm.commit(key, states[key] or nil, now, p.limit, p.window, p.burst,
-        math.min(total, p.burst + 1), p.interval)
+-- A Redis error raised while deciding (a table with `err` since Redis 7, a string before) as an
+-- error reply for that request.
+local function as_error_reply(raised)
+  if type(raised) == 'table' and raised.err then
+    return raised
+  end
+  return redis.error_reply('ERR ratelimitd: ' .. tostring(raised))
+end
+
+-- Frame the call first: a layout that does not add up decides nothing.
+local frames = {}
+local key_base = 0
+local arg_base = 0
+while arg_base < #ARGV do
+  local checks = tonumber(ARGV[arg_base + 1])
+  if not checks or checks < 1 or checks ~= math.floor(checks)
+      or arg_base + 2 + checks * FIELDS > #ARGV or key_base + checks > #KEYS then
+    return redis.error_reply('ERR ratelimitd: malformed request ' .. (#frames + 1)
+      .. ' (' .. #KEYS .. ' keys, ' .. #ARGV .. ' arguments)')
+  end
+  frames[#frames + 1] = { key_base, arg_base + 2, checks, ARGV[arg_base + 2] }
+  key_base = key_base + checks
+  arg_base = arg_base + 2 + checks * FIELDS
+end
+if key_base ~= #KEYS or #frames == 0 then
+  return redis.error_reply('ERR ratelimitd: ' .. #KEYS .. ' keys for ' .. key_base .. ' checks')
+end
+
+local redis_now
+local replies = {}
+for r, frame in ipairs(frames) do
+  local now
+  if frame[4] == '-' then
+    if not redis_now then
+      local time = redis.call('TIME')
+      redis_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    end
+    now = redis_now
+  else
+    now = tonumber(frame[4])
+  end
+  if not now or now < 0 or now ~= math.floor(now) then
+    replies[r] = redis.error_reply('ERR ratelimitd: invalid pinned time')
+  else
+    local ok, verdicts = pcall(decide, frame[1], frame[2], frame[3], now)
+    if ok then
+      replies[r] = verdicts
+    else
+      replies[r] = as_error_reply(verdicts)
     end
   end
 end
-
-return verdicts
+return replies

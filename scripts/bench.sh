@@ -362,6 +362,8 @@ if [ "$CEILINGS" = 1 ]; then
         for i in $(seq 0 $((descriptors - 1))); do
           cmd+=("rl1:{00000000000000$(printf '%02d' "$i")}:$algorithm:1000000:bench:$algorithm=d$i-$value")
         done
+        # One request per call: its check count, '-' (Redis time), then 7 values per check.
+        cmd+=("$descriptors" -)
         for i in $(seq 1 "$descriptors"); do
           cmd+=("$code" "$limit" 1000000 "$limit" 1 "$interval" 0)
         done

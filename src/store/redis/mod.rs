@@ -16,6 +16,7 @@
 //!   [`StoreError::Unavailable`] for connection failures, [`StoreError::Protocol`] for replies the
 //!   store does not understand.
 
+mod batch;
 pub mod connection;
 pub mod keys;
 pub mod script;
@@ -31,8 +32,9 @@ use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, RedisError, Value};
 use tokio::time::{timeout_at, Instant};
 
+use self::batch::Batcher;
 use self::connection::{connect_error, is_connection_error, Conn, Manager, Reachability};
-use self::script::{decode_reply, script_load, sha1, Invocation};
+use self::script::{script_load, sha1, Invocation};
 use super::{Check, Store, StoreError};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::clock::Clock;
@@ -122,6 +124,8 @@ pub enum ConnectionMode {
     Exclusive,
 }
 
+/// The connections and what every script call needs; shared by the store's clones and its batch
+/// dispatcher.
 struct Shared {
     pool: bb8::Pool<Manager>,
     reachability: Arc<Reachability>,
@@ -134,6 +138,7 @@ struct Shared {
 #[derive(Clone)]
 pub struct RedisStore {
     shared: Arc<Shared>,
+    batcher: Arc<Batcher>,
     pinned_clock: Option<Arc<dyn Clock>>,
 }
 
@@ -206,14 +211,17 @@ impl RedisStore {
             mux: first,
             broken: Default::default(),
         });
+        let shared = Arc::new(Shared {
+            pool,
+            reachability,
+            timeout: settings.timeout,
+            mode,
+            script_reloads: AtomicU64::new(0),
+        });
+        let batcher = Batcher::start(Arc::clone(&shared), settings.pool_size as usize);
         Ok(RedisStore {
-            shared: Arc::new(Shared {
-                pool,
-                reachability,
-                timeout: settings.timeout,
-                mode,
-                script_reloads: AtomicU64::new(0),
-            }),
+            shared,
+            batcher: Arc::new(batcher),
             pinned_clock: None,
         })
     }
@@ -241,11 +249,13 @@ impl RedisStore {
     pub fn script_sha1(&self) -> &'static str {
         sha1()
     }
+}
 
+impl Shared {
     /// Takes a connection: a clone of a pooled multiplexed handle; in exclusive mode the pool slot
     /// is held until the lease is dropped.
     async fn lease(&self, deadline: Instant) -> Result<Lease<'_>, StoreError> {
-        let shared = &*self.shared;
+        let shared = self;
         // Redis known down (the last connection attempt failed moments ago) and no connection
         // left: fail at once instead of waiting out the timeout.
         if let Some(reason) = shared.reachability.down_reason() {
@@ -280,20 +290,17 @@ impl RedisStore {
         })
     }
 
-    async fn evaluate(&self, invocation: &Invocation) -> Result<Value, StoreError> {
-        let deadline = Instant::now() + self.shared.timeout;
+    /// Runs a script call by `deadline`; on `NOSCRIPT` reloads the script and retries it once.
+    async fn evaluate(&self, command: &redis::Cmd, deadline: Instant) -> Result<Value, StoreError> {
         let mut lease = self.lease(deadline).await?;
-        match lease.query(&invocation.evalsha()).await? {
+        match lease.query(command).await? {
             Ok(value) => Ok(value),
             Err(error) if is_noscript(&error) => {
-                self.shared.script_reloads.fetch_add(1, Ordering::Relaxed);
+                self.script_reloads.fetch_add(1, Ordering::Relaxed);
                 tracing::info!("redis lost the rate-limit script (NOSCRIPT); reloading it");
                 let loaded = lease.query(&script_load()).await?.map_err(command_error)?;
                 check_loaded_sha(&loaded)?;
-                lease
-                    .query(&invocation.evalsha())
-                    .await?
-                    .map_err(command_error)
+                lease.query(command).await?.map_err(command_error)
             }
             Err(error) => Err(command_error(error)),
         }
@@ -335,7 +342,7 @@ fn is_noscript(error: &RedisError) -> bool {
 
 /// A command-level error: the script or the reply is wrong (protocol) or Redis refuses to serve
 /// (out of memory, loading, read-only replica, busy...: unavailable).
-fn command_error(error: RedisError) -> StoreError {
+pub(super) fn command_error(error: RedisError) -> StoreError {
     let protocol = matches!(
         error.kind(),
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType
@@ -407,13 +414,15 @@ impl Store for RedisStore {
         }
         let pinned = self.pinned_clock.as_ref().map(|clock| clock.now_us());
         let invocation = Invocation::new(checks, pinned);
-        let reply = self.evaluate(&invocation).await?;
-        decode_reply(reply, checks.len())
+        let deadline = Instant::now() + self.shared.timeout;
+        self.batcher
+            .decide(invocation, deadline, self.shared.timeout)
+            .await
     }
 
     async fn is_healthy(&self) -> bool {
         let deadline = Instant::now() + self.shared.timeout;
-        let Ok(mut lease) = self.lease(deadline).await else {
+        let Ok(mut lease) = self.shared.lease(deadline).await else {
             return false;
         };
         matches!(

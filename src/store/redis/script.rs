@@ -29,8 +29,11 @@ pub const SOURCE: &str = concat!(
     include_str!("../../../lua/request.lua"),
 );
 
-/// Values per check after the optional pinned time (see the header of `lua/request.lua`).
+/// Values per check after a request's check count and time (see the header of `lua/request.lua`).
 pub const FIELDS_PER_CHECK: usize = 7;
+
+/// The `now` argument that makes the script read Redis's own clock (`TIME`).
+pub const REDIS_TIME: &str = "-";
 
 /// Hits sent to the script are clamped to this: above every rate's `burst + 1`, so each check
 /// decides exactly as with `algorithm::clamp_hits`, while the script's cumulative sums (doubles)
@@ -55,21 +58,23 @@ pub fn algorithm_code(algorithm: Algorithm) -> u8 {
     }
 }
 
-/// KEYS and ARGV of one request: one key per check; ARGV = [pinned now] + 7 values per check.
+/// One request's part of a script call: its keys (one per check), its time and 7 values per check.
+#[derive(Debug)]
 pub struct Invocation {
-    pub keys: Vec<String>,
-    pub args: Vec<u64>,
+    keys: Vec<String>,
+    pinned_now_us: Option<u64>,
+    values: Vec<u64>,
 }
 
 impl Invocation {
+    /// The part of `checks`; `pinned_now_us` replaces Redis's clock (tests only).
     pub fn new(checks: &[Check], pinned_now_us: Option<u64>) -> Invocation {
         let mut keys = Vec::with_capacity(checks.len());
-        let mut args = Vec::with_capacity(1 + FIELDS_PER_CHECK * checks.len());
-        args.extend(pinned_now_us);
+        let mut values = Vec::with_capacity(FIELDS_PER_CHECK * checks.len());
         for check in checks {
             let rate = &check.rate;
             keys.push(redis_key(&check.key, rate));
-            args.extend([
+            values.extend([
                 u64::from(algorithm_code(rate.algorithm())),
                 u64::from(rate.limit()),
                 rate.window_us(),
@@ -79,21 +84,40 @@ impl Invocation {
                 u64::from(check.shadow),
             ]);
         }
-        Invocation { keys, args }
+        Invocation {
+            keys,
+            pinned_now_us,
+            values,
+        }
     }
 
-    /// `EVALSHA <sha> <k> keys... args...`
-    pub fn evalsha(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(sha1()).arg(self.keys.len());
-        for key in &self.keys {
+    /// Number of checks (and keys).
+    pub fn checks(&self) -> usize {
+        self.keys.len()
+    }
+}
+
+/// `EVALSHA <sha> <keys> keys... args...` deciding `requests` in order, in one call.
+pub fn evalsha<'a>(requests: impl Iterator<Item = &'a Invocation> + Clone) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    let keys: usize = requests.clone().map(Invocation::checks).sum();
+    cmd.arg(sha1()).arg(keys);
+    for request in requests.clone() {
+        for key in &request.keys {
             cmd.arg(key.as_str());
         }
-        for arg in &self.args {
-            cmd.arg(*arg);
-        }
-        cmd
     }
+    for request in requests {
+        cmd.arg(request.checks());
+        match request.pinned_now_us {
+            Some(now) => cmd.arg(now),
+            None => cmd.arg(REDIS_TIME),
+        };
+        for value in &request.values {
+            cmd.arg(*value);
+        }
+    }
+    cmd
 }
 
 /// `SCRIPT LOAD <source>`
@@ -126,7 +150,35 @@ fn unsigned(value: &Value) -> Result<u64, StoreError> {
     .ok_or_else(|| protocol(format_args!("expected a u64, got {value:?}")))
 }
 
-/// Decodes the script's reply: `expected` arrays of `{admitted 0/1, remaining, reset_after_us}`.
+/// Decodes the reply of a call deciding requests of `checks[i]` checks each: the outer error
+/// fails the whole call; each request then has its verdicts or its own error.
+pub fn decode_batch_reply(
+    value: Value,
+    checks: impl ExactSizeIterator<Item = usize>,
+) -> Result<Vec<Result<Vec<Verdict>, StoreError>>, StoreError> {
+    let Value::Array(replies) = value else {
+        return Err(protocol(format_args!(
+            "expected an array of request replies, got {value:?}"
+        )));
+    };
+    if replies.len() != checks.len() {
+        return Err(protocol(format_args!(
+            "expected {} request replies, got {}",
+            checks.len(),
+            replies.len()
+        )));
+    }
+    Ok(replies
+        .into_iter()
+        .zip(checks)
+        .map(|(reply, expected)| match reply {
+            Value::ServerError(error) => Err(super::command_error(error.into())),
+            verdicts => decode_reply(verdicts, expected),
+        })
+        .collect())
+}
+
+/// Decodes one request's reply: `expected` arrays of `{admitted 0/1, remaining, reset_after_us}`.
 pub fn decode_reply(value: Value, expected: usize) -> Result<Vec<Verdict>, StoreError> {
     let Value::Array(items) = value else {
         return Err(protocol(format_args!(

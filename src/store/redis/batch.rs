@@ -1,0 +1,173 @@
+//! Batching: the requests that arrive while script calls are in flight share the next call.
+//!
+//! Redis runs one script at a time, and most of an `EVALSHA`'s cost is per call, not per request
+//! (the round trip, the syscalls on both sides, the script's set-up, `TIME`). So one dispatcher
+//! task keeps at most `max_in_flight` calls going; a request that arrives while they are all in
+//! flight waits in the queue, and the next call carries every request queued by then (up to
+//! [`MAX_BATCH_REQUESTS`] requests or [`MAX_BATCH_CHECKS`] checks). At low load a request goes out
+//! at once, alone; under load the calls grow instead of queueing up in Redis.
+//!
+//! The script decides the requests of a call one after the other, each all or nothing on the state
+//! the earlier ones left, and answers each request on its own: a request that fails (bad
+//! arguments, a Redis error while deciding it) does not fail the others.
+
+use std::sync::Arc;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{timeout_at, Instant};
+
+use super::script::{decode_batch_reply, Invocation};
+use super::Shared;
+use crate::limiter::algorithm::Verdict;
+use crate::store::StoreError;
+
+/// Most requests decided by one script call.
+pub const MAX_BATCH_REQUESTS: usize = 128;
+
+/// Most checks (keys) in one script call, unless a single request has more.
+pub const MAX_BATCH_CHECKS: usize = 1024;
+
+type Answer = Result<Vec<Verdict>, StoreError>;
+
+/// A request waiting for a script call.
+struct Pending {
+    invocation: Invocation,
+    deadline: Instant,
+    answer: oneshot::Sender<Answer>,
+}
+
+impl Pending {
+    /// The caller gave up (its deadline passed or its RPC was cancelled): deciding it now would
+    /// count hits nobody is told about.
+    fn abandoned(&self) -> bool {
+        self.answer.is_closed() || self.deadline <= Instant::now()
+    }
+}
+
+/// The queue in front of the dispatcher task. Dropping it ends the task once its calls finish.
+pub(super) struct Batcher {
+    queue: mpsc::UnboundedSender<Pending>,
+}
+
+impl Batcher {
+    /// Spawns the dispatcher on the current tokio runtime.
+    pub(super) fn start(shared: Arc<Shared>, max_in_flight: usize) -> Batcher {
+        let (queue, receiver) = mpsc::unbounded_channel();
+        tokio::spawn(dispatch(receiver, shared, max_in_flight.max(1)));
+        Batcher { queue }
+    }
+
+    /// Decides `invocation` in one of the next script calls, answering by `deadline`.
+    pub(super) async fn decide(
+        &self,
+        invocation: Invocation,
+        deadline: Instant,
+        timeout: std::time::Duration,
+    ) -> Answer {
+        let (answer, answered) = oneshot::channel();
+        self.queue
+            .send(Pending {
+                invocation,
+                deadline,
+                answer,
+            })
+            .map_err(|_| StoreError::Unavailable("the redis store has shut down".into()))?;
+        match timeout_at(deadline, answered).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(StoreError::Unavailable(
+                "the redis store has shut down".into(),
+            )),
+            Err(_) => Err(StoreError::Timeout(timeout)),
+        }
+    }
+}
+
+async fn dispatch(
+    mut queue: mpsc::UnboundedReceiver<Pending>,
+    shared: Arc<Shared>,
+    max_in_flight: usize,
+) {
+    let mut in_flight = FuturesUnordered::new();
+    let mut carried: Option<Pending> = None;
+    loop {
+        tokio::select! {
+            biased;
+            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+            first = next_live(&mut queue, &mut carried), if in_flight.len() < max_in_flight => {
+                let Some(first) = first else { break };
+                let batch = gather(first, &mut queue, &mut carried);
+                in_flight.push(call(Arc::clone(&shared), batch));
+            }
+        }
+    }
+    while in_flight.next().await.is_some() {}
+}
+
+/// The next request still awaited by its caller; `None` once the store is dropped.
+async fn next_live(
+    queue: &mut mpsc::UnboundedReceiver<Pending>,
+    carried: &mut Option<Pending>,
+) -> Option<Pending> {
+    if let Some(pending) = carried.take() {
+        return Some(pending);
+    }
+    loop {
+        let pending = queue.recv().await?;
+        if !pending.abandoned() {
+            return Some(pending);
+        }
+    }
+}
+
+/// `first` and the live requests queued behind it, within the batch bounds; a request that does
+/// not fit is carried over to the next call.
+fn gather(
+    first: Pending,
+    queue: &mut mpsc::UnboundedReceiver<Pending>,
+    carried: &mut Option<Pending>,
+) -> Vec<Pending> {
+    let mut checks = first.invocation.checks();
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH_REQUESTS {
+        let Ok(pending) = queue.try_recv() else {
+            break;
+        };
+        if pending.abandoned() {
+            continue;
+        }
+        if checks + pending.invocation.checks() > MAX_BATCH_CHECKS {
+            *carried = Some(pending);
+            break;
+        }
+        checks += pending.invocation.checks();
+        batch.push(pending);
+    }
+    batch
+}
+
+/// One script call deciding `batch`, answering every request of it.
+async fn call(shared: Arc<Shared>, batch: Vec<Pending>) {
+    let deadline = batch
+        .iter()
+        .map(|pending| pending.deadline)
+        .min()
+        .unwrap_or_else(Instant::now);
+    let command = super::script::evalsha(batch.iter().map(|pending| &pending.invocation));
+    let replies = shared
+        .evaluate(&command, deadline)
+        .await
+        .and_then(|reply| decode_batch_reply(reply, batch.iter().map(|p| p.invocation.checks())));
+    match replies {
+        Ok(replies) => {
+            for (pending, answer) in batch.into_iter().zip(replies) {
+                let _ = pending.answer.send(answer);
+            }
+        }
+        Err(error) => {
+            for pending in batch {
+                let _ = pending.answer.send(Err(error.clone()));
+            }
+        }
+    }
+}
