@@ -128,6 +128,10 @@ struct ServeArgs {
     /// `ratelimitd_near_limit_total` metric (envoyproxy/ratelimit's NEAR_LIMIT_RATIO).
     #[arg(long, env = "RATELIMITD_NEAR_LIMIT_RATIO", default_value_t = DEFAULT_NEAR_LIMIT_RATIO, value_parser = parse_ratio)]
     near_limit_ratio: f64,
+    /// Threads serving gRPC connections, each with its own single-threaded runtime (connections
+    /// are dealt out in turn). Default: the CPUs this process may run on.
+    #[arg(long, env = "RATELIMITD_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
     /// Log format.
     #[arg(
         long,
@@ -216,7 +220,9 @@ fn init_logging(format: LogFormat, filter: &str) {
 
 fn serve(args: ServeArgs) -> ExitCode {
     init_logging(args.log_format, &args.log_level);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // Serving lane 0 and the housekeeping (HTTP, health probes, reload) share this thread; the
+    // other lanes start their own (see `server::run`).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
@@ -245,6 +251,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                 ..DenyCacheSettings::default()
             }),
             near_limit_ratio: args.near_limit_ratio,
+            lanes: args.threads.map_or_else(server::default_lanes, usize::from),
         };
         server::run(settings, grpc, http, shutdown_signal()).await
     });

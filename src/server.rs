@@ -2,6 +2,8 @@
 //!
 //! [`run`] takes already-bound listeners so tests can bind port 0 and read the real ports.
 
+mod lanes;
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,12 +33,6 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Accepted gRPC connections with Nagle's algorithm off: answers are small frames that must
-/// leave at once, not wait for the client's delayed ACK (up to 40 ms).
-fn incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
-    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
-}
-
 /// How long in-flight calls may take to finish once shutdown starts.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -57,6 +53,9 @@ pub struct Settings {
     pub deny_cache: Option<DenyCacheSettings>,
     /// Share of a limit above which admitted hits count as near the limit (metrics).
     pub near_limit_ratio: f64,
+    /// Serving lanes: threads serving gRPC connections, each with its own current-thread runtime
+    /// (see [`lanes`]); lane 0 is the runtime `run` is called on.
+    pub lanes: usize,
 }
 
 impl Settings {
@@ -72,8 +71,14 @@ impl Settings {
             on_store_error: StoreErrorPolicy::Unavailable,
             deny_cache: Some(DenyCacheSettings::default()),
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
+            lanes: default_lanes(),
         }
     }
+}
+
+/// One serving lane per CPU this process may run on (its affinity mask, so `taskset` counts).
+pub fn default_lanes() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// Default period of the configuration change check.
@@ -108,6 +113,7 @@ struct Context {
     store_timeout: Option<Duration>,
     /// Called after a reload changed the rules (clears the deny cache).
     on_rules_changed: Box<dyn Fn() + Send + Sync>,
+    lanes: usize,
 }
 
 /// Loads the configuration, builds the store and serves until `shutdown` completes. Then health
@@ -139,6 +145,7 @@ pub async fn run(
         on_store_error: settings.on_store_error,
         store_timeout: None,
         on_rules_changed: Box::new(|| {}),
+        lanes: settings.lanes,
     };
     match settings.redis {
         None => {
@@ -257,31 +264,45 @@ async fn serve<S: Store>(
     ));
     tracing::info!(%grpc_addr, %http_addr, "serving");
 
-    let drained = {
-        let health = health.clone();
-        let stopping = stopping.clone();
+    // Health turns NOT_SERVING (and its Watch streams end) before the lanes start draining.
+    let closing = CancellationToken::new();
+    tokio::spawn({
+        let (health, stopping, closing) = (health.clone(), stopping.clone(), closing.clone());
         async move {
             stopping.cancelled().await;
             tracing::info!("shutting down: health NOT_SERVING, draining in-flight calls");
             health.close().await;
+            closing.cancel();
+        }
+    });
+    let lane = {
+        let stopping = stopping.clone();
+        let rls = RateLimitServiceServer::from_arc(edge);
+        move |connections: lanes::Connections| {
+            let router = tonic::transport::Server::builder()
+                .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+                .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+                .add_service(health_service.clone())
+                .add_service(reflection_v1.clone())
+                .add_service(reflection_v1alpha.clone())
+                .add_service(rls.clone());
+            let (stopping, closing) = (stopping.clone(), closing.clone());
+            async move {
+                let served =
+                    router.serve_with_incoming_shutdown(connections, closing.cancelled_owned());
+                tokio::select! {
+                    result = served => result,
+                    _ = drain_deadline(&stopping) => {
+                        tracing::warn!(?DRAIN_TIMEOUT, "calls still open after the drain timeout (e.g. health Watch streams); closing them");
+                        Ok(())
+                    }
+                }
+            }
         }
     };
-    let grpc_server = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(RateLimitServiceServer::from_arc(edge))
-        .serve_with_incoming_shutdown(incoming(grpc), drained);
-    tokio::pin!(grpc_server);
-    let result = tokio::select! {
-        result = &mut grpc_server => result,
-        _ = drain_deadline(&stopping) => {
-            tracing::warn!(?DRAIN_TIMEOUT, "calls still open after the drain timeout (e.g. health Watch streams); closing them");
-            Ok(())
-        }
-    };
+    let result = lanes::start(context.lanes, lane)?
+        .accept(grpc, stopping.clone())
+        .await;
     stopping.cancel();
     let _ = http_task.await;
     tracing::info!("stopped");
