@@ -23,9 +23,11 @@
 --         shadow  1 for a shadow-mode check (decided and counted, never vetoes), else 0
 -- Returns: one element per request: an array of its k verdicts {admitted 0/1, remaining,
 --          reset_after_us} in check order (integers; a reset_after_us of 2^63 or more, which only
---          Rust's saturation produces, travels as a decimal string), or an error reply for that
---          request alone (invalid arguments, or a Redis error while deciding it). An ARGV/KEYS
---          layout that does not add up fails the whole call before anything is decided.
+--          Rust's saturation produces, travels as a decimal string), or, for that request alone,
+--          an error message as a plain string ('<CODE> <text>': invalid arguments, or a Redis
+--          error while deciding it; not an error reply, which clients raise for the whole call).
+--          An ARGV/KEYS layout that does not add up fails the whole call before anything is
+--          decided.
 --
 -- Within a request, every check is evaluated first, on the stored state, with the hits of the
 -- earlier ADMITTED checks on the same key added (a denied check consumes nothing, so a denied
@@ -64,11 +66,15 @@ local function read_check(base)
   return algorithm, limit, window, burst, hits, interval, ARGV[base + 7] == '1'
 end
 
+local function invalid_check(i)
+  error('ERR ratelimitd: invalid arguments for check ' .. i, 0)
+end
+
 -- The common one-check request: the general rule below reduces to "write when admitted".
 local function decide_one(key, base, now)
   local algorithm, limit, window, burst, hits, interval = read_check(base)
   if not algorithm then
-    return redis.error_reply('ERR ratelimitd: invalid arguments for check 1')
+    invalid_check(1)
   end
   hits = math.min(hits, burst + 1)
   local state = algorithm.load(key, now, window)
@@ -81,7 +87,8 @@ local function decide_one(key, base, now)
 end
 
 -- Decides the request whose keys are KEYS[key_base + 1 ..] and whose check values start at
--- ARGV[arg_base + 1]; returns its verdicts or an error reply (nothing written in that case).
+-- ARGV[arg_base + 1]; returns its verdicts, or raises an error before writing anything when its
+-- arguments are invalid.
 local function decide(key_base, arg_base, checks, now)
   if checks == 1 then
     return decide_one(KEYS[key_base + 1], arg_base, now)
@@ -91,7 +98,7 @@ local function decide(key_base, arg_base, checks, now)
     local algorithm, limit, window, burst, hits, interval, shadow =
       read_check(arg_base + (i - 1) * FIELDS)
     if not algorithm then
-      return redis.error_reply('ERR ratelimitd: invalid arguments for check ' .. i)
+      invalid_check(i)
     end
     params[i] = {
       algorithm = algorithm,
@@ -148,13 +155,13 @@ local function decide(key_base, arg_base, checks, now)
   return verdicts
 end
 
--- A Redis error raised while deciding (a table with `err` since Redis 7, a string before) as an
--- error reply for that request.
-local function as_error_reply(raised)
+-- The message of an error raised while deciding (a table with `err` for Redis errors since
+-- Redis 7, a string otherwise).
+local function error_message(raised)
   if type(raised) == 'table' and raised.err then
-    return raised
+    return raised.err
   end
-  return redis.error_reply('ERR ratelimitd: ' .. tostring(raised))
+  return tostring(raised)
 end
 
 -- Frame the call first: a layout that does not add up decides nothing.
@@ -190,13 +197,13 @@ for r, frame in ipairs(frames) do
     now = tonumber(frame[4])
   end
   if not now or now < 0 or now ~= math.floor(now) then
-    replies[r] = redis.error_reply('ERR ratelimitd: invalid pinned time')
+    replies[r] = 'ERR ratelimitd: invalid pinned time'
   else
     local ok, verdicts = pcall(decide, frame[1], frame[2], frame[3], now)
     if ok then
       replies[r] = verdicts
     else
-      replies[r] = as_error_reply(verdicts)
+      replies[r] = error_message(verdicts)
     end
   end
 end

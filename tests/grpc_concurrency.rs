@@ -6,6 +6,9 @@
 //! The scenarios live in `common::ratelimitd` (`assert_exact_admission*`) and take a list of
 //! server addresses; `redis_two_processes` runs the same bodies through two ratelimitd processes
 //! sharing one real redis-server.
+//!
+//! The servers run several serving lanes (`--threads`), so the six connections land on different
+//! threads sharing one store, as on any multi-core host.
 
 mod common;
 
@@ -13,7 +16,7 @@ use common::ratelimitd::*;
 
 fn serve() -> Ratelimitd {
     let config = fixture("serve/concurrency.yaml");
-    Ratelimitd::start(&["--config", config.to_str().unwrap()])
+    Ratelimitd::start(&["--config", config.to_str().unwrap(), "--threads", "4"])
 }
 
 macro_rules! algorithm_tests {
@@ -72,6 +75,8 @@ mod redis_two_processes {
             &url,
             "--redis-timeout",
             "5s",
+            "--threads",
+            "1",
         ]);
         let b = Ratelimitd::start(&[
             "--config",
@@ -80,6 +85,8 @@ mod redis_two_processes {
             &url,
             "--redis-timeout",
             "5s",
+            "--threads",
+            "3",
         ]);
         (a, b)
     }

@@ -342,7 +342,7 @@ fn is_noscript(error: &RedisError) -> bool {
 
 /// A command-level error: the script or the reply is wrong (protocol) or Redis refuses to serve
 /// (out of memory, loading, read-only replica, busy...: unavailable).
-pub(super) fn command_error(error: RedisError) -> StoreError {
+fn command_error(error: RedisError) -> StoreError {
     let protocol = matches!(
         error.kind(),
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType

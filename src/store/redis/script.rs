@@ -151,7 +151,8 @@ fn unsigned(value: &Value) -> Result<u64, StoreError> {
 }
 
 /// Decodes the reply of a call deciding requests of `checks[i]` checks each: the outer error
-/// fails the whole call; each request then has its verdicts or its own error.
+/// fails the whole call; each request then has its verdicts or its own error (which the script
+/// sends as a plain string: see `lua/request.lua`).
 pub fn decode_batch_reply(
     value: Value,
     checks: impl ExactSizeIterator<Item = usize>,
@@ -172,10 +173,34 @@ pub fn decode_batch_reply(
         .into_iter()
         .zip(checks)
         .map(|(reply, expected)| match reply {
-            Value::ServerError(error) => Err(super::command_error(error.into())),
+            Value::BulkString(message) => Err(request_error(&String::from_utf8_lossy(&message))),
+            Value::SimpleString(message) => Err(request_error(&message)),
             verdicts => decode_reply(verdicts, expected),
         })
         .collect())
+}
+
+/// One request's error, `<CODE> <text>` as the script reports it: Redis refusing to serve
+/// (out of memory, loading, read-only replica, busy...) is unavailability; anything else means
+/// the script or the data is wrong.
+fn request_error(message: &str) -> StoreError {
+    const UNAVAILABLE: [&str; 9] = [
+        "OOM",
+        "LOADING",
+        "READONLY",
+        "BUSY",
+        "MASTERDOWN",
+        "NOREPLICAS",
+        "TRYAGAIN",
+        "CLUSTERDOWN",
+        "MISCONF",
+    ];
+    let code = message.split_whitespace().next().unwrap_or("");
+    if UNAVAILABLE.contains(&code) {
+        StoreError::Unavailable(message.to_owned())
+    } else {
+        StoreError::Protocol(message.to_owned())
+    }
 }
 
 /// Decodes one request's reply: `expected` arrays of `{admitted 0/1, remaining, reset_after_us}`.
@@ -257,5 +282,26 @@ mod tests {
             Value::BulkString(b"18446744073709551615".to_vec()),
         ])]);
         assert_eq!(decode_reply(huge, 1).unwrap()[0].reset_after_us, u64::MAX);
+    }
+
+    #[test]
+    fn a_batch_reply_answers_each_request_on_its_own() {
+        let verdict = || Value::Array(vec![Value::Int(1), Value::Int(4), Value::Int(9)]);
+        let reply = Value::Array(vec![
+            Value::Array(vec![verdict()]),
+            Value::BulkString(b"WRONGTYPE Operation against a key".to_vec()),
+            Value::BulkString(b"OOM command not allowed".to_vec()),
+            Value::Array(vec![verdict(), verdict()]),
+        ]);
+        let answers = decode_batch_reply(reply, [1, 1, 1, 2].into_iter()).unwrap();
+        assert_eq!(answers[0].as_ref().unwrap().len(), 1);
+        assert!(
+            matches!(answers[1], Err(StoreError::Protocol(ref m)) if m.starts_with("WRONGTYPE"))
+        );
+        assert!(matches!(answers[2], Err(StoreError::Unavailable(_))));
+        assert_eq!(answers[3].as_ref().unwrap().len(), 2);
+        // The number of replies must match the number of requests sent.
+        assert!(decode_batch_reply(Value::Array(vec![]), [1].into_iter()).is_err());
+        assert!(decode_batch_reply(Value::Okay, [1].into_iter()).is_err());
     }
 }

@@ -1,0 +1,192 @@
+//! Requests sharing one script call, in a real redis-server: decided in order, each all or
+//! nothing on the state the earlier ones left; answered one by one (a failing request does not
+//! fail the others); a layout that does not add up decides nothing; and concurrent callers of
+//! the store really share calls without losing exactness.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::redis_server::RedisServer;
+use ratelimitd::limiter::counter_key::CounterKey;
+use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
+use ratelimitd::store::redis::keys::redis_key;
+use ratelimitd::store::redis::script::{decode_batch_reply, evalsha, sha1, Invocation};
+use ratelimitd::store::redis::RedisSettings;
+use ratelimitd::store::{Check, RedisStore, Store, StoreError};
+
+const NOW_US: u64 = 1_800_000_000_000_000;
+
+fn counter(value: &str) -> CounterKey {
+    CounterKey::new(
+        "batch",
+        &[Entry {
+            key: "user".into(),
+            value: value.into(),
+        }],
+    )
+}
+
+fn check(value: &str, limit: u32) -> Check {
+    Check {
+        key: counter(value),
+        rate: Rate::new(Algorithm::FixedWindow, limit, Unit::Hour, 1, None).unwrap(),
+        hits: 1,
+        shadow: false,
+    }
+}
+
+/// A store connected to `server` (which also loads the script for the raw calls below).
+async fn connect(server: &RedisServer) -> RedisStore {
+    RedisStore::connect(RedisSettings::new(server.url()))
+        .await
+        .expect("connect to the test redis-server")
+}
+
+/// One raw script call carrying `requests` (each a list of checks), at a pinned time.
+fn call(server: &RedisServer, requests: &[Vec<Check>]) -> redis::RedisResult<redis::Value> {
+    let invocations: Vec<Invocation> = requests
+        .iter()
+        .map(|checks| Invocation::new(checks, Some(NOW_US)))
+        .collect();
+    evalsha(invocations.iter()).query(&mut server.connection())
+}
+
+fn admitted(reply: redis::Value, checks: &[usize]) -> Vec<Result<Vec<bool>, StoreError>> {
+    decode_batch_reply(reply, checks.iter().copied())
+        .expect("a well-formed batch reply")
+        .into_iter()
+        .map(|request| request.map(|verdicts| verdicts.iter().map(|v| v.admitted).collect()))
+        .collect()
+}
+
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.connection())
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
+#[tokio::test]
+async fn requests_of_one_call_are_decided_in_order_on_the_state_the_earlier_ones_left() {
+    let server = RedisServer::start();
+    let _store = connect(&server).await;
+    // Limit 2 on "alice": the first two requests take it, the third is denied; the fourth request
+    // wants "alice" and "bob" together, so it is denied whole and "bob" stays untouched, which
+    // the fifth request (bob alone, limit 1) proves by being admitted.
+    let reply = call(
+        &server,
+        &[
+            vec![check("alice", 2)],
+            vec![check("alice", 2)],
+            vec![check("alice", 2)],
+            vec![check("bob", 1), check("alice", 2)],
+            vec![check("bob", 1)],
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        admitted(reply, &[1, 1, 1, 2, 1]),
+        vec![
+            Ok(vec![true]),
+            Ok(vec![true]),
+            Ok(vec![false]),
+            Ok(vec![true, false]),
+            Ok(vec![true]),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_failing_request_does_not_fail_the_others_of_its_call() {
+    let server = RedisServer::start();
+    let _store = connect(&server).await;
+    // Something else wrote a hash under the key of "mallory": reading it fails (WRONGTYPE).
+    let poisoned = check("mallory", 5);
+    let _: () = redis::cmd("HSET")
+        .arg(redis_key(&poisoned.key, &poisoned.rate))
+        .arg("field")
+        .arg("value")
+        .query(&mut server.connection())
+        .unwrap();
+    let reply = call(
+        &server,
+        &[
+            vec![check("carol", 1)],
+            vec![poisoned],
+            vec![check("dave", 1)],
+        ],
+    )
+    .unwrap();
+    let answers = admitted(reply, &[1, 1, 1]);
+    assert_eq!(answers[0], Ok(vec![true]));
+    assert!(
+        matches!(&answers[1], Err(StoreError::Protocol(message)) if message.contains("WRONGTYPE")),
+        "{:?}",
+        answers[1]
+    );
+    assert_eq!(answers[2], Ok(vec![true]));
+    // Both neighbours were counted: a second call finds their limit of 1 used up.
+    let reply = call(&server, &[vec![check("carol", 1)], vec![check("dave", 1)]]).unwrap();
+    assert_eq!(
+        admitted(reply, &[1, 1]),
+        vec![Ok(vec![false]), Ok(vec![false])]
+    );
+}
+
+#[tokio::test]
+async fn a_layout_that_does_not_add_up_decides_nothing() {
+    let server = RedisServer::start();
+    let _store = connect(&server).await;
+    let good = check("erin", 5);
+    let key = redis_key(&good.key, &good.rate);
+    // Request 1 is well-formed; request 2 claims 2 checks but brings the values of one.
+    let error = redis::cmd("EVALSHA")
+        .arg(sha1())
+        .arg(2)
+        .arg(&key)
+        .arg(&key)
+        .arg(1)
+        .arg("-")
+        .arg(&[0u64, 5, 3_600_000_000, 5, 1, 720_000_000, 0][..])
+        .arg(2)
+        .arg("-")
+        .arg(&[0u64, 5, 3_600_000_000, 5, 1, 720_000_000, 0][..])
+        .query::<redis::Value>(&mut server.connection())
+        .unwrap_err();
+    assert!(error.to_string().contains("malformed request 2"), "{error}");
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(&key)
+        .query(&mut server.connection())
+        .unwrap();
+    assert!(!exists, "a rejected call must not write");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_callers_share_calls_and_admit_exactly_the_limit() {
+    let server = RedisServer::start();
+    let store = Arc::new(connect(&server).await);
+    let before = evalsha_calls(&server);
+    let callers = 400;
+    let mut tasks = Vec::new();
+    for _ in 0..callers {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            store.decide(&[check("hot", 50)]).await.unwrap()[0].admitted
+        }));
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += usize::from(task.await.unwrap());
+    }
+    let calls = evalsha_calls(&server) - before;
+    assert_eq!(admitted, 50, "exactly the limit is admitted");
+    assert!(
+        calls < callers as u64 / 2,
+        "{callers} concurrent requests took {calls} script calls: they should share calls"
+    );
+}
