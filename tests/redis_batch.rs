@@ -190,3 +190,46 @@ async fn concurrent_callers_share_calls_and_admit_exactly_the_limit() {
         "{callers} concurrent requests took {calls} script calls: they should share calls"
     );
 }
+
+#[test]
+fn every_thread_decides_through_its_own_dispatcher_even_after_its_runtime_ended() {
+    let server = RedisServer::start();
+    // The store's home runtime keeps running (as the server's main thread does).
+    let home = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = home.block_on(connect(&server));
+    let lanes: Vec<_> = (0..3)
+        .map(|lane| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                // Two runtimes in turn on one thread: the second must not reuse the dispatcher
+                // that ended with the first.
+                for _ in 0..2 {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    let verdicts = runtime
+                        .block_on(store.decide(&[check(&format!("lane-{lane}"), 100)]))
+                        .unwrap();
+                    assert!(verdicts[0].admitted);
+                }
+            })
+        })
+        .collect();
+    for lane in lanes {
+        lane.join().unwrap();
+    }
+    // Each lane's two requests were counted on the shared counter of its key.
+    for lane in 0..3 {
+        let probe = check(&format!("lane-{lane}"), 100);
+        let state: String = redis::cmd("GET")
+            .arg(redis_key(&probe.key, &probe.rate))
+            .query(&mut server.connection())
+            .unwrap();
+        assert!(state.ends_with(":2"), "lane {lane}: {state}");
+    }
+}

@@ -58,6 +58,11 @@ impl Batcher {
         Batcher { queue }
     }
 
+    /// Whether the dispatcher still runs (it ends with the runtime that spawned it).
+    pub(super) fn is_running(&self) -> bool {
+        !self.queue.is_closed()
+    }
+
     /// Decides `invocation` in one of the next script calls, answering by `deadline`.
     pub(super) async fn decide(
         &self,

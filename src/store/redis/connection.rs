@@ -97,7 +97,9 @@ impl Reachability {
 }
 
 /// Opens connections for bb8, pausing (exponential backoff, capped at [`BACKOFF_MAX`]) after
-/// failures: while paused, attempts fail at once without touching the network.
+/// failures: while paused, attempts fail at once without touching the network. Clones share the
+/// reachability record (and so the backoff).
+#[derive(Clone)]
 pub struct Manager {
     client: redis::Client,
     config: AsyncConnectionConfig,

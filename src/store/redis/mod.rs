@@ -1,12 +1,14 @@
-//! Redis store: every request is ONE `EVALSHA` of the script in `lua/` (all its checks, all or
-//! nothing, one round trip), with the time taken from Redis (`TIME`), so instances with skewed
-//! clocks agree.
+//! Redis store: every request is decided by ONE `EVALSHA` of the script in `lua/` (all its
+//! checks, all or nothing, one round trip), with the time taken from Redis (`TIME`), so instances
+//! with skewed clocks agree. Concurrent requests share calls (see [`batch`]), and each thread
+//! calls through its own pool and dispatcher (see [`local`]).
 //!
 //! - Script: loaded once, called by SHA1; on `NOSCRIPT` (restart, failover, `SCRIPT FLUSH`) it is
 //!   reloaded and the call retried once, transparently. No other error is retried: the script may
 //!   have committed.
 //! - Keys: see [`keys`]. Every key written has a TTL of the state's remaining life + 1 s.
-//! - Connections: a bb8 pool of multiplexed connections (see [`ConnectionMode`]); broken
+//! - Connections: bb8 pools of multiplexed connections (see [`ConnectionMode`]): one per thread
+//!   that decides, and the startup pool, which health probes use; broken
 //!   connections are replaced in the background with backoff, so the store recovers from a Redis
 //!   restart by itself.
 //! - URLs: `redis://[user:password@]host[:port][/db]`, and `rediss://...` for TLS (rustls, with
@@ -19,6 +21,7 @@
 mod batch;
 pub mod connection;
 pub mod keys;
+mod local;
 pub mod script;
 
 use std::fmt;
@@ -32,8 +35,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, RedisError, Value};
 use tokio::time::{timeout_at, Instant};
 
-use self::batch::Batcher;
 use self::connection::{connect_error, is_connection_error, Conn, Manager, Reachability};
+use self::local::Locals;
 use self::script::{script_load, sha1, Invocation};
 use super::{Check, Store, StoreError};
 use crate::limiter::algorithm::Verdict;
@@ -131,14 +134,19 @@ struct Shared {
     reachability: Arc<Reachability>,
     timeout: Duration,
     mode: ConnectionMode,
-    script_reloads: AtomicU64,
+    script_reloads: Arc<AtomicU64>,
+    /// Used while `pool` has no connection yet: a thread's pool starts empty, and its first
+    /// calls must not wait out a connection handshake (see [`local`]).
+    fallback: Option<bb8::Pool<Manager>>,
 }
 
 /// The Redis-backed [`Store`]. Cheap to clone; clones share the pool.
 #[derive(Clone)]
 pub struct RedisStore {
+    /// The startup pool: health probes (and the script load at startup).
     shared: Arc<Shared>,
-    batcher: Arc<Batcher>,
+    /// Script calls go through the calling thread's own pool and dispatcher.
+    locals: Arc<Locals>,
     pinned_clock: Option<Arc<dyn Clock>>,
 }
 
@@ -200,28 +208,37 @@ impl RedisStore {
         let reachability = manager.reachability();
         let pool = bb8::Pool::builder()
             .max_size(settings.pool_size)
-            .min_idle(Some(settings.pool_size))
+            .min_idle(Some(1))
             .connection_timeout(settings.timeout)
             // `Manager::is_valid` only reads the broken flag: no extra round trip.
             .test_on_check_out(true)
             .retry_connection(true)
-            .build_unchecked(manager);
+            .build_unchecked(manager.clone());
         // The pool may already be filling itself; a full pool simply drops this connection.
         let _ = pool.add(Conn {
             mux: first,
             broken: Default::default(),
         });
+        let script_reloads = Arc::new(AtomicU64::new(0));
         let shared = Arc::new(Shared {
             pool,
             reachability,
             timeout: settings.timeout,
             mode,
-            script_reloads: AtomicU64::new(0),
+            script_reloads: script_reloads.clone(),
+            fallback: None,
         });
-        let batcher = Batcher::start(Arc::clone(&shared), settings.pool_size as usize);
+        let locals = Locals::new(
+            manager,
+            shared.pool.clone(),
+            script_reloads,
+            settings.pool_size,
+            settings.timeout,
+            mode,
+        );
         Ok(RedisStore {
             shared,
-            batcher: Arc::new(batcher),
+            locals: Arc::new(locals),
             pinned_clock: None,
         })
     }
@@ -263,7 +280,11 @@ impl Shared {
                 return Err(StoreError::Unavailable(reason));
             }
         }
-        let pooled = match timeout_at(deadline, shared.pool.get()).await {
+        let pool = match &shared.fallback {
+            Some(fallback) if shared.pool.state().connections == 0 => fallback,
+            _ => &shared.pool,
+        };
+        let pooled = match timeout_at(deadline, pool.get()).await {
             Ok(Ok(pooled)) => pooled,
             Ok(Err(bb8::RunError::User(error))) => {
                 return Err(StoreError::Unavailable(error.to_string()))
@@ -415,20 +436,28 @@ impl Store for RedisStore {
         let pinned = self.pinned_clock.as_ref().map(|clock| clock.now_us());
         let invocation = Invocation::new(checks, pinned);
         let deadline = Instant::now() + self.shared.timeout;
-        self.batcher
+        self.locals
+            .dispatcher()
             .decide(invocation, deadline, self.shared.timeout)
             .await
     }
 
+    /// A `PING` on the startup pool. Its connection idles between probes (requests use the
+    /// threads' own pools), so one found dead after a Redis restart is replaced and the probe
+    /// retried once before Redis counts as down.
     async fn is_healthy(&self) -> bool {
         let deadline = Instant::now() + self.shared.timeout;
-        let Ok(mut lease) = self.shared.lease(deadline).await else {
-            return false;
-        };
-        matches!(
-            lease.query(&redis::cmd("PING")).await,
-            Ok(Ok(Value::SimpleString(ref pong))) if pong == "PONG"
-        )
+        for _ in 0..2 {
+            let Ok(mut lease) = self.shared.lease(deadline).await else {
+                return false;
+            };
+            match lease.query(&redis::cmd("PING")).await {
+                Ok(Ok(Value::SimpleString(pong))) => return pong == "PONG",
+                Err(StoreError::Unavailable(_)) => continue,
+                _ => return false,
+            }
+        }
+        false
     }
 }
 

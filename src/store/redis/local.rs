@@ -1,0 +1,109 @@
+//! Thread-local script calls: every thread that decides through the store (a serving lane) gets
+//! its own connection pool and batch dispatcher, started on its own runtime.
+//!
+//! Why: a multiplexed connection is driven by a task on the runtime that opened it, and the batch
+//! dispatcher by the runtime that spawned it. Shared by every lane, each request would hop to
+//! another thread and back (futex wake-ups both ways: measured 18 against 13.7 µs of server CPU
+//! per request with two lanes on two cores). With a pool and a dispatcher per thread, a request
+//! never leaves its lane. Connection failures are still shared: every pool's [`Manager`] is a
+//! clone of the store's, with one reachability record and one backoff.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use bb8_redis::bb8;
+use parking_lot::Mutex;
+
+use super::batch::Batcher;
+use super::connection::{Manager, Reachability};
+use super::{ConnectionMode, Shared};
+
+/// What a thread needs to start its own pool and dispatcher, and the dispatchers started so far
+/// (held here, so they stop when the store is dropped).
+pub(super) struct Locals {
+    id: u64,
+    manager: Manager,
+    startup_pool: bb8::Pool<Manager>,
+    reachability: Arc<Reachability>,
+    script_reloads: Arc<AtomicU64>,
+    pool_size: u32,
+    timeout: std::time::Duration,
+    mode: ConnectionMode,
+    started: Mutex<Vec<Arc<Batcher>>>,
+}
+
+thread_local! {
+    /// This thread's dispatchers, by store id (weak: the store owns them).
+    static DISPATCHERS: RefCell<Vec<(u64, Weak<Batcher>)>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Locals {
+    pub(super) fn new(
+        manager: Manager,
+        startup_pool: bb8::Pool<Manager>,
+        script_reloads: Arc<AtomicU64>,
+        pool_size: u32,
+        timeout: std::time::Duration,
+        mode: ConnectionMode,
+    ) -> Locals {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        Locals {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            reachability: manager.reachability(),
+            manager,
+            startup_pool,
+            script_reloads,
+            pool_size,
+            timeout,
+            mode,
+            started: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// This thread's dispatcher, started on the current tokio runtime at the first call (or again
+    /// when the runtime that ran the previous one has shut down).
+    pub(super) fn dispatcher(&self) -> Arc<Batcher> {
+        let found = DISPATCHERS.with(|dispatchers| {
+            let mut dispatchers = dispatchers.borrow_mut();
+            dispatchers.retain(|(_, batcher)| batcher.strong_count() > 0);
+            dispatchers
+                .iter()
+                .find(|(id, _)| *id == self.id)
+                .and_then(|(_, batcher)| batcher.upgrade())
+        });
+        if let Some(batcher) = found.filter(|batcher| batcher.is_running()) {
+            return batcher;
+        }
+        let batcher = Arc::new(Batcher::start(self.shared(), self.pool_size as usize));
+        DISPATCHERS.with(|dispatchers| {
+            let mut dispatchers = dispatchers.borrow_mut();
+            dispatchers.retain(|(id, _)| *id != self.id);
+            dispatchers.push((self.id, Arc::downgrade(&batcher)));
+        });
+        let mut started = self.started.lock();
+        started.retain(|batcher| batcher.is_running());
+        started.push(batcher.clone());
+        batcher
+    }
+
+    /// A pool for this thread: one connection opened at once in the background, more on demand;
+    /// until the first is open, calls borrow the startup pool's.
+    fn shared(&self) -> Arc<Shared> {
+        let pool = bb8::Pool::builder()
+            .max_size(self.pool_size)
+            .min_idle(Some(1))
+            .connection_timeout(self.timeout)
+            .test_on_check_out(true)
+            .retry_connection(true)
+            .build_unchecked(self.manager.clone());
+        Arc::new(Shared {
+            pool,
+            reachability: self.reachability.clone(),
+            timeout: self.timeout,
+            mode: self.mode,
+            script_reloads: self.script_reloads.clone(),
+            fallback: Some(self.startup_pool.clone()),
+        })
+    }
+}
