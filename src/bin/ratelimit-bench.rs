@@ -10,13 +10,16 @@
 //! ratelimit-bench report RESULTS.jsonl...
 //! ```
 //!
-//! The load: `connections` HTTP/2 connections (one tonic `Channel` each), `concurrency` RPCs in
-//! flight on each. Closed loop by default (each RPC starts when the previous one of its slot
-//! ends); with `--rate R` open loop: R requests per second in total on a fixed schedule, at most
-//! connections x concurrency in flight; a request that finds every slot busy is timed from its
-//! scheduled instant (so a stalled server shows as latency, not as fewer requests). Reported: throughput, latency percentiles (HdrHistogram), OK / OVER_LIMIT /
-//! error counts, and the CPU time per request of the server (`--server-pid`), of a store such as
-//! redis-server (`--store-pid`) and of the load generator itself, from `/proc/PID/stat`.
+//! The load: `connections` HTTP/2 connections, `concurrency` RPCs in flight on each (gRPC
+//! framed by hand over `h2`, on one single-threaded runtime per load thread: the load generator's
+//! own CPU per request caps what it can measure, see load.rs). Closed loop by default (each RPC
+//! starts when the previous one of its slot ends); with `--rate R` open loop: R requests per
+//! second in total on a fixed schedule, round robin over the connections, at most `concurrency`
+//! in flight on each; a request that finds every slot of its connection busy is timed from its
+//! scheduled instant (so a stalled server shows as latency, not as fewer requests). Reported:
+//! throughput, latency percentiles (HdrHistogram), OK / OVER_LIMIT / error counts, and the CPU
+//! time per request of the server (`--server-pid`), of a store such as redis-server
+//! (`--store-pid`) and of the load generator itself, from `/proc/PID/stat`.
 //!
 //! `footprint` inserts keys into an in-process `MemoryStore` and reports the RSS growth per key,
 //! then how much an expiry sweep gives back. `report` turns the JSON lines of a
