@@ -110,7 +110,6 @@ struct Context {
     headers: ResponseHeaders,
     reload_interval: Option<Duration>,
     on_store_error: StoreErrorPolicy,
-    store_timeout: Option<Duration>,
     /// Called after a reload changed the rules (clears the deny cache).
     on_rules_changed: Box<dyn Fn() + Send + Sync>,
     lanes: usize,
@@ -143,7 +142,6 @@ pub async fn run(
         headers: settings.response_headers,
         reload_interval: settings.reload_interval.filter(|i| !i.is_zero()),
         on_store_error: settings.on_store_error,
-        store_timeout: None,
         on_rules_changed: Box::new(|| {}),
         lanes: settings.lanes,
     };
@@ -155,7 +153,6 @@ pub async fn run(
             serve(context, store, grpc, http, shutdown).await
         }
         Some(redis) => {
-            context.store_timeout = Some(redis.timeout);
             let store = Arc::new(RedisStore::connect(redis).await?);
             let reloads = store.clone();
             metrics.register_counter(
@@ -221,13 +218,10 @@ async fn serve<S: Store>(
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    let mut edge = RateLimitEdge::new(context.rules.clone(), store.clone())
+    let edge = RateLimitEdge::new(context.rules.clone(), store.clone())
         .with_response_headers(context.headers)
         .with_metrics(context.metrics.clone())
         .with_store_error_policy(context.on_store_error);
-    if let Some(timeout) = context.store_timeout {
-        edge = edge.with_store_timeout(timeout);
-    }
     let edge = Arc::new(edge);
 
     let stopping = CancellationToken::new();

@@ -4,7 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use tonic::{Code as GrpcCode, Request, Response, Status};
@@ -17,7 +17,7 @@ use crate::limiter::{outcome, plan, Rules};
 use crate::proto::rls::rate_limit_response::Code as ProtoCode;
 use crate::proto::rls::rate_limit_service_server::RateLimitService;
 use crate::proto::rls::{RateLimitRequest, RateLimitResponse};
-use crate::store::{Check, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// What to answer when the store fails (error or timeout).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -73,7 +73,6 @@ pub struct RateLimitEdge<S> {
     headers: ResponseHeaders,
     metrics: Option<Arc<Metrics>>,
     on_store_error: StoreErrorPolicy,
-    store_timeout: Option<Duration>,
     /// Store-error warnings are logged at most once per second, with the count of the others.
     warnings: WarnThrottle,
 }
@@ -120,7 +119,6 @@ impl<S: Store> RateLimitEdge<S> {
             headers: ResponseHeaders::None,
             metrics: None,
             on_store_error: StoreErrorPolicy::Unavailable,
-            store_timeout: None,
             warnings: WarnThrottle::new(),
         }
     }
@@ -144,12 +142,6 @@ impl<S: Store> RateLimitEdge<S> {
         if let Some(metrics) = &self.metrics {
             metrics.set_store_error_policy(policy.name());
         }
-        self
-    }
-
-    /// Gives up on the store after `timeout` (a store timeout error), whatever the store does.
-    pub fn with_store_timeout(mut self, timeout: Duration) -> RateLimitEdge<S> {
-        self.store_timeout = Some(timeout);
         self
     }
 
@@ -185,7 +177,7 @@ impl<S: Store> RateLimitEdge<S> {
         let (verdicts, from_store) = if plan.checks.is_empty() {
             (Vec::new(), true)
         } else {
-            match self.call_store(&plan.checks).await {
+            match self.store.decide(&plan.checks).await {
                 Ok(verdicts) => (verdicts, true),
                 Err(error) => (self.on_store_error(error, plan.checks.len())?, false),
             }
@@ -197,15 +189,6 @@ impl<S: Store> RateLimitEdge<S> {
         let mut response = response_to_proto(&outcome);
         self.headers.apply(&request, &mut response);
         Ok(response)
-    }
-
-    async fn call_store(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
-        match self.store_timeout {
-            None => self.store.decide(checks).await,
-            Some(timeout) => tokio::time::timeout(timeout, self.store.decide(checks))
-                .await
-                .unwrap_or(Err(StoreError::Timeout(timeout))),
-        }
     }
 
     /// Applies the store-failure policy: an error for `unavailable`, else stand-in verdicts (the

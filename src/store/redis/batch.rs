@@ -12,10 +12,11 @@
 //! arguments, a Redis error while deciding it) does not fail the others.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::{timeout_at, Instant};
+use tokio::time::Instant;
 
 use super::script::{decode_batch_reply, Invocation};
 use super::Shared;
@@ -38,14 +39,27 @@ struct Pending {
 }
 
 impl Pending {
-    /// The caller gave up (its deadline passed or its RPC was cancelled): deciding it now would
-    /// count hits nobody is told about.
-    fn abandoned(&self) -> bool {
-        self.answer.is_closed() || self.deadline <= Instant::now()
+    /// `Some(self)` while worth deciding. A request whose caller is gone (its RPC was cancelled)
+    /// is dropped, and one past its deadline is answered with a timeout: deciding either now
+    /// would count hits nobody is told about.
+    fn live(self, timeout: Duration) -> Option<Pending> {
+        if self.answer.is_closed() {
+            return None;
+        }
+        if self.deadline <= Instant::now() {
+            let _ = self.answer.send(Err(StoreError::Timeout(timeout)));
+            return None;
+        }
+        Some(self)
     }
 }
 
 /// The queue in front of the dispatcher task. Dropping it ends the task once its calls finish.
+///
+/// Deadlines are kept by the dispatcher, not by a timer per request (each timer registration
+/// costs the runtime an eventfd wake-up): a queued request is answered with a timeout when it is
+/// taken past its deadline, and a call's deadline is the earliest of its requests'. Requests are
+/// taken in order and all have the same timeout, so each is answered by its own deadline.
 pub(super) struct Batcher {
     queue: mpsc::UnboundedSender<Pending>,
 }
@@ -64,12 +78,8 @@ impl Batcher {
     }
 
     /// Decides `invocation` in one of the next script calls, answering by `deadline`.
-    pub(super) async fn decide(
-        &self,
-        invocation: Invocation,
-        deadline: Instant,
-        timeout: std::time::Duration,
-    ) -> Answer {
+    pub(super) async fn decide(&self, invocation: Invocation, deadline: Instant) -> Answer {
+        let shut_down = || StoreError::Unavailable("the redis store has shut down".into());
         let (answer, answered) = oneshot::channel();
         self.queue
             .send(Pending {
@@ -77,14 +87,8 @@ impl Batcher {
                 deadline,
                 answer,
             })
-            .map_err(|_| StoreError::Unavailable("the redis store has shut down".into()))?;
-        match timeout_at(deadline, answered).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => Err(StoreError::Unavailable(
-                "the redis store has shut down".into(),
-            )),
-            Err(_) => Err(StoreError::Timeout(timeout)),
-        }
+            .map_err(|_| shut_down())?;
+        answered.await.unwrap_or_else(|_| Err(shut_down()))
     }
 }
 
@@ -93,15 +97,16 @@ async fn dispatch(
     shared: Arc<Shared>,
     max_in_flight: usize,
 ) {
+    let timeout = shared.timeout;
     let mut in_flight = FuturesUnordered::new();
     let mut carried: Option<Pending> = None;
     loop {
         tokio::select! {
             biased;
             Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
-            first = next_live(&mut queue, &mut carried), if in_flight.len() < max_in_flight => {
+            first = next_live(&mut queue, &mut carried, timeout), if in_flight.len() < max_in_flight => {
                 let Some(first) = first else { break };
-                let batch = gather(first, &mut queue, &mut carried);
+                let batch = gather(first, &mut queue, &mut carried, timeout);
                 in_flight.push(call(Arc::clone(&shared), batch));
             }
         }
@@ -113,13 +118,13 @@ async fn dispatch(
 async fn next_live(
     queue: &mut mpsc::UnboundedReceiver<Pending>,
     carried: &mut Option<Pending>,
+    timeout: Duration,
 ) -> Option<Pending> {
-    if let Some(pending) = carried.take() {
+    if let Some(pending) = carried.take().and_then(|pending| pending.live(timeout)) {
         return Some(pending);
     }
     loop {
-        let pending = queue.recv().await?;
-        if !pending.abandoned() {
+        if let Some(pending) = queue.recv().await?.live(timeout) {
             return Some(pending);
         }
     }
@@ -131,6 +136,7 @@ fn gather(
     first: Pending,
     queue: &mut mpsc::UnboundedReceiver<Pending>,
     carried: &mut Option<Pending>,
+    timeout: Duration,
 ) -> Vec<Pending> {
     let mut checks = first.invocation.checks();
     let mut batch = vec![first];
@@ -138,9 +144,9 @@ fn gather(
         let Ok(pending) = queue.try_recv() else {
             break;
         };
-        if pending.abandoned() {
+        let Some(pending) = pending.live(timeout) else {
             continue;
-        }
+        };
         if checks + pending.invocation.checks() > MAX_BATCH_CHECKS {
             *carried = Some(pending);
             break;

@@ -436,10 +436,7 @@ impl Store for RedisStore {
         let pinned = self.pinned_clock.as_ref().map(|clock| clock.now_us());
         let invocation = Invocation::new(checks, pinned);
         let deadline = Instant::now() + self.shared.timeout;
-        self.locals
-            .dispatcher()
-            .decide(invocation, deadline, self.shared.timeout)
-            .await
+        self.locals.dispatcher().decide(invocation, deadline).await
     }
 
     /// A `PING` on the startup pool. Its connection idles between probes (requests use the
