@@ -12,7 +12,7 @@
 //!
 //! The load: `connections` HTTP/2 connections, `concurrency` RPCs in flight on each (gRPC
 //! framed by hand over `h2`, on one single-threaded runtime per load thread: the load generator's
-//! own CPU per request caps what it can measure, see load.rs). Closed loop by default (each RPC
+//! own CPU per request caps what it can measure, see load/mod.rs). Closed loop by default (each RPC
 //! starts when the previous one of its slot ends); with `--rate R` open loop: R requests per
 //! second in total on a fixed schedule, round robin over the connections, at most `concurrency`
 //! in flight on each; a request that finds every slot of its connection busy is timed from its
@@ -28,7 +28,7 @@
 // The crate root lives in src/bin/, its modules beside it in src/bin/ratelimit-bench/.
 #[path = "ratelimit-bench/footprint.rs"]
 mod footprint;
-#[path = "ratelimit-bench/load.rs"]
+#[path = "ratelimit-bench/load/mod.rs"]
 mod load;
 #[path = "ratelimit-bench/procstat.rs"]
 mod procstat;
