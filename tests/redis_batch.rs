@@ -6,6 +6,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::redis_server::RedisServer;
 use ratelimitd::limiter::counter_key::CounterKey;
@@ -232,4 +233,40 @@ fn every_thread_decides_through_its_own_dispatcher_even_after_its_runtime_ended(
             .unwrap();
         assert!(state.ends_with(":2"), "lane {lane}: {state}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_requests_are_answered_by_their_deadline_when_redis_hangs() {
+    let mut server = RedisServer::start();
+    let timeout = Duration::from_millis(300);
+    let store = Arc::new(
+        RedisStore::connect(RedisSettings {
+            timeout,
+            pool_size: 1,
+            ..RedisSettings::new(server.url())
+        })
+        .await
+        .unwrap(),
+    );
+    assert!(store.decide(&[check("warm", 10)]).await.is_ok());
+    server.pause();
+    // One call in flight per thread, the rest queued behind it: each must still be answered
+    // by its own deadline, not after the calls ahead of it.
+    let tasks: Vec<_> = (0..60)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let answer = store.decide(&[check(&format!("frozen-{i}"), 10)]).await;
+                (answer, started.elapsed())
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (answer, took) = task.await.unwrap();
+        assert!(matches!(answer, Err(StoreError::Timeout(_))), "{answer:?}");
+        assert!(took < 2 * timeout, "answered after {took:?}");
+    }
+    server.resume();
+    assert!(store.decide(&[check("thawed", 10)]).await.is_ok());
 }
