@@ -347,7 +347,12 @@ fn targets(
             .max_by(|a, b| a.0.total_cmp(&b.0));
         let gcra = cell("memory", "gcra", 100_000, 1);
         // At equal offered load (open loop), where batching does not favour the faster server.
-        let open = |store: &str| half_peak.iter().find(|r| r.tag("store") == store).copied();
+        let open = |store: &str| {
+            half_peak
+                .iter()
+                .find(|r| r.tag("store") == store && r.int("descriptors") == 1)
+                .copied()
+        };
         if let (Some(m), Some(t)) = (open("memory"), open("transport")) {
             let same_rate = m.num(&["rate"]) == t.num(&["rate"]);
             if same_rate {
@@ -442,7 +447,10 @@ fn targets(
 
     // 4. p99 at half of peak (the transport row, at the memory store's rate, is for reference).
     for (store, bound) in [("memory", 1000.0), ("redis", 2000.0)] {
-        if let Some(r) = half_peak.iter().find(|r| r.tag("store") == store) {
+        if let Some(r) = half_peak
+            .iter()
+            .find(|r| r.tag("store") == store && r.int("descriptors") == 1)
+        {
             let p99 = r.p("p99");
             rows.push((
                 format!(
