@@ -75,10 +75,18 @@ function sliding_window_log.evaluate(state, now, limit, window, _burst, hits, _i
   return false, remaining, reset_after
 end
 
-function sliding_window_log.commit(key, _state, now, _limit, window, _burst, hits, _interval)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', int_str(horizon_of(now, window)))
+-- `state` is what load found at this same `now`: without dead entries there is nothing to trim,
+-- and without live ones no entry has this timestamp yet (it would be live), so both calls are
+-- skipped for a new or fully expired log.
+function sliding_window_log.commit(key, state, now, _limit, window, _burst, hits, _interval)
+  if state.dead > 0 then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', int_str(horizon_of(now, window)))
+  end
   local ts = int_str(now)
-  local seq = redis.call('ZCOUNT', key, ts, ts)
+  local seq = 0
+  if state.live > 0 then
+    seq = redis.call('ZCOUNT', key, ts, ts)
+  end
   local added = 0
   while added < hits do
     local args = {}
