@@ -116,7 +116,8 @@ async fn main() {
         ..RedisSettings::new(url.clone())
     };
     println!(
-        "\n{TASKS} tasks x {requests} requests, {per_request} check(s) per request (one EVALSHA each)\n"
+        "\n{TASKS} tasks x {requests} requests, {per_request} check(s) per request (raw pools: one \
+         EVALSHA each; RedisStore: shared calls)\n"
     );
     println!("| strategy | requests/s | p50 µs | p99 µs | max µs |");
     println!("|---|---|---|---|---|");
