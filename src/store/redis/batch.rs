@@ -62,14 +62,20 @@ impl Pending {
 /// taken in order and all have the same timeout, so each is answered by its own deadline.
 pub(super) struct Batcher {
     queue: mpsc::UnboundedSender<Pending>,
+    shared: Arc<Shared>,
 }
 
 impl Batcher {
     /// Spawns the dispatcher on the current tokio runtime.
     pub(super) fn start(shared: Arc<Shared>, max_in_flight: usize) -> Batcher {
         let (queue, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(dispatch(receiver, shared, max_in_flight.max(1)));
-        Batcher { queue }
+        tokio::spawn(dispatch(receiver, shared.clone(), max_in_flight.max(1)));
+        Batcher { queue, shared }
+    }
+
+    /// The connections this dispatcher calls through.
+    pub(super) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     /// Whether the dispatcher still runs (it ends with the runtime that spawned it).

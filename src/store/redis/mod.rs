@@ -8,7 +8,7 @@
 //!   have committed.
 //! - Keys: see [`keys`]. Every key written has a TTL of the state's remaining life + 1 s.
 //! - Connections: bb8 pools of multiplexed connections (see [`ConnectionMode`]): one per thread
-//!   that decides, and the startup pool, which health probes use; broken
+//!   that decides or probes health, and the startup pool; broken
 //!   connections are replaced in the background with backoff, so the store recovers from a Redis
 //!   restart by itself.
 //! - URLs: `redis://[user:password@]host[:port][/db]`, and `rediss://...` for TLS (rustls, with
@@ -143,7 +143,8 @@ struct Shared {
 /// The Redis-backed [`Store`]. Cheap to clone; clones share the pool.
 #[derive(Clone)]
 pub struct RedisStore {
-    /// The startup pool: health probes (and the script load at startup).
+    /// The startup pool: the script load at startup, and each thread's connection until its own
+    /// pool has one.
     shared: Arc<Shared>,
     /// Script calls go through the calling thread's own pool and dispatcher.
     locals: Arc<Locals>,
@@ -439,13 +440,14 @@ impl Store for RedisStore {
         self.locals.dispatcher().decide(invocation, deadline).await
     }
 
-    /// A `PING` on the startup pool. Its connection idles between probes (requests use the
-    /// threads' own pools), so one found dead after a Redis restart is replaced and the probe
-    /// retried once before Redis counts as down.
+    /// A `PING` through the calling thread's pool, the one its requests use, so health and
+    /// requests see the same connections. A connection found dead (it may have idled through a
+    /// Redis restart) is replaced and the probe retried once before Redis counts as down.
     async fn is_healthy(&self) -> bool {
-        let deadline = Instant::now() + self.shared.timeout;
+        let shared = self.locals.dispatcher().shared().clone();
+        let deadline = Instant::now() + shared.timeout;
         for _ in 0..2 {
-            let Ok(mut lease) = self.shared.lease(deadline).await else {
+            let Ok(mut lease) = shared.lease(deadline).await else {
                 return false;
             };
             match lease.query(&redis::cmd("PING")).await {
