@@ -109,21 +109,21 @@ impl Default for RedisSettings {
     }
 }
 
-/// How requests use the pooled connections.
+/// How script calls use the pooled connections (a thread has at most `pool_size` calls in flight
+/// either way; see [`batch`]).
 ///
-/// Measured with `examples/redis_pool_bench.rs` (64 concurrent tasks, one EVALSHA per request,
-/// local redis-server, 2 cores): multiplexed reaches roughly 1.5–2× the throughput of exclusive
-/// pooling with millisecond tails, while exclusive pools (this store's and bb8-redis's stock
-/// manager alike) let bb8 starve some waiters for seconds under contention.
+/// Measured with `examples/redis_pool_bench.rs` when every request was a call of its own (64
+/// concurrent tasks, local redis-server, 2 cores): multiplexed reached roughly 1.5–2× the
+/// throughput of exclusive pooling with millisecond tails, while exclusive pools (this store's and
+/// bb8-redis's stock manager alike) let bb8 starve some waiters for seconds under contention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ConnectionMode {
-    /// The default and the faster: a request takes a pooled connection only long enough to
-    /// clone its handle, then sends its command on the shared socket, where concurrent requests
-    /// are pipelined. `pool_size` sockets carry any number of concurrent requests.
+    /// The default and the faster: a call takes a pooled connection only long enough to clone
+    /// its handle, then sends its command on the shared socket, where concurrent calls are
+    /// pipelined.
     #[default]
     Multiplexed,
-    /// Classic pooling: a request holds a connection for its whole round trip, so at most
-    /// `pool_size` requests are in flight and the others queue for a free connection.
+    /// Classic pooling: a call holds a connection for its whole round trip.
     Exclusive,
 }
 
