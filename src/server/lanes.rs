@@ -12,7 +12,7 @@ use std::future::Future;
 use std::io;
 use std::net::TcpStream as StdTcpStream;
 
-use futures::stream::StreamExt;
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -69,16 +69,29 @@ where
 impl Lanes {
     /// Accepts connections until `stopping` is cancelled and deals them out in turn, with Nagle's
     /// algorithm off (answers are small frames that must leave at once, not wait for the
-    /// client's delayed ACK). Then waits for every lane to finish and returns the first error.
+    /// client's delayed ACK). A lane that ends on its own (its server failed) cancels `stopping`,
+    /// so the whole server shuts down rather than run on with fewer lanes. Then waits for every
+    /// lane to finish and returns the first error.
     pub async fn accept(
         self,
         listener: TcpListener,
         stopping: CancellationToken,
     ) -> Result<(), tonic::transport::Error> {
+        let Lanes { queues, finished } = self;
+        let mut finished: FuturesUnordered<_> = finished.into_iter().collect();
+        let mut result = Ok(());
         let mut next = 0;
         loop {
             let accepted = tokio::select! {
                 _ = stopping.cancelled() => break,
+                Some(ended) = finished.next() => {
+                    tracing::error!("a serving lane stopped; shutting down");
+                    if let Ok(Err(error)) = ended {
+                        result = Err(error);
+                    }
+                    stopping.cancel();
+                    break;
+                }
                 accepted = listener.accept() => accepted,
             };
             match accepted {
@@ -86,8 +99,8 @@ impl Lanes {
                     let _ = stream.set_nodelay(true);
                     match stream.into_std() {
                         Ok(stream) => {
-                            let _ = self.queues[next].send(stream);
-                            next = (next + 1) % self.queues.len();
+                            let _ = queues[next].send(stream);
+                            next = (next + 1) % queues.len();
                         }
                         Err(error) => tracing::warn!(%error, "cannot hand over a connection"),
                     }
@@ -100,13 +113,10 @@ impl Lanes {
             }
         }
         drop(listener);
-        drop(self.queues);
-        let mut result = Ok(());
-        for ended in self.finished {
-            if let Ok(Err(error)) = ended.await {
-                if result.is_ok() {
-                    result = Err(error);
-                }
+        drop(queues);
+        while let Some(ended) = finished.next().await {
+            if let (Ok(()), Ok(Err(error))) = (&result, ended) {
+                result = Err(error);
             }
         }
         result
