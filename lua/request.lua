@@ -9,25 +9,28 @@
 -- KEYS: the counter keys of every check of every request, request after request, in check order
 --       (repeats allowed: checks that share a counter share its key),
 --       rl1:{<tag>}:<algorithm>:<window_us>:<identity>.
--- ARGV: per request, in the same order: k (its number of checks, at least 1), now, then 7 values
---       per check:
---         now     '-' for Redis's own clock (TIME, read once per call): production always sends
---                 '-', so hosts with skewed clocks agree; tests pin time with µs digits.
+-- ARGV: the rates of the call first, each sent once however many checks use it: R (their number,
+--       at least 1), then 5 values per rate:
 --         code    algorithm: 0 fixed_window, 1 sliding_window_log, 2 sliding_window_counter,
 --                 3 token_bucket, 4 gcra
 --         L       limit (requests per window)
 --         W       window in µs
 --         B       burst (capacity; equals L for the window algorithms)
---         n       hits, clamped by Rust to at most 2^32 (more than any B + 1)
 --         T       GCRA emission interval in µs (ignored by the other algorithms)
+--       then per request, in the same order as KEYS: k (its number of checks, at least 1), now,
+--       then 3 values per check:
+--         now     '-' for Redis's own clock (TIME, read once per call): production always sends
+--                 '-', so hosts with skewed clocks agree; tests pin time with µs digits.
+--         rate    the check's rate: its position (1-based) in the rates above
+--         n       hits, clamped by Rust to at most 2^32 (more than any B + 1)
 --         shadow  1 for a shadow-mode check (decided and counted, never vetoes), else 0
 -- Returns: one element per request: an array of its k verdicts {admitted 0/1, remaining,
 --          reset_after_us} in check order (integers; a reset_after_us of 2^63 or more, which only
 --          Rust's saturation produces, travels as a decimal string), or, for that request alone,
 --          an error message as a plain string ('<CODE> <text>': invalid arguments, or a Redis
 --          error while deciding it; not an error reply, which clients raise for the whole call).
---          An ARGV/KEYS layout that does not add up fails the whole call before anything is
---          decided.
+--          An ARGV/KEYS layout that does not add up, or an invalid rate, fails the whole call
+--          before anything is decided.
 --
 -- Within a request, every check is evaluated first, on the stored state, with the hits of the
 -- earlier ADMITTED checks on the same key added (a denied check consumes nothing, so a denied
@@ -43,7 +46,11 @@ local ALGORITHMS = {
   [4] = gcra,
 }
 
-local FIELDS = 7
+local RATE_FIELDS = 5
+local FIELDS = 3
+
+-- The rates of this call (see ARGV above): { algorithm, L, W, B, T } each.
+local rates = {}
 
 -- Redis 3.2-4.0 need effects replication to write after TIME; later versions always do it.
 if redis.replicate_commands then
@@ -51,19 +58,14 @@ if redis.replicate_commands then
 end
 
 -- The values of the check whose fields start at ARGV[base + 1]: algorithm, L, W, B, n, T, shadow;
--- nothing when one is missing or out of range.
+-- nothing when its rate or hits are missing or out of range.
 local function read_check(base)
-  local algorithm = ALGORITHMS[tonumber(ARGV[base + 1])]
-  local limit = tonumber(ARGV[base + 2])
-  local window = tonumber(ARGV[base + 3])
-  local burst = tonumber(ARGV[base + 4])
-  local hits = tonumber(ARGV[base + 5])
-  local interval = tonumber(ARGV[base + 6])
-  if not algorithm or not limit or limit < 1 or not window or window < 1 or not burst
-      or burst < 1 or not hits or hits < 0 or not interval or interval < 1 then
+  local rate = rates[tonumber(ARGV[base + 1])]
+  local hits = tonumber(ARGV[base + 2])
+  if not rate or not hits or hits < 0 then
     return nil
   end
-  return algorithm, limit, window, burst, hits, interval, ARGV[base + 7] == '1'
+  return rate[1], rate[2], rate[3], rate[4], hits, rate[5], ARGV[base + 3] == '1'
 end
 
 local function invalid_check(i)
@@ -164,10 +166,28 @@ local function error_message(raised)
   return tostring(raised)
 end
 
--- Frame the call first: a layout that does not add up decides nothing.
+-- Read the rates and frame the call first: a layout that does not add up decides nothing.
+local rate_count = tonumber(ARGV[1])
+if not rate_count or rate_count < 1 or 1 + rate_count * RATE_FIELDS > #ARGV then
+  return redis.error_reply('ERR ratelimitd: malformed rate table (' .. #ARGV .. ' arguments)')
+end
+for r = 1, rate_count do
+  local base = 1 + (r - 1) * RATE_FIELDS
+  local algorithm = ALGORITHMS[tonumber(ARGV[base + 1])]
+  local limit = tonumber(ARGV[base + 2])
+  local window = tonumber(ARGV[base + 3])
+  local burst = tonumber(ARGV[base + 4])
+  local interval = tonumber(ARGV[base + 5])
+  if not algorithm or not limit or limit < 1 or not window or window < 1 or not burst
+      or burst < 1 or not interval or interval < 1 then
+    return redis.error_reply('ERR ratelimitd: invalid rate ' .. r)
+  end
+  rates[r] = { algorithm, limit, window, burst, interval }
+end
+
 local frames = {}
 local key_base = 0
-local arg_base = 0
+local arg_base = 1 + rate_count * RATE_FIELDS
 while arg_base < #ARGV do
   local checks = tonumber(ARGV[arg_base + 1])
   if not checks or checks < 1 or checks ~= math.floor(checks)

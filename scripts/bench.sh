@@ -367,10 +367,11 @@ if [ "$CEILINGS" = 1 ]; then
         for i in $(seq 0 $((descriptors - 1))); do
           cmd+=("rl1:{00000000000000$(printf '%02d' "$i")}:$algorithm:1000000:bench:$algorithm=d$i-$value")
         done
-        # One request per call: its check count, '-' (Redis time), then 7 values per check.
-        cmd+=("$descriptors" -)
+        # One request per call: the rate table (one rate: code, L, W, B, T), then the request: its
+        # check count, '-' (Redis time), then per check its rate (1), hits (1) and shadow (0).
+        cmd+=(1 "$code" "$limit" 1000000 "$limit" "$interval" "$descriptors" -)
         for i in $(seq 1 "$descriptors"); do
-          cmd+=("$code" "$limit" 1000000 "$limit" 1 "$interval" 0)
+          cmd+=(1 1 0)
         done
         redis_flush
         # A short run (also the warmup) sizes the measured one to about DURATION seconds.

@@ -145,21 +145,35 @@ async fn a_layout_that_does_not_add_up_decides_nothing() {
     let _store = connect(&server).await;
     let good = check("erin", 5);
     let key = redis_key(&good.key, &good.rate);
+    let rate_table = [1u64, 0, 5, 3_600_000_000, 5, 720_000_000];
     // Request 1 is well-formed; request 2 claims 2 checks but brings the values of one.
     let error = redis::cmd("EVALSHA")
         .arg(sha1())
         .arg(2)
         .arg(&key)
         .arg(&key)
+        .arg(&rate_table[..])
         .arg(1)
         .arg("-")
-        .arg(&[0u64, 5, 3_600_000_000, 5, 1, 720_000_000, 0][..])
+        .arg(&[1u64, 1, 0][..])
         .arg(2)
         .arg("-")
-        .arg(&[0u64, 5, 3_600_000_000, 5, 1, 720_000_000, 0][..])
+        .arg(&[1u64, 1, 0][..])
         .query::<redis::Value>(&mut server.connection())
         .unwrap_err();
     assert!(error.to_string().contains("malformed request 2"), "{error}");
+    // A rate that is not one (limit 0) fails the call before anything is decided.
+    let error = redis::cmd("EVALSHA")
+        .arg(sha1())
+        .arg(1)
+        .arg(&key)
+        .arg(&[1u64, 0, 0, 3_600_000_000, 5, 720_000_000][..])
+        .arg(1)
+        .arg("-")
+        .arg(&[1u64, 1, 0][..])
+        .query::<redis::Value>(&mut server.connection())
+        .unwrap_err();
+    assert!(error.to_string().contains("invalid rate 1"), "{error}");
     let exists: bool = redis::cmd("EXISTS")
         .arg(&key)
         .query(&mut server.connection())

@@ -1,12 +1,13 @@
 //! The request script: `lua/` concatenated into one Lua chunk, its SHA1, argument encoding and
 //! reply decoding.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use redis::Value;
 
 use crate::limiter::algorithm::Verdict;
-use crate::limiter::rate::Algorithm;
+use crate::limiter::rate::{Algorithm, Rate};
 use crate::store::{Check, StoreError};
 
 use super::keys::redis_key;
@@ -29,8 +30,11 @@ pub const SOURCE: &str = concat!(
     include_str!("../../../lua/request.lua"),
 );
 
+/// Values per rate in the call's rate table (see the header of `lua/request.lua`).
+pub const FIELDS_PER_RATE: usize = 5;
+
 /// Values per check after a request's check count and time (see the header of `lua/request.lua`).
-pub const FIELDS_PER_CHECK: usize = 7;
+pub const FIELDS_PER_CHECK: usize = 3;
 
 /// The `now` argument that makes the script read Redis's own clock (`TIME`).
 pub const REDIS_TIME: &str = "-";
@@ -58,36 +62,28 @@ pub fn algorithm_code(algorithm: Algorithm) -> u8 {
     }
 }
 
-/// One request's part of a script call: its keys (one per check), its time and 7 values per check.
+/// One request's part of a script call: its keys (one per check), its time, and each check's
+/// rate, hits and shadow flag.
 #[derive(Debug)]
 pub struct Invocation {
     keys: Vec<String>,
     pinned_now_us: Option<u64>,
-    values: Vec<u64>,
+    checks: Vec<(Rate, u64, bool)>,
 }
 
 impl Invocation {
     /// The part of `checks`; `pinned_now_us` replaces Redis's clock (tests only).
     pub fn new(checks: &[Check], pinned_now_us: Option<u64>) -> Invocation {
-        let mut keys = Vec::with_capacity(checks.len());
-        let mut values = Vec::with_capacity(FIELDS_PER_CHECK * checks.len());
-        for check in checks {
-            let rate = &check.rate;
-            keys.push(redis_key(&check.key, rate));
-            values.extend([
-                u64::from(algorithm_code(rate.algorithm())),
-                u64::from(rate.limit()),
-                rate.window_us(),
-                u64::from(rate.burst()),
-                check.hits.min(MAX_HITS_SENT),
-                rate.emission_interval_us(),
-                u64::from(check.shadow),
-            ]);
-        }
         Invocation {
-            keys,
+            keys: checks
+                .iter()
+                .map(|check| redis_key(&check.key, &check.rate))
+                .collect(),
             pinned_now_us,
-            values,
+            checks: checks
+                .iter()
+                .map(|check| (check.rate, check.hits.min(MAX_HITS_SENT), check.shadow))
+                .collect(),
         }
     }
 
@@ -97,24 +93,49 @@ impl Invocation {
     }
 }
 
-/// `EVALSHA <sha> <keys> keys... args...` deciding `requests` in order, in one call.
+/// `EVALSHA <sha> <keys> keys... rates... requests...` deciding `requests` in order, in one call.
+/// Each distinct rate travels once, in a table the checks point into: fewer arguments for Redis
+/// to turn into Lua strings and for the script to parse.
 pub fn evalsha<'a>(requests: impl Iterator<Item = &'a Invocation> + Clone) -> redis::Cmd {
+    let mut rates: HashMap<Rate, usize> = HashMap::new();
+    let mut table: Vec<Rate> = Vec::new();
+    let mut position = |rate: Rate| {
+        *rates.entry(rate).or_insert_with(|| {
+            table.push(rate);
+            table.len()
+        })
+    };
+    let mut checks = Vec::new();
+    for request in requests.clone() {
+        for &(rate, hits, shadow) in &request.checks {
+            checks.push([position(rate) as u64, hits, u64::from(shadow)]);
+        }
+    }
+
     let mut cmd = redis::cmd("EVALSHA");
-    let keys: usize = requests.clone().map(Invocation::checks).sum();
-    cmd.arg(sha1()).arg(keys);
+    cmd.arg(sha1()).arg(checks.len());
     for request in requests.clone() {
         for key in &request.keys {
             cmd.arg(key.as_str());
         }
     }
+    cmd.arg(table.len());
+    for rate in &table {
+        cmd.arg(u64::from(algorithm_code(rate.algorithm())))
+            .arg(rate.limit())
+            .arg(rate.window_us())
+            .arg(rate.burst())
+            .arg(rate.emission_interval_us());
+    }
+    let mut values = checks.iter();
     for request in requests {
         cmd.arg(request.checks());
         match request.pinned_now_us {
             Some(now) => cmd.arg(now),
             None => cmd.arg(REDIS_TIME),
         };
-        for value in &request.values {
-            cmd.arg(*value);
+        for check in values.by_ref().take(request.checks()) {
+            cmd.arg(&check[..]);
         }
     }
     cmd
