@@ -10,7 +10,9 @@
 #      under the same load; (b) Redis: redis-benchmark calling the same request script with
 #      EVALSHA, same keys and arguments, at the same concurrency, without pipelining;
 #   3. open-loop runs at half of the peak throughput (memory, redis; gcra, 100k keys, 1 descriptor)
-#      and the transport ceiling at the memory store's rate (CPU per request at equal load);
+#      and the transport ceiling at the memory store's rate (CPU per request at equal load), and on
+#      Redis the time of one request on an idle server (1 connection, 1 RPC in flight; 1 and 3
+#      descriptors);
 #   4. the memory store's footprint: RSS growth per key over FOOTPRINT_KEYS keys, and release.
 # and prints the tables (ratelimit-bench report) with every figure and ratio.
 #
@@ -300,6 +302,15 @@ for store in $STORES; do
     rate=$(awk -v p="$peak" 'BEGIN { printf "%d", p / 2 }')
     line=$(load "$pin" half_peak "$store" gcra 100000 1 --rate "$rate" "${store_pid[@]}")
     summary "$store gcra keys=100000 desc=1 at half peak ($rate req/s)" "$line"
+  fi
+  # The time of one request on an idle server: one connection, one RPC in flight.
+  if [ "$store" = redis ] && [[ " $ALGORITHMS " == *" gcra "* ]] &&
+    [[ " $KEYS_LIST " == *" 100000 "* ]]; then
+    for descriptors in $DESCRIPTORS_LIST; do
+      line=$(CONNECTIONS=1 CONCURRENCY=1 load "$pin" unloaded "$store" gcra 100000 \
+        "$descriptors" "${store_pid[@]}")
+      summary "$store gcra keys=100000 desc=$descriptors unloaded" "$line"
+    done
   fi
   stop_server
 done
