@@ -284,3 +284,39 @@ async fn queued_requests_are_answered_by_their_deadline_when_redis_hangs() {
     server.resume();
     assert!(store.decide(&[check("thawed", 10)]).await.is_ok());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_larger_than_a_batch_goes_alone_and_its_neighbours_still_get_answers() {
+    let server = RedisServer::start();
+    let store = Arc::new(
+        RedisStore::connect(RedisSettings {
+            timeout: Duration::from_secs(10),
+            pool_size: 1,
+            ..RedisSettings::new(server.url())
+        })
+        .await
+        .unwrap(),
+    );
+    // 10 000 distinct counters in one request (above MAX_BATCH_CHECKS), between small requests
+    // queued before and after it on the same dispatcher.
+    let big: Vec<Check> = (0..10_000).map(|i| check(&format!("big-{i}"), 3)).collect();
+    let mut small = Vec::new();
+    for i in 0..20 {
+        let store = store.clone();
+        small.push(tokio::spawn(async move {
+            store.decide(&[check(&format!("small-{i}"), 3)]).await
+        }));
+    }
+    let verdicts = store.decide(&big).await.unwrap();
+    assert_eq!(verdicts.len(), 10_000);
+    assert!(verdicts.iter().all(|v| v.admitted && v.remaining == 2));
+    for task in small {
+        let verdicts = task.await.unwrap().unwrap();
+        assert!(verdicts[0].admitted && verdicts[0].remaining == 2);
+    }
+    // Every counter of the big request was written once.
+    let keys: usize = redis::cmd("DBSIZE")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(keys, 10_000 + 20);
+}
