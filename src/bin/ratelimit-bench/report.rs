@@ -341,6 +341,14 @@ pub fn render(records: &[Record]) -> String {
     out
 }
 
+/// The record of `store` (its `tags.store`) with `descriptors` descriptors per request.
+fn of_store<'a>(records: &[&'a Record], store: &str, descriptors: u64) -> Option<&'a Record> {
+    records
+        .iter()
+        .find(|r| r.tag("store") == store && r.int("descriptors") == descriptors)
+        .copied()
+}
+
 fn targets(
     matrix: &[&Record],
     transport: &[&Record],
@@ -379,13 +387,10 @@ fn targets(
             .max_by(|a, b| a.0.total_cmp(&b.0));
         let gcra = cell("memory", "gcra", 100_000, 1);
         // At equal offered load (open loop), where batching does not favour the faster server.
-        let open = |store: &str| {
-            half_peak
-                .iter()
-                .find(|r| r.tag("store") == store && r.int("descriptors") == 1)
-                .copied()
-        };
-        if let (Some(m), Some(t)) = (open("memory"), open("transport")) {
+        if let (Some(m), Some(t)) = (
+            of_store(half_peak, "memory", 1),
+            of_store(half_peak, "transport", 1),
+        ) {
             let same_rate = m.num(&["rate"]) == t.num(&["rate"]);
             if same_rate {
                 let x = ratio(m.server_cpu(), t.server_cpu());
@@ -479,13 +484,10 @@ fn targets(
 
     //    And the time of one request on an idle server (p50, 1 RPC in flight): the round trip
     //    the descriptors share, plus the work each adds.
-    let unloaded_redis = |descriptors| {
-        unloaded
-            .iter()
-            .find(|r| r.tag("store") == "redis" && r.int("descriptors") == descriptors)
-            .copied()
-    };
-    if let (Some(one), Some(three)) = (unloaded_redis(1), unloaded_redis(3)) {
+    if let (Some(one), Some(three)) = (
+        of_store(unloaded, "redis", 1),
+        of_store(unloaded, "redis", 3),
+    ) {
         let x = ratio(three.p("p50"), one.p("p50"));
         rows.push((
             format!(
@@ -506,10 +508,7 @@ fn targets(
 
     // 4. p99 at half of peak (the transport row, at the memory store's rate, is for reference).
     for (store, bound) in [("memory", 1000.0), ("redis", 2000.0)] {
-        if let Some(r) = half_peak
-            .iter()
-            .find(|r| r.tag("store") == store && r.int("descriptors") == 1)
-        {
+        if let Some(r) = of_store(half_peak, store, 1) {
             let p99 = r.p("p99");
             rows.push((
                 format!(
