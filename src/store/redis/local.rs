@@ -65,9 +65,8 @@ impl Locals {
     /// when the runtime that ran the previous one has shut down).
     pub(super) fn dispatcher(&self) -> Arc<Batcher> {
         let found = DISPATCHERS.with(|dispatchers| {
-            let mut dispatchers = dispatchers.borrow_mut();
-            dispatchers.retain(|(_, batcher)| batcher.strong_count() > 0);
             dispatchers
+                .borrow()
                 .iter()
                 .find(|(id, _)| *id == self.id)
                 .and_then(|(_, batcher)| batcher.upgrade())
@@ -78,7 +77,8 @@ impl Locals {
         let batcher = Arc::new(Batcher::start(self.shared(), self.pool_size as usize));
         DISPATCHERS.with(|dispatchers| {
             let mut dispatchers = dispatchers.borrow_mut();
-            dispatchers.retain(|(id, _)| *id != self.id);
+            // Entries of dropped stores and this store's ended dispatcher go here, off the hot path.
+            dispatchers.retain(|(id, batcher)| *id != self.id && batcher.strong_count() > 0);
             dispatchers.push((self.id, Arc::downgrade(&batcher)));
         });
         let mut started = self.started.lock();
