@@ -104,6 +104,9 @@ pub struct Manager {
     client: redis::Client,
     config: AsyncConnectionConfig,
     reachability: Arc<Reachability>,
+    /// The runtime whose task drives each connection opened (see [`Manager::driven_on`]); `None`:
+    /// the runtime of whoever asks the pool for a connection.
+    home: Option<tokio::runtime::Handle>,
 }
 
 impl Manager {
@@ -116,6 +119,19 @@ impl Manager {
             client,
             config,
             reachability: Arc::default(),
+            home: None,
+        }
+    }
+
+    /// This manager, opening every connection on `home`. A multiplexed connection is driven by a
+    /// task on the runtime that opened it, and bb8 opens connections on the runtime of the caller
+    /// that found the pool short: a pool shared by several runtimes (the store's startup pool,
+    /// which serving lanes borrow from) would otherwise keep connections that break for good
+    /// when the lane that happened to open them stops ("broken pipe").
+    pub fn driven_on(&self, home: tokio::runtime::Handle) -> Manager {
+        Manager {
+            home: Some(home),
+            ..self.clone()
         }
     }
 
@@ -146,7 +162,21 @@ impl bb8::ManageConnection for Manager {
                 reason,
             )));
         }
-        let mux = self.open().await?;
+        let mux = match &self.home {
+            None => self.open().await?,
+            Some(home) => {
+                let this = self.clone();
+                home.spawn(async move { this.open().await })
+                    .await
+                    .map_err(|stopped| {
+                        RedisError::from((
+                            ErrorKind::Io,
+                            "the runtime driving redis connections has stopped",
+                            stopped.to_string(),
+                        ))
+                    })??
+            }
+        };
         Ok(Conn {
             mux,
             broken: Arc::new(AtomicBool::new(false)),

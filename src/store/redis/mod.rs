@@ -214,7 +214,7 @@ impl RedisStore {
             // `Manager::is_valid` only reads the broken flag: no extra round trip.
             .test_on_check_out(true)
             .retry_connection(true)
-            .build_unchecked(manager.clone());
+            .build_unchecked(manager.driven_on(tokio::runtime::Handle::current()));
         // The pool may already be filling itself; a full pool simply drops this connection.
         let _ = pool.add(Conn {
             mux: first,
