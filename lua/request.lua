@@ -24,11 +24,14 @@
 --         rate    the check's rate: its position (1-based) in the rates above
 --         n       hits, clamped by Rust to at most 2^32 (more than any B + 1)
 --         shadow  1 for a shadow-mode check (decided and counted, never vetoes), else 0
--- Returns: one element per request: an array of its k verdicts {admitted 0/1, remaining,
---          reset_after_us} in check order (integers; a reset_after_us of 2^63 or more, which only
---          Rust's saturation produces, travels as a decimal string), or, for that request alone,
---          an error message as a plain string ('<CODE> <text>': invalid arguments, or a Redis
---          error while deciding it; not an error reply, which clients raise for the whole call).
+-- Returns: ONE flat array for the whole call, request after request: for each, either its k
+--          verdicts as 3 values each, {admitted 0/1, remaining, reset_after_us}, in check order
+--          (integers; a reset_after_us of 2^63 or more, which only Rust's saturation produces,
+--          travels as a decimal string), or, for that request alone, ONE element: an error
+--          message as a plain string ('<CODE> <text>': invalid arguments, or a Redis error while
+--          deciding it; not an error reply, which clients raise for the whole call). A request's
+--          first element is thus an integer (0/1) or its error. Flat because Redis turns every
+--          returned table into a reply of its own (a table per verdict cost ~1 µs each).
 --          An ARGV/KEYS layout that does not add up, or an invalid rate, fails the whole call
 --          before anything is decided.
 --
@@ -73,6 +76,7 @@ local function invalid_check(i)
 end
 
 -- The common one-check request: the general rule below reduces to "write when admitted".
+-- Returns its verdict's three values.
 local function decide_one(key, base, now)
   local algorithm, limit, window, burst, hits, interval = read_check(base)
   if not algorithm then
@@ -84,77 +88,133 @@ local function decide_one(key, base, now)
     state, now, limit, window, burst, hits, interval)
   if admitted and hits > 0 then
     algorithm.commit(key, state, now, limit, window, burst, hits, interval)
+    return 1, remaining, u64_reply(reset_after)
   end
-  return { { admitted and 1 or 0, remaining, u64_reply(reset_after) } }
+  return admitted and 1 or 0, remaining, u64_reply(reset_after)
 end
 
--- Decides the request whose keys are KEYS[key_base + 1 ..] and whose check values start at
--- ARGV[arg_base + 1]; returns its verdicts, or raises an error before writing anything when its
--- arguments are invalid.
-local function decide(key_base, arg_base, checks, now)
-  if checks == 1 then
-    return decide_one(KEYS[key_base + 1], arg_base, now)
+-- Requests of more checks than this skip the pairwise comparison below (k^2 / 2 of them) and
+-- take the general path.
+local DISTINCT_MAX = 16
+
+-- Whether the k keys from KEYS[key_base + 1] are all different (Lua strings are interned: each
+-- comparison is a pointer comparison); false for more than DISTINCT_MAX keys.
+local function distinct_keys(key_base, checks)
+  if checks > DISTINCT_MAX then
+    return false
   end
-  local params = {}
+  for i = key_base + 2, key_base + checks do
+    local key = KEYS[i]
+    for j = key_base + 1, i - 1 do
+      if KEYS[j] == key then
+        return false
+      end
+    end
+  end
+  return true
+end
+
+-- `decide` for a request whose checks all have their own key, the common case: no hits to add
+-- up per key, so no table per key either (their bookkeeping cost ~2 µs per check). The states
+-- loaded wait in `states` for the commit; a check's verdict, already in `out`, says whether it
+-- was admitted.
+local function decide_distinct(key_base, arg_base, checks, now, out)
+  local first = #out
+  local states = {}
+  local vetoed = false
   for i = 1, checks do
     local algorithm, limit, window, burst, hits, interval, shadow =
       read_check(arg_base + (i - 1) * FIELDS)
     if not algorithm then
       invalid_check(i)
     end
-    params[i] = {
-      algorithm = algorithm,
-      limit = limit,
-      window = window,
-      burst = burst,
-      hits = hits,
-      interval = interval,
-      shadow = shadow,
-    }
-  end
-
-  -- Evaluate every check on the stored state (each key loaded once), with the hits of the earlier
-  -- admitted checks on the same key added.
-  local states = {}
-  local admitted_hits = {}
-  local commit_rate = {}
-  local order = {}
-  local verdicts = {}
-  local vetoed = false
-  for i = 1, checks do
     local key = KEYS[key_base + i]
-    local p = params[i]
-    if admitted_hits[key] == nil then
-      states[key] = p.algorithm.load(key, now, p.window) or false
-      admitted_hits[key] = 0
-      order[#order + 1] = key
-    end
-    local cumulative = admitted_hits[key] + p.hits
-    -- Rust's algorithm::evaluate clamps hits to B + 1 (nothing above it can be admitted).
-    local admitted, remaining, reset_after = p.algorithm.evaluate(
-      states[key] or nil, now, p.limit, p.window, p.burst, math.min(cumulative, p.burst + 1),
-      p.interval)
-    if admitted then
-      admitted_hits[key] = cumulative
-      commit_rate[key] = p
-    elseif not p.shadow then
+    local state = algorithm.load(key, now, window)
+    states[i] = state or false
+    local admitted, remaining, reset_after = algorithm.evaluate(
+      state, now, limit, window, burst, math.min(hits, burst + 1), interval)
+    if not admitted and not shadow then
       vetoed = true
     end
-    verdicts[i] = { admitted and 1 or 0, remaining, u64_reply(reset_after) }
+    local at = first + (i - 1) * 3
+    out[at + 1] = admitted and 1 or 0
+    out[at + 2] = remaining
+    out[at + 3] = u64_reply(reset_after)
+  end
+  if vetoed then
+    return
+  end
+  for i = 1, checks do
+    if out[first + (i - 1) * 3 + 1] == 1 then
+      local algorithm, limit, window, burst, hits, interval =
+        read_check(arg_base + (i - 1) * FIELDS)
+      if hits > 0 then
+        algorithm.commit(KEYS[key_base + i], states[i] or nil, now, limit, window, burst,
+          math.min(hits, burst + 1), interval)
+      end
+    end
+  end
+end
+
+-- Decides the request whose keys are KEYS[key_base + 1 ..] and whose check values start at
+-- ARGV[arg_base + 1], appending its verdicts' values to `out`; raises an error before writing
+-- anything when its arguments are invalid (the caller then drops what it appended).
+local function decide(key_base, arg_base, checks, now, out)
+  if distinct_keys(key_base, checks) then
+    return decide_distinct(key_base, arg_base, checks, now, out)
+  end
+  -- Evaluate every check on the stored state (each key loaded once), with the hits of the earlier
+  -- admitted checks on the same key added. A check's values are read where they lie in ARGV: no
+  -- table per check.
+  local states = {}
+  local admitted_hits = {}
+  local commit_base = {}
+  local order = {}
+  local vetoed = false
+  for i = 1, checks do
+    local base = arg_base + (i - 1) * FIELDS
+    local algorithm, limit, window, burst, hits, interval, shadow = read_check(base)
+    if not algorithm then
+      invalid_check(i)
+    end
+    local key = KEYS[key_base + i]
+    local earlier = admitted_hits[key]
+    if earlier == nil then
+      earlier = 0
+      states[key] = algorithm.load(key, now, window) or false
+      order[#order + 1] = key
+    end
+    local cumulative = earlier + hits
+    -- Rust's algorithm::evaluate clamps hits to B + 1 (nothing above it can be admitted).
+    local admitted, remaining, reset_after = algorithm.evaluate(
+      states[key] or nil, now, limit, window, burst, math.min(cumulative, burst + 1), interval)
+    if admitted then
+      admitted_hits[key] = cumulative
+      commit_base[key] = base
+    else
+      admitted_hits[key] = earlier
+      if not shadow then
+        vetoed = true
+      end
+    end
+    local at = #out
+    out[at + 1] = admitted and 1 or 0
+    out[at + 2] = remaining
+    out[at + 3] = u64_reply(reset_after)
   end
 
-  -- All or nothing: commit each distinct key once, with the total hits of its admitted checks.
+  -- All or nothing: commit each distinct key once, with the total hits of its admitted checks and
+  -- the rate of the last of them.
   if not vetoed then
     for _, key in ipairs(order) do
       local total = admitted_hits[key]
       if total > 0 then
-        local p = commit_rate[key]
-        p.algorithm.commit(key, states[key] or nil, now, p.limit, p.window, p.burst,
-          math.min(total, p.burst + 1), p.interval)
+        local algorithm, limit, window, burst, _, interval = read_check(commit_base[key])
+        algorithm.commit(key, states[key] or nil, now, limit, window, burst,
+          math.min(total, burst + 1), interval)
       end
     end
   end
-  return verdicts
 end
 
 -- The message of an error raised while deciding (a table with `err` for Redis errors since
@@ -185,46 +245,67 @@ for r = 1, rate_count do
   rates[r] = { algorithm, limit, window, burst, interval }
 end
 
+-- Each request's frame, 4 values: its first key's index - 1, its first check's ARGV index - 1,
+-- its number of checks, its `now` argument (flat: no table per request).
+local FRAME = 4
 local frames = {}
+local requests = 0
 local key_base = 0
 local arg_base = 1 + rate_count * RATE_FIELDS
 while arg_base < #ARGV do
   local checks = tonumber(ARGV[arg_base + 1])
   if not checks or checks < 1 or checks ~= math.floor(checks)
       or arg_base + 2 + checks * FIELDS > #ARGV or key_base + checks > #KEYS then
-    return redis.error_reply('ERR ratelimitd: malformed request ' .. (#frames + 1)
+    return redis.error_reply('ERR ratelimitd: malformed request ' .. (requests + 1)
       .. ' (' .. #KEYS .. ' keys, ' .. #ARGV .. ' arguments)')
   end
-  frames[#frames + 1] = { key_base, arg_base + 2, checks, ARGV[arg_base + 2] }
+  local f = requests * FRAME
+  frames[f + 1] = key_base
+  frames[f + 2] = arg_base + 2
+  frames[f + 3] = checks
+  frames[f + 4] = ARGV[arg_base + 2]
+  requests = requests + 1
   key_base = key_base + checks
   arg_base = arg_base + 2 + checks * FIELDS
 end
-if key_base ~= #KEYS or #frames == 0 then
+if key_base ~= #KEYS or requests == 0 then
   return redis.error_reply('ERR ratelimitd: ' .. #KEYS .. ' keys for ' .. key_base .. ' checks')
 end
 
 local redis_now
-local replies = {}
-for r, frame in ipairs(frames) do
+local out = {}
+for r = 0, requests - 1 do
+  local key_index, arg_index, checks, now_arg = unpack(frames, r * FRAME + 1, r * FRAME + FRAME)
   local now
-  if frame[4] == '-' then
+  if now_arg == '-' then
     if not redis_now then
       local time = redis.call('TIME')
       redis_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
     end
     now = redis_now
   else
-    now = tonumber(frame[4])
+    now = tonumber(now_arg)
   end
+  local at = #out
   if not now or now < 0 or now ~= math.floor(now) then
-    replies[r] = 'ERR ratelimitd: invalid pinned time'
-  else
-    local ok, verdicts = pcall(decide, frame[1], frame[2], frame[3], now)
+    out[at + 1] = 'ERR ratelimitd: invalid pinned time'
+  elseif checks == 1 then
+    local ok, first, remaining, reset_after = pcall(decide_one, KEYS[key_index + 1], arg_index, now)
     if ok then
-      replies[r] = verdicts
+      out[at + 1] = first
+      out[at + 2] = remaining
+      out[at + 3] = reset_after
     else
-      replies[r] = error_message(verdicts)
+      out[at + 1] = error_message(first)
+    end
+  else
+    local ok, raised = pcall(decide, key_index, arg_index, checks, now, out)
+    if not ok then
+      for j = #out, at + 1, -1 do
+        out[j] = nil
+      end
+      out[at + 1] = error_message(raised)
     end
   end
 end
-return replies
+return out

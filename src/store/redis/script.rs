@@ -172,33 +172,52 @@ fn unsigned(value: &Value) -> Result<u64, StoreError> {
 }
 
 /// Decodes the reply of a call deciding requests of `checks[i]` checks each: the outer error
-/// fails the whole call; each request then has its verdicts or its own error (which the script
-/// sends as a plain string: see `lua/request.lua`).
+/// fails the whole call. The reply is one flat array (see `lua/request.lua`): each request's
+/// verdicts as 3 values each, or, in their place, its own error as a single plain string (its
+/// first element is otherwise the integer admitted flag, so the two cannot be confused).
 pub fn decode_batch_reply(
     value: Value,
     checks: impl ExactSizeIterator<Item = usize>,
 ) -> Result<Vec<Result<Vec<Verdict>, StoreError>>, StoreError> {
-    let Value::Array(replies) = value else {
+    let Value::Array(values) = value else {
         return Err(protocol(format_args!(
-            "expected an array of request replies, got {value:?}"
+            "expected an array of verdict values, got {value:?}"
         )));
     };
-    if replies.len() != checks.len() {
+    let mut rest = values.as_slice();
+    let mut replies = Vec::with_capacity(checks.len());
+    for expected in checks {
+        let reply = match rest.first() {
+            Some(Value::BulkString(message)) => {
+                rest = &rest[1..];
+                Err(request_error(&String::from_utf8_lossy(message)))
+            }
+            Some(Value::SimpleString(message)) => {
+                rest = &rest[1..];
+                Err(request_error(message))
+            }
+            _ => {
+                let len = expected * VALUES_PER_VERDICT;
+                let Some(fields) = rest.get(..len) else {
+                    return Err(protocol(format_args!(
+                        "reply ends within request {} ({} values left, {len} expected)",
+                        replies.len() + 1,
+                        rest.len()
+                    )));
+                };
+                rest = &rest[len..];
+                Ok(decode_verdicts(fields)?)
+            }
+        };
+        replies.push(reply);
+    }
+    if !rest.is_empty() {
         return Err(protocol(format_args!(
-            "expected {} request replies, got {}",
-            checks.len(),
-            replies.len()
+            "{} values after the last request's verdicts",
+            rest.len()
         )));
     }
-    Ok(replies
-        .into_iter()
-        .zip(checks)
-        .map(|(reply, expected)| match reply {
-            Value::BulkString(message) => Err(request_error(&String::from_utf8_lossy(&message))),
-            Value::SimpleString(message) => Err(request_error(&message)),
-            verdicts => decode_reply(verdicts, expected),
-        })
-        .collect())
+    Ok(replies)
 }
 
 /// One request's error, `<CODE> <text>` as the script reports it: Redis refusing to serve
@@ -224,32 +243,16 @@ fn request_error(message: &str) -> StoreError {
     }
 }
 
-/// Decodes one request's reply: `expected` arrays of `{admitted 0/1, remaining, reset_after_us}`.
-pub fn decode_reply(value: Value, expected: usize) -> Result<Vec<Verdict>, StoreError> {
-    let Value::Array(items) = value else {
-        return Err(protocol(format_args!(
-            "expected an array of verdicts, got {value:?}"
-        )));
-    };
-    if items.len() != expected {
-        return Err(protocol(format_args!(
-            "expected {expected} verdicts, got {}",
-            items.len()
-        )));
-    }
-    items
-        .iter()
-        .map(|item| {
-            let Value::Array(fields) = item else {
-                return Err(protocol(format_args!(
-                    "expected a verdict array, got {item:?}"
-                )));
-            };
-            let [admitted, remaining, reset] = fields.as_slice() else {
-                return Err(protocol(format_args!(
-                    "expected 3 fields per verdict, got {}",
-                    fields.len()
-                )));
+/// Values per verdict in the script's reply: admitted 0/1, remaining, reset_after_us.
+const VALUES_PER_VERDICT: usize = 3;
+
+/// Decodes consecutive verdicts, 3 values each (`fields.len()` a multiple of 3).
+fn decode_verdicts(fields: &[Value]) -> Result<Vec<Verdict>, StoreError> {
+    fields
+        .chunks_exact(VALUES_PER_VERDICT)
+        .map(|verdict| {
+            let [admitted, remaining, reset] = verdict else {
+                return Err(protocol("a verdict of other than 3 values"));
             };
             let admitted = match integer(admitted)? {
                 0 => false,
@@ -279,40 +282,58 @@ mod tests {
         assert_eq!(sha1(), redis::Script::new(SOURCE).get_hash());
     }
 
+    fn int(n: i64) -> Value {
+        Value::Int(n)
+    }
+
     #[test]
     fn decodes_verdicts_and_rejects_garbage() {
-        let reply = Value::Array(vec![
-            Value::Array(vec![Value::Int(1), Value::Int(4), Value::Int(1_000)]),
-            Value::Array(vec![Value::Int(0), Value::Int(0), Value::Int(7)]),
-        ]);
-        let verdicts = decode_reply(reply, 2).unwrap();
+        let reply = Value::Array(vec![int(1), int(4), int(1_000), int(0), int(0), int(7)]);
+        let answers = decode_batch_reply(reply, [2].into_iter()).unwrap();
+        let verdicts = answers[0].as_ref().unwrap();
         assert!(verdicts[0].admitted && !verdicts[1].admitted);
         assert_eq!(verdicts[0].remaining, 4);
         assert_eq!(verdicts[1].reset_after_us, 7);
-        assert!(decode_reply(Value::Okay, 1).is_err());
-        assert!(decode_reply(Value::Array(vec![]), 1).is_err());
-        let negative = Value::Array(vec![Value::Array(vec![
-            Value::Int(1),
-            Value::Int(-1),
-            Value::Int(0),
-        ])]);
-        assert!(decode_reply(negative, 1).is_err());
-        let huge = Value::Array(vec![Value::Array(vec![
-            Value::Int(0),
-            Value::Int(0),
+
+        let huge = Value::Array(vec![
+            int(0),
+            int(0),
             Value::BulkString(b"18446744073709551615".to_vec()),
-        ])]);
-        assert_eq!(decode_reply(huge, 1).unwrap()[0].reset_after_us, u64::MAX);
+        ]);
+        let answers = decode_batch_reply(huge, [1].into_iter()).unwrap();
+        assert_eq!(answers[0].as_ref().unwrap()[0].reset_after_us, u64::MAX);
+
+        let garbage = [
+            Value::Okay,
+            Value::Array(vec![]),
+            Value::Array(vec![int(1), int(4)]),
+            Value::Array(vec![int(1), int(-1), int(0)]),
+            Value::Array(vec![int(2), int(0), int(0)]),
+            Value::Array(vec![int(1), int(0), int(0), int(1)]),
+            Value::Array(vec![Value::Array(vec![int(1), int(0), int(0)])]),
+        ];
+        for reply in garbage {
+            assert!(
+                decode_batch_reply(reply.clone(), [1].into_iter()).is_err(),
+                "{reply:?}"
+            );
+        }
     }
 
     #[test]
     fn a_batch_reply_answers_each_request_on_its_own() {
-        let verdict = || Value::Array(vec![Value::Int(1), Value::Int(4), Value::Int(9)]);
         let reply = Value::Array(vec![
-            Value::Array(vec![verdict()]),
+            int(1),
+            int(4),
+            int(9),
             Value::BulkString(b"WRONGTYPE Operation against a key".to_vec()),
             Value::BulkString(b"OOM command not allowed".to_vec()),
-            Value::Array(vec![verdict(), verdict()]),
+            int(1),
+            int(4),
+            int(9),
+            int(0),
+            int(0),
+            int(3),
         ]);
         let answers = decode_batch_reply(reply, [1, 1, 1, 2].into_iter()).unwrap();
         assert_eq!(answers[0].as_ref().unwrap().len(), 1);
@@ -320,9 +341,9 @@ mod tests {
             matches!(answers[1], Err(StoreError::Protocol(ref m)) if m.starts_with("WRONGTYPE"))
         );
         assert!(matches!(answers[2], Err(StoreError::Unavailable(_))));
-        assert_eq!(answers[3].as_ref().unwrap().len(), 2);
-        // The number of replies must match the number of requests sent.
-        assert!(decode_batch_reply(Value::Array(vec![]), [1].into_iter()).is_err());
-        assert!(decode_batch_reply(Value::Okay, [1].into_iter()).is_err());
+        let last = answers[3].as_ref().unwrap();
+        assert_eq!(last.len(), 2);
+        assert!(last[0].admitted && !last[1].admitted);
+        assert_eq!(last[1].reset_after_us, 3);
     }
 }
