@@ -9,6 +9,8 @@
 //!   key length. No plain identity looks like that (an identity with a `:` always has an `=` after
 //!   it), so the mapping stays injective up to SHA-256 collisions.
 
+use std::fmt::Write as _;
+
 use sha2::{Digest, Sha256};
 
 use crate::limiter::counter_key::CounterKey;
@@ -33,30 +35,66 @@ pub const MAX_KEY_LEN: usize = KEY_PREFIX.len()
 
 /// The cluster hash tag of a counter (without braces): 16 hex digits of SHA-256 of its identity.
 pub fn hash_tag(key: &CounterKey) -> String {
+    let mut tag = String::with_capacity(TAG_LEN);
+    push_hash_tag(&mut tag, key);
+    tag
+}
+
+/// Hex digits in a hash tag.
+const TAG_LEN: usize = 16;
+
+fn push_hash_tag(out: &mut String, key: &CounterKey) {
     let digest = Sha256::digest(key.as_str().as_bytes());
-    hex::encode(&digest[..8])
+    push_hex(out, &digest[..TAG_LEN / 2]);
+}
+
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    }
 }
 
 /// The identity part of the key: the counter identity itself, or `h:<sha256 hex>` when longer than
 /// [`MAX_IDENTITY_LEN`].
 pub fn identity(key: &CounterKey) -> String {
+    let mut out = String::new();
+    push_identity(&mut out, key);
+    out
+}
+
+fn push_identity(out: &mut String, key: &CounterKey) {
     let text = key.as_str();
     if text.len() <= MAX_IDENTITY_LEN {
-        text.to_owned()
+        out.push_str(text);
     } else {
-        format!("h:{}", hex::encode(Sha256::digest(text.as_bytes())))
+        out.push_str("h:");
+        push_hex(out, &Sha256::digest(text.as_bytes()));
     }
 }
 
 /// The Redis key holding the state of `key` under `rate` (algorithm and window are part of it).
+/// Built in one allocation: every check of every request makes one.
 pub fn redis_key(key: &CounterKey, rate: &Rate) -> String {
-    format!(
-        "{KEY_PREFIX}:{{{}}}:{}:{}:{}",
-        hash_tag(key),
-        rate.algorithm().as_str(),
-        rate.window_us(),
-        identity(key)
-    )
+    let algorithm = rate.algorithm().as_str();
+    let identity_len = match key.as_str().len() {
+        len if len <= MAX_IDENTITY_LEN => len,
+        _ => 2 + 64,
+    };
+    let mut out = String::with_capacity(
+        KEY_PREFIX.len() + 3 + TAG_LEN + 1 + algorithm.len() + 1 + 20 + 1 + identity_len,
+    );
+    out.push_str(KEY_PREFIX);
+    out.push_str(":{");
+    push_hash_tag(&mut out, key);
+    out.push_str("}:");
+    out.push_str(algorithm);
+    out.push(':');
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{}:", rate.window_us());
+    push_identity(&mut out, key);
+    out
 }
 
 #[cfg(test)]
