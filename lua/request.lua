@@ -41,13 +41,29 @@
 -- non-shadow check admits; then each distinct key is committed once, with the total hits of its
 -- admitted checks and the rate of its last admitted check; a key whose total is 0 is not written.
 
-local ALGORITHMS = {
-  [0] = fixed_window,
-  [1] = sliding_window_log,
-  [2] = sliding_window_counter,
-  [3] = token_bucket,
-  [4] = gcra,
+-- The algorithm modules by code, built on first use in this call (see the algorithm files).
+local CONSTRUCTORS = {
+  [0] = new_fixed_window,
+  [1] = new_sliding_window_log,
+  [2] = new_sliding_window_counter,
+  [3] = new_token_bucket,
+  [4] = new_gcra,
 }
+local modules = {}
+
+-- The module of algorithm `code`, or nil for an unknown code.
+local function algorithm_of(code)
+  local module = modules[code]
+  if module == nil then
+    local construct = CONSTRUCTORS[code]
+    if not construct then
+      return nil
+    end
+    module = construct()
+    modules[code] = module
+  end
+  return module
+end
 
 local RATE_FIELDS = 5
 local FIELDS = 3
@@ -233,7 +249,8 @@ if not rate_count or rate_count < 1 or 1 + rate_count * RATE_FIELDS > #ARGV then
 end
 for r = 1, rate_count do
   local base = 1 + (r - 1) * RATE_FIELDS
-  local algorithm = ALGORITHMS[tonumber(ARGV[base + 1])]
+  local code = tonumber(ARGV[base + 1])
+  local algorithm = code and algorithm_of(code)
   local limit = tonumber(ARGV[base + 2])
   local window = tonumber(ARGV[base + 3])
   local burst = tonumber(ARGV[base + 4])
