@@ -9,6 +9,11 @@
 -- of token_bucket and sliding_window_counter are written with the same operations in the same
 -- order as the Rust code, so both produce bit-identical doubles.
 
+-- The math functions every check uses, as locals: a global lookup per use cost ~2 500
+-- redis-server instructions per check (callgrind).
+local math_ceil, math_floor, math_fmod, math_max, math_min =
+  math.ceil, math.floor, math.fmod, math.max, math.min
+
 local U32_MAX = 4294967295
 
 -- Rust `x as u32` for a float (saturating; NaN impossible here).
@@ -66,11 +71,25 @@ local function ttl_ms(expires_at_us, now_us)
   if left < 0 then
     left = 0
   end
-  return math.min(math.ceil(left / 1000) + 1000, TTL_MAX_MS)
+  return math_min(math_ceil(left / 1000) + 1000, TTL_MAX_MS)
+end
+
+-- The PX argument for a state that is worthless from `expires_at_us` on: `ttl_ms` as text. Checks
+-- of one call mostly share their TTL, and formatting a number costs more than the table lookup
+-- that finds it already formatted in this call.
+local ttl_texts = {}
+local function ttl_text(expires_at_us, now_us)
+  local ms = ttl_ms(expires_at_us, now_us)
+  local text = ttl_texts[ms]
+  if not text then
+    text = int_str(ms)
+    ttl_texts[ms] = text
+  end
+  return text
 end
 
 -- Start of the epoch-aligned window of length `window_us` containing `now_us`
 -- (math.fmod is exact for doubles, unlike Lua 5.1's `%`).
 local function window_start_us(window_us, now_us)
-  return now_us - math.fmod(now_us, window_us)
+  return now_us - math_fmod(now_us, window_us)
 end

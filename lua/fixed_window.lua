@@ -54,7 +54,7 @@ local function new_fixed_window()
     local count = current_count(state, window_start) + hits
     local expires_at = window_start + window
     redis.call('SET', key, int_str(window_start) .. ':' .. int_str(count),
-      'PX', int_str(ttl_ms(expires_at, now)))
+      'PX', ttl_text(expires_at, now))
   end
 
   return fixed_window

@@ -25,14 +25,14 @@ local function new_gcra()
 
   local function base_of(state, now)
     if state then
-      return math.max(state.tat_us, now)
+      return math_max(state.tat_us, now)
     end
     return now
   end
 
   -- Integer division of non-negative integers below 2^53 (exact: see common.lua).
   local function div(a, b)
-    return math.floor(a / b)
+    return math_floor(a / b)
   end
 
   function gcra.evaluate(state, now, _limit, _window, burst, hits, interval)
@@ -54,7 +54,7 @@ local function new_gcra()
 
   function gcra.commit(key, state, now, _limit, _window, _burst, hits, interval)
     local tat = base_of(state, now) + hits * interval
-    redis.call('SET', key, int_str(tat), 'PX', int_str(ttl_ms(tat, now)))
+    redis.call('SET', key, int_str(tat), 'PX', ttl_text(tat, now))
   end
 
   return gcra

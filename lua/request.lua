@@ -68,20 +68,38 @@ end
 local RATE_FIELDS = 5
 local FIELDS = 3
 
--- The rates of this call (see ARGV above): { algorithm, L, W, B, T } each.
+-- The rates of this call (see ARGV above): { algorithm, L, W, B, T } each, by position and by
+-- the position's decimal text as Rust sends it (a check finds its rate without parsing a number:
+-- tonumber costs a strtod).
 local rates = {}
+local rates_by_text = {}
+
+-- The hits of nearly every check, without a strtod.
+local COMMON_HITS = { ['0'] = 0, ['1'] = 1 }
 
 -- Redis 3.2-4.0 need effects replication to write after TIME; later versions always do it.
 if redis.replicate_commands then
   pcall(redis.replicate_commands)
 end
 
+-- The rate (table) and hits of the check whose fields start at ARGV[base + 1]; nothing when its
+-- rate or hits are missing or out of range.
+local function read_rate_and_hits(base)
+  local rate_text = ARGV[base + 1]
+  local rate = rates_by_text[rate_text] or rates[tonumber(rate_text)]
+  local hits_text = ARGV[base + 2]
+  local hits = COMMON_HITS[hits_text] or tonumber(hits_text)
+  if not rate or not hits or hits < 0 then
+    return nil
+  end
+  return rate, hits
+end
+
 -- The values of the check whose fields start at ARGV[base + 1]: algorithm, L, W, B, n, T, shadow;
 -- nothing when its rate or hits are missing or out of range.
 local function read_check(base)
-  local rate = rates[tonumber(ARGV[base + 1])]
-  local hits = tonumber(ARGV[base + 2])
-  if not rate or not hits or hits < 0 then
+  local rate, hits = read_rate_and_hits(base)
+  if not rate then
     return nil
   end
   return rate[1], rate[2], rate[3], rate[4], hits, rate[5], ARGV[base + 3] == '1'
@@ -98,7 +116,7 @@ local function decide_one(key, base, now)
   if not algorithm then
     invalid_check(1)
   end
-  hits = math.min(hits, burst + 1)
+  hits = math_min(hits, burst + 1)
   local state = algorithm.load(key, now, window)
   local admitted, remaining, reset_after = algorithm.evaluate(
     state, now, limit, window, burst, hits, interval)
@@ -131,43 +149,45 @@ local function distinct_keys(key_base, checks)
 end
 
 -- `decide` for a request whose checks all have their own key, the common case: no hits to add
--- up per key, so no table per key either (their bookkeeping cost ~2 µs per check). The states
--- loaded wait in `states` for the commit; a check's verdict, already in `out`, says whether it
--- was admitted.
+-- up per key, so no table per key either (their bookkeeping cost ~2 µs per check). What the
+-- commit needs waits in `pending`, 3 values per check (state, rate, hits); a check's verdict,
+-- already in `out`, says whether it was admitted.
 local function decide_distinct(key_base, arg_base, checks, now, out)
   local first = #out
-  local states = {}
+  local pending = {}
   local vetoed = false
   for i = 1, checks do
-    local algorithm, limit, window, burst, hits, interval, shadow =
-      read_check(arg_base + (i - 1) * FIELDS)
-    if not algorithm then
+    local base = arg_base + (i - 1) * FIELDS
+    local rate, hits = read_rate_and_hits(base)
+    if not rate then
       invalid_check(i)
     end
-    local key = KEYS[key_base + i]
-    local state = algorithm.load(key, now, window)
-    states[i] = state or false
+    local algorithm, limit, window, burst, interval = rate[1], rate[2], rate[3], rate[4], rate[5]
+    hits = math_min(hits, burst + 1)
+    local state = algorithm.load(KEYS[key_base + i], now, window)
     local admitted, remaining, reset_after = algorithm.evaluate(
-      state, now, limit, window, burst, math.min(hits, burst + 1), interval)
-    if not admitted and not shadow then
+      state, now, limit, window, burst, hits, interval)
+    if not admitted and ARGV[base + 3] ~= '1' then
       vetoed = true
     end
     local at = first + (i - 1) * 3
     out[at + 1] = admitted and 1 or 0
     out[at + 2] = remaining
     out[at + 3] = u64_reply(reset_after)
+    pending[at - first + 1] = state or false
+    pending[at - first + 2] = rate
+    pending[at - first + 3] = hits
   end
   if vetoed then
     return
   end
   for i = 1, checks do
-    if out[first + (i - 1) * 3 + 1] == 1 then
-      local algorithm, limit, window, burst, hits, interval =
-        read_check(arg_base + (i - 1) * FIELDS)
-      if hits > 0 then
-        algorithm.commit(KEYS[key_base + i], states[i] or nil, now, limit, window, burst,
-          math.min(hits, burst + 1), interval)
-      end
+    local at = (i - 1) * 3
+    local hits = pending[at + 3]
+    if out[first + at + 1] == 1 and hits > 0 then
+      local rate = pending[at + 2]
+      rate[1].commit(KEYS[key_base + i], pending[at + 1] or nil, now, rate[2], rate[3], rate[4],
+        hits, rate[5])
     end
   end
 end
@@ -203,7 +223,7 @@ local function decide(key_base, arg_base, checks, now, out)
     local cumulative = earlier + hits
     -- Rust's algorithm::evaluate clamps hits to B + 1 (nothing above it can be admitted).
     local admitted, remaining, reset_after = algorithm.evaluate(
-      states[key] or nil, now, limit, window, burst, math.min(cumulative, burst + 1), interval)
+      states[key] or nil, now, limit, window, burst, math_min(cumulative, burst + 1), interval)
     if admitted then
       admitted_hits[key] = cumulative
       commit_base[key] = base
@@ -227,7 +247,7 @@ local function decide(key_base, arg_base, checks, now, out)
       if total > 0 then
         local algorithm, limit, window, burst, _, interval = read_check(commit_base[key])
         algorithm.commit(key, states[key] or nil, now, limit, window, burst,
-          math.min(total, burst + 1), interval)
+          math_min(total, burst + 1), interval)
       end
     end
   end
@@ -260,6 +280,7 @@ for r = 1, rate_count do
     return redis.error_reply('ERR ratelimitd: invalid rate ' .. r)
   end
   rates[r] = { algorithm, limit, window, burst, interval }
+  rates_by_text[tostring(r)] = rates[r]
 end
 
 -- Each request's frame, 4 values: its first key's index - 1, its first check's ARGV index - 1,
@@ -271,7 +292,7 @@ local key_base = 0
 local arg_base = 1 + rate_count * RATE_FIELDS
 while arg_base < #ARGV do
   local checks = tonumber(ARGV[arg_base + 1])
-  if not checks or checks < 1 or checks ~= math.floor(checks)
+  if not checks or checks < 1 or checks ~= math_floor(checks)
       or arg_base + 2 + checks * FIELDS > #ARGV or key_base + checks > #KEYS then
     return redis.error_reply('ERR ratelimitd: malformed request ' .. (requests + 1)
       .. ' (' .. #KEYS .. ' keys, ' .. #ARGV .. ' arguments)')
@@ -304,7 +325,7 @@ for r = 0, requests - 1 do
     now = tonumber(now_arg)
   end
   local at = #out
-  if not now or now < 0 or now ~= math.floor(now) then
+  if not now or now < 0 or now ~= math_floor(now) then
     out[at + 1] = 'ERR ratelimitd: invalid pinned time'
   elseif checks == 1 then
     local ok, first, remaining, reset_after = pcall(decide_one, KEYS[key_index + 1], arg_index, now)

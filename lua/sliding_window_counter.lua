@@ -54,7 +54,7 @@ local function new_sliding_window_counter()
     local wanted = hits
     local excess = estimate(previous, current, elapsed, window) + wanted - limit
     if previous > 0 then
-      local wait = as_u64(math.ceil(excess * window / previous))
+      local wait = as_u64(math_ceil(excess * window / previous))
       if elapsed + wait < window then
         return wait
       end
@@ -63,8 +63,8 @@ local function new_sliding_window_counter()
     if current + wanted <= limit then
       return to_next
     end
-    local into_next = as_u64(math.ceil((current + wanted - limit) * window / current))
-    return to_next + math.min(into_next, window)
+    local into_next = as_u64(math_ceil((current + wanted - limit) * window / current))
+    return to_next + math_min(into_next, window)
   end
 
   function sliding_window_counter.evaluate(state, now, limit, window, _burst, hits, _interval)
@@ -75,7 +75,7 @@ local function new_sliding_window_counter()
     local window_end = window - elapsed
     if est + hits <= limit then
       local after = estimate(previous, current + hits, elapsed, window)
-      return true, as_u32(math.max(math.floor(limit - after), 0)), window_end
+      return true, as_u32(math_max(math_floor(limit - after), 0)), window_end
     end
     local reset_after
     if hits > limit then
@@ -83,7 +83,7 @@ local function new_sliding_window_counter()
     else
       reset_after = wait_until_admissible(limit, window, previous, current, elapsed, hits)
     end
-    return false, as_u32(math.max(math.floor(limit - est), 0)), reset_after
+    return false, as_u32(math_max(math_floor(limit - est), 0)), reset_after
   end
 
   function sliding_window_counter.commit(key, state, now, _limit, window, _burst, hits, _interval)
@@ -92,7 +92,7 @@ local function new_sliding_window_counter()
     local expires_at = window_start + 2 * window
     redis.call('SET', key,
       int_str(window_start) .. ':' .. int_str(previous) .. ':' .. int_str(current + hits),
-      'PX', int_str(ttl_ms(expires_at, now)))
+      'PX', ttl_text(expires_at, now))
   end
 
   return sliding_window_counter

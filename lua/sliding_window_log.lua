@@ -95,7 +95,7 @@ local function new_sliding_window_log()
     local added = 0
     while added < hits do
       local args = {}
-      local chunk = math.min(hits - added, ZADD_CHUNK)
+      local chunk = math_min(hits - added, ZADD_CHUNK)
       for _ = 1, chunk do
         args[#args + 1] = ts
         args[#args + 1] = ts .. ':' .. int_str(seq)
@@ -104,7 +104,7 @@ local function new_sliding_window_log()
       redis.call('ZADD', key, unpack(args))
       added = added + chunk
     end
-    redis.call('PEXPIRE', key, int_str(ttl_ms(now + window, now)))
+    redis.call('PEXPIRE', key, ttl_text(now + window, now))
   end
 
   return sliding_window_log

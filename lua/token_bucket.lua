@@ -40,7 +40,7 @@ local function new_token_bucket()
       elapsed = 0
     end
     local refilled = state.tokens + elapsed * limit / window
-    return math.min(refilled, capacity)
+    return math_min(refilled, capacity)
   end
 
   -- µs to refill `missing` tokens, rounded up.
@@ -48,7 +48,7 @@ local function new_token_bucket()
     if missing <= 0 then
       return 0
     end
-    return as_u64(math.ceil(missing * window / limit))
+    return as_u64(math_ceil(missing * window / limit))
   end
 
   function token_bucket.evaluate(state, now, limit, window, burst, hits, _interval)
@@ -57,7 +57,7 @@ local function new_token_bucket()
     local wanted = hits
     if hits <= burst and tokens >= wanted then
       local after = tokens - wanted
-      return true, as_u32(math.floor(after)), refill_time_us(limit, window, capacity - after)
+      return true, as_u32(math_floor(after)), refill_time_us(limit, window, capacity - after)
     end
     local missing
     if hits > burst then
@@ -65,14 +65,14 @@ local function new_token_bucket()
     else
       missing = wanted - tokens
     end
-    return false, as_u32(math.floor(tokens)), refill_time_us(limit, window, missing)
+    return false, as_u32(math_floor(tokens)), refill_time_us(limit, window, missing)
   end
 
   function token_bucket.commit(key, state, now, limit, window, burst, hits, _interval)
     local tokens = tokens_at(state, now, limit, window, burst) - hits
     local expires_at = now + refill_time_us(limit, window, burst - tokens)
     redis.call('SET', key, string.format('%.17g', tokens) .. ':' .. int_str(now),
-      'PX', int_str(ttl_ms(expires_at, now)))
+      'PX', ttl_text(expires_at, now))
   end
 
   return token_bucket
