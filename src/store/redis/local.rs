@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 use super::batch::Batcher;
 use super::connection::{Manager, Reachability};
-use super::{ConnectionMode, Shared};
+use super::{new_pool, ConnectionMode, Shared};
 
 /// What a thread needs to start its own pool and dispatcher, and the dispatchers started so far
 /// (held here, so they stop when the store is dropped).
@@ -90,15 +90,8 @@ impl Locals {
     /// A pool for this thread: one connection opened at once in the background, more on demand;
     /// until the first is open, calls borrow the startup pool's.
     fn shared(&self) -> Arc<Shared> {
-        let pool = bb8::Pool::builder()
-            .max_size(self.pool_size)
-            .min_idle(Some(1))
-            .connection_timeout(self.timeout)
-            .test_on_check_out(true)
-            .retry_connection(true)
-            .build_unchecked(self.manager.clone());
         Arc::new(Shared {
-            pool,
+            pool: new_pool(self.pool_size, self.timeout, self.manager.clone()),
             reachability: self.reachability.clone(),
             timeout: self.timeout,
             mode: self.mode,

@@ -140,6 +140,19 @@ struct Shared {
     fallback: Option<bb8::Pool<Manager>>,
 }
 
+/// A pool of at most `size` connections that opens one at once in the background (more on
+/// demand) and waits at most `timeout` for one. Check-out tests are cheap: `Manager::is_valid`
+/// only reads the broken flag, no round trip.
+fn new_pool(size: u32, timeout: std::time::Duration, manager: Manager) -> bb8::Pool<Manager> {
+    bb8::Pool::builder()
+        .max_size(size)
+        .min_idle(Some(1))
+        .connection_timeout(timeout)
+        .test_on_check_out(true)
+        .retry_connection(true)
+        .build_unchecked(manager)
+}
+
 /// The Redis-backed [`Store`]. Cheap to clone; clones share the pool.
 #[derive(Clone)]
 pub struct RedisStore {
@@ -207,14 +220,11 @@ impl RedisStore {
         tracing::debug!(sha1 = %loaded, "rate-limit script loaded");
 
         let reachability = manager.reachability();
-        let pool = bb8::Pool::builder()
-            .max_size(settings.pool_size)
-            .min_idle(Some(1))
-            .connection_timeout(settings.timeout)
-            // `Manager::is_valid` only reads the broken flag: no extra round trip.
-            .test_on_check_out(true)
-            .retry_connection(true)
-            .build_unchecked(manager.driven_on(tokio::runtime::Handle::current()));
+        let pool = new_pool(
+            settings.pool_size,
+            settings.timeout,
+            manager.driven_on(tokio::runtime::Handle::current()),
+        );
         // The pool may already be filling itself; a full pool simply drops this connection.
         let _ = pool.add(Conn {
             mux: first,
