@@ -154,17 +154,11 @@ pub fn render(records: &[Record]) -> String {
 
     let mut out = String::new();
     if !matrix.is_empty() {
-        let _ = writeln!(
-            out,
-            "#### Decisions: store x algorithm x keys x descriptors per request\n"
-        );
-        let _ = writeln!(
-            out,
-            "| store | algorithm | keys | desc | req/s | p50 µs | p99 µs | p99.9 µs | OK | OVER_LIMIT | errors | server CPU µs/req | redis CPU µs/req | req/s ÷ ceiling | CPU ÷ ceiling |"
-        );
-        let _ = writeln!(
-            out,
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        start_table(
+            &mut out,
+            "Decisions: store x algorithm x keys x descriptors per request",
+            "| store | algorithm | keys | desc | req/s | p50 µs | p99 µs | p99.9 µs | OK | OVER_LIMIT | errors | server CPU µs/req | redis CPU µs/req | req/s ÷ ceiling | CPU ÷ ceiling |",
+            "llrrrrrrrrrrrrr",
         );
         for r in &matrix {
             let (rps_ratio, cpu_ratio) = if r.tag("store") == "redis" {
@@ -207,12 +201,12 @@ pub fn render(records: &[Record]) -> String {
     }
 
     if !transport.is_empty() || !redis_ceiling.is_empty() {
-        let _ = writeln!(out, "#### Ceilings\n");
-        let _ = writeln!(
-            out,
-            "| ceiling | algorithm | keys | desc | req/s | p50 µs | p99 µs | server CPU µs/req | redis CPU µs/req |"
+        start_table(
+            &mut out,
+            "Ceilings",
+            "| ceiling | algorithm | keys | desc | req/s | p50 µs | p99 µs | server CPU µs/req | redis CPU µs/req |",
+            "llrrrrrrr",
         );
-        let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
         for r in transport.iter().chain(&redis_ceiling) {
             let name = if r.kind() == "transport_ceiling" {
                 "transport (rls-ceiling)"
@@ -240,17 +234,11 @@ pub fn render(records: &[Record]) -> String {
     }
 
     if !half_peak.is_empty() {
-        let _ = writeln!(
-            out,
-            "#### Open loop: half of the peak throughput (transport: at the memory store's rate)\n"
-        );
-        let _ = writeln!(
-            out,
-            "| target | algorithm | keys | desc | offered req/s | achieved req/s | p50 µs | p99 µs | p99.9 µs | errors | server CPU µs/req | redis CPU µs/req |"
-        );
-        let _ = writeln!(
-            out,
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        start_table(
+            &mut out,
+            "Open loop: half of the peak throughput (transport: at the memory store's rate)",
+            "| target | algorithm | keys | desc | offered req/s | achieved req/s | p50 µs | p99 µs | p99.9 µs | errors | server CPU µs/req | redis CPU µs/req |",
+            "llrrrrrrrrrr",
         );
         for r in &half_peak {
             let _ = writeln!(
@@ -278,12 +266,12 @@ pub fn render(records: &[Record]) -> String {
     }
 
     if !footprint.is_empty() {
-        let _ = writeln!(out, "#### Memory store footprint\n");
-        let _ = writeln!(
-            out,
-            "| algorithm | keys | RSS growth bytes/key | insert ns/key | keys left after the expiry sweep | RSS returned to the OS |"
+        start_table(
+            &mut out,
+            "Memory store footprint",
+            "| algorithm | keys | RSS growth bytes/key | insert ns/key | keys left after the expiry sweep | RSS returned to the OS |",
+            "lrrrrr",
         );
-        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
         for r in &footprint {
             let _ = writeln!(
                 out,
@@ -303,15 +291,12 @@ pub fn render(records: &[Record]) -> String {
     }
 
     if !unloaded.is_empty() {
-        let _ = writeln!(
-            out,
-            "#### Unloaded: 1 connection, 1 RPC in flight (the time of one request, round trip included)\n"
+        start_table(
+            &mut out,
+            "Unloaded: 1 connection, 1 RPC in flight (the time of one request, round trip included)",
+            "| store | algorithm | keys | desc | req/s | p50 µs | p99 µs | server CPU µs/req | redis CPU µs/req |",
+            "llrrrrrrr",
         );
-        let _ = writeln!(
-            out,
-            "| store | algorithm | keys | desc | req/s | p50 µs | p99 µs | server CPU µs/req | redis CPU µs/req |"
-        );
-        let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
         for r in &unloaded {
             let _ = writeln!(
                 out,
@@ -578,12 +563,27 @@ fn targets(
         return String::new();
     }
     let mut out = String::new();
-    let _ = writeln!(out, "#### Targets (issue 6)\n");
-    let _ = writeln!(out, "| target | measured | goal | status |");
-    let _ = writeln!(out, "|---|---|---|---|");
+    start_table(
+        &mut out,
+        "Targets (issue 6)",
+        "| target | measured | goal | status |",
+        "llll",
+    );
     for (target, measured, goal, status) in rows {
         let _ = writeln!(out, "| {target} | {measured} | {goal} | {status} |");
     }
     let _ = writeln!(out);
     out
+}
+
+/// Starts a markdown table under a `####` heading: the header row, then the separator row with
+/// one alignment per column, `l`eft or `r`ight.
+fn start_table(out: &mut String, heading: &str, header: &str, align: &str) {
+    let _ = writeln!(out, "#### {heading}\n");
+    let _ = writeln!(out, "{header}");
+    let separator: String = align
+        .chars()
+        .map(|a| if a == 'r' { "---:|" } else { "---|" })
+        .collect();
+    let _ = writeln!(out, "|{separator}");
 }
