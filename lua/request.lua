@@ -170,23 +170,23 @@ local function decide_distinct(key_base, arg_base, checks, now, out)
     if not admitted and ARGV[base + 3] ~= '1' then
       vetoed = true
     end
-    local at = first + (i - 1) * 3
-    out[at + 1] = admitted and 1 or 0
-    out[at + 2] = remaining
-    out[at + 3] = u64_reply(reset_after)
-    pending[at - first + 1] = state or false
-    pending[at - first + 2] = rate
-    pending[at - first + 3] = hits
+    local slot = (i - 1) * 3
+    out[first + slot + 1] = admitted and 1 or 0
+    out[first + slot + 2] = remaining
+    out[first + slot + 3] = u64_reply(reset_after)
+    pending[slot + 1] = state or false
+    pending[slot + 2] = rate
+    pending[slot + 3] = hits
   end
   if vetoed then
     return
   end
   for i = 1, checks do
-    local at = (i - 1) * 3
-    local hits = pending[at + 3]
-    if out[first + at + 1] == 1 and hits > 0 then
-      local rate = pending[at + 2]
-      rate[1].commit(KEYS[key_base + i], pending[at + 1] or nil, now, rate[2], rate[3], rate[4],
+    local slot = (i - 1) * 3
+    local hits = pending[slot + 3]
+    if out[first + slot + 1] == 1 and hits > 0 then
+      local rate = pending[slot + 2]
+      rate[1].commit(KEYS[key_base + i], pending[slot + 1] or nil, now, rate[2], rate[3], rate[4],
         hits, rate[5])
     end
   end
