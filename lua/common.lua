@@ -35,6 +35,8 @@ local function as_u64(x)
   return x
 end
 
+-- Integers up to here are exact doubles.
+local TWO_POW_53 = 9007199254740992
 local TWO_POW_63 = 9223372036854775808
 local TWO_POW_64 = 18446744073709551616
 
@@ -62,7 +64,7 @@ end
 
 -- Longest TTL written (2^53 ms, some 285 000 years): a slow refill of a huge token bucket can
 -- need more, and an out-of-range PX would fail the script halfway through its writes.
-local TTL_MAX_MS = 9007199254740992
+local TTL_MAX_MS = TWO_POW_53
 
 -- PEXPIRE milliseconds for a state that is worthless from `expires_at_us` on:
 -- the state's remaining life rounded up to whole ms, plus one second.

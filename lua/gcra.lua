@@ -3,7 +3,8 @@
 -- KEYS: none of its own; request.lua passes one counter key, rl1:{tag}:gcra:<W>:<identity>.
 -- ARGV: none of its own; request.lua passes now (µs), B (burst), n (hits, cumulative per key) and
 --       T (emission interval µs, computed by Rust as ceil(W / L), at least 1).
--- State: a string "<tat_us>" (theoretical arrival time), PEXPIRE = (TAT - now) + 1000 ms.
+-- State: a string "<tat_us>" (theoretical arrival time), PEXPIRE = (TAT - now) + 1000 ms; loaded
+--        as the bare number (no table: the state is one value).
 -- Returns (evaluate): admitted (boolean), remaining (integer), reset_after_us (integer).
 --
 -- Admits when max(TAT, now) + n*T - now <= B*T. All integers (exact below 2^53).
@@ -15,45 +16,44 @@
 local function new_gcra()
   local gcra = {}
 
+  -- The TAT, or nil when absent or unreadable (a non-integer, negative or beyond 2^53 counts as
+  -- absent; `tonumber` and three comparisons cost less than matching a pattern first).
   function gcra.load(key)
-    local raw = redis.call('GET', key)
-    if not raw or not string.match(raw, '^%d+$') then
+    local tat = tonumber(redis.call('GET', key))
+    if not tat or tat < 0 or tat >= TWO_POW_53 or tat ~= math_floor(tat) then
       return nil
     end
-    return { tat_us = tonumber(raw) }
+    return tat
   end
 
-  local function base_of(state, now)
-    if state then
-      return math_max(state.tat_us, now)
-    end
-    return now
-  end
-
-  -- Integer division of non-negative integers below 2^53 (exact: see common.lua).
-  local function div(a, b)
-    return math_floor(a / b)
-  end
-
-  function gcra.evaluate(state, now, _limit, _window, burst, hits, interval)
+  -- max(TAT, now) and the integer divisions are written out (math_floor(a / b) is exact for
+  -- non-negative integers below 2^53, see common.lua): a Lua helper function per use cost more
+  -- than the arithmetic it wraps (callgrind).
+  function gcra.evaluate(tat, now, _limit, _window, burst, hits, interval)
     local capacity = burst * interval
-    local debt = base_of(state, now) - now
+    local debt = 0
+    if tat and tat > now then
+      debt = tat - now
+    end
     local spare = capacity - debt
     if spare < 0 then
       spare = 0
     end
     if hits > burst then
-      return false, div(spare, interval), debt
+      return false, math_floor(spare / interval), debt
     end
     local new_debt = debt + hits * interval
     if new_debt <= capacity then
-      return true, div(capacity - new_debt, interval), new_debt
+      return true, math_floor((capacity - new_debt) / interval), new_debt
     end
-    return false, div(spare, interval), new_debt - capacity
+    return false, math_floor(spare / interval), new_debt - capacity
   end
 
-  function gcra.commit(key, state, now, _limit, _window, _burst, hits, interval)
-    local tat = base_of(state, now) + hits * interval
+  function gcra.commit(key, tat, now, _limit, _window, _burst, hits, interval)
+    if not tat or tat < now then
+      tat = now
+    end
+    tat = tat + hits * interval
     redis.call('SET', key, int_str(tat), 'PX', ttl_text(tat, now))
   end
 

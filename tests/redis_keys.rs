@@ -271,6 +271,57 @@ async fn check_only_and_denied_requests_write_nothing() {
     assert_eq!(dump(&mut connection), before);
 }
 
+#[tokio::test]
+async fn an_unreadable_gcra_state_counts_as_absent_and_is_replaced() {
+    let server = RedisServer::start();
+    let store = connect(&server).await;
+    let mut connection = server.connection();
+    let rate = Rate::new(Algorithm::Gcra, 2, Unit::Minute, 1, None).unwrap();
+    let unreadable = [
+        "",
+        "abc",
+        "-5",
+        "1.5",
+        "12abc",
+        "inf",
+        "nan",
+        "1e300",
+        "9007199254740993",
+    ];
+    for (i, garbage) in unreadable.iter().enumerate() {
+        let c = counter("garbage", &[("i", &i.to_string())]);
+        let key = redis_key(&c, &rate);
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(garbage)
+            .query(&mut connection)
+            .unwrap();
+        let v = store.decide(&[check(&c, rate, 1)]).await.unwrap();
+        assert!(v[0].admitted, "state {garbage:?}: {v:?}");
+        assert_eq!(
+            v[0].remaining, 1,
+            "state {garbage:?} was not read as absent"
+        );
+        let stored: String = redis::cmd("GET").arg(&key).query(&mut connection).unwrap();
+        assert!(
+            !stored.is_empty() && stored.bytes().all(|b| b.is_ascii_digit()),
+            "state {garbage:?} replaced by {stored:?}"
+        );
+    }
+
+    // A readable state is read: a TAT an hour ahead leaves no room.
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut connection).unwrap();
+    let tat = (seconds + 3_600) * S + micros;
+    let c = counter("garbage", &[("i", "readable")]);
+    let _: () = redis::cmd("SET")
+        .arg(redis_key(&c, &rate))
+        .arg(tat.to_string())
+        .query(&mut connection)
+        .unwrap();
+    let v = store.decide(&[check(&c, rate, 1)]).await.unwrap();
+    assert!(!v[0].admitted, "{v:?}");
+}
+
 /// Memory per key, printed as a markdown table: `cargo test --test redis_keys -- --ignored
 /// --nocapture memory_per_key`.
 #[tokio::test]
