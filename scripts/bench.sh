@@ -12,7 +12,8 @@
 #   3. open-loop runs at half of the peak throughput (memory, redis; gcra, 100k keys, 1 descriptor)
 #      and the transport ceiling at the memory store's rate (CPU per request at equal load), and on
 #      Redis the time of one request on an idle server (1 connection, 1 RPC in flight; 1 and 3
-#      descriptors);
+#      descriptors) and, for comparison, the matrix load again with redis-server pinned to CPU 1
+#      alone and ratelimitd with the load generator on CPU 0 (gcra, 100k keys, 1 and 3 descriptors);
 #   4. the memory store's footprint: RSS growth per key over FOOTPRINT_KEYS keys, and release.
 # and prints the tables (ratelimit-bench report) with every figure and ratio.
 #
@@ -215,14 +216,16 @@ code_of() {
   esac
 }
 
-# load pin|nopin KIND STORE ALGORITHM KEYS DESCRIPTORS [extra ratelimit-bench args...]
-# Runs ratelimit-bench against SERVER_ADDR and appends its JSON line to RESULTS; echoes it.
+# load pin|nopin|beside KIND STORE ALGORITHM KEYS DESCRIPTORS [extra ratelimit-bench args...]
+# Runs ratelimit-bench against SERVER_ADDR and appends its JSON line to RESULTS; echoes it. pin: the
+# load generator on CPU 1 (the server is on CPU 0); beside: on CPU 0, beside the server.
 # An empty ALGORITHM (ceilings) sends the gcra rule's descriptors.
 load() {
   local pin=$1 kind=$2 store=$3 algorithm=$4 keys=$5 descriptors=$6
   shift 6
   local client=() key=${algorithm:-gcra} line best="" best_rps=-1 rps attempt
   [ "$pin" = pin ] && client=("${PIN_CLIENT[@]}")
+  [ "$pin" = beside ] && client=("${PIN_SERVER[@]}")
   for attempt in $(seq 1 "$REPEAT"); do
     [ "$store" = redis ] && redis_flush
     line=$("${client[@]}" "$BIN/ratelimit-bench" --addr "$SERVER_ADDR" \
@@ -311,6 +314,18 @@ for store in $STORES; do
         "$descriptors" "${store_pid[@]}")
       summary "$store gcra keys=100000 desc=$descriptors unloaded" "$line"
     done
+  fi
+  # Beside the matrix, not instead of it: redis-server on a CPU of its own (as on a host of its
+  # own in production), ratelimitd and the load generator on the other, same load.
+  if [ "$store" = redis ] && [ "$CPUS" -ge 2 ] && [[ " $ALGORITHMS " == *" gcra "* ]] &&
+    [[ " $KEYS_LIST " == *" 100000 "* ]]; then
+    taskset -p -c 1 "$REDIS_PID" >/dev/null
+    taskset -a -p -c 0 "$SERVER_PID" >/dev/null
+    for descriptors in $DESCRIPTORS_LIST; do
+      line=$(load beside redis_own_cpu "$store" gcra 100000 "$descriptors" "${store_pid[@]}")
+      summary "$store gcra keys=100000 desc=$descriptors, redis-server on CPU 1 alone" "$line"
+    done
+    taskset -p -c "0-$((CPUS - 1))" "$REDIS_PID" >/dev/null
   fi
   stop_server
 done
