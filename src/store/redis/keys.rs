@@ -22,16 +22,22 @@ pub const KEY_PREFIX: &str = "rl1";
 /// Identities longer than this many bytes are replaced by their hash.
 pub const MAX_IDENTITY_LEN: usize = 200;
 
-/// Upper bound on the length of any key built by [`redis_key`].
-pub const MAX_KEY_LEN: usize = KEY_PREFIX.len()
+/// Hex digits in a hash tag.
+const TAG_LEN: usize = 16;
+
+/// Upper bound on the length of a key built by [`redis_key`] besides its identity part.
+const MAX_LEN_BESIDES_IDENTITY: usize = KEY_PREFIX.len()
     + 3 // ":{" and "}"
-    + 16 // tag
+    + TAG_LEN
     + 1
     + 22 // "sliding_window_counter", the longest algorithm name
     + 1
     + 20 // window_us, a u64
-    + 1
-    + MAX_IDENTITY_LEN;
+    + 1;
+
+/// Upper bound on the length of any key built by [`redis_key`] (a hashed identity, 66 bytes, is
+/// shorter than [`MAX_IDENTITY_LEN`]).
+pub const MAX_KEY_LEN: usize = MAX_LEN_BESIDES_IDENTITY + MAX_IDENTITY_LEN;
 
 /// The cluster hash tag of a counter (without braces): 16 hex digits of SHA-256 of its identity.
 pub fn hash_tag(key: &CounterKey) -> String {
@@ -39,9 +45,6 @@ pub fn hash_tag(key: &CounterKey) -> String {
     push_hash_tag(&mut tag, key);
     tag
 }
-
-/// Hex digits in a hash tag.
-const TAG_LEN: usize = 16;
 
 fn push_hash_tag(out: &mut String, key: &CounterKey) {
     let digest = Sha256::digest(key.as_str().as_bytes());
@@ -77,19 +80,13 @@ fn push_identity(out: &mut String, key: &CounterKey) {
 /// The Redis key holding the state of `key` under `rate` (algorithm and window are part of it).
 /// Built in one allocation: every check of every request makes one.
 pub fn redis_key(key: &CounterKey, rate: &Rate) -> String {
-    let algorithm = rate.algorithm().as_str();
-    let identity_len = match key.as_str().len() {
-        len if len <= MAX_IDENTITY_LEN => len,
-        _ => 2 + 64,
-    };
-    let mut out = String::with_capacity(
-        KEY_PREFIX.len() + 3 + TAG_LEN + 1 + algorithm.len() + 1 + 20 + 1 + identity_len,
-    );
+    let mut out =
+        String::with_capacity(MAX_LEN_BESIDES_IDENTITY + key.as_str().len().min(MAX_IDENTITY_LEN));
     out.push_str(KEY_PREFIX);
     out.push_str(":{");
     push_hash_tag(&mut out, key);
     out.push_str("}:");
-    out.push_str(algorithm);
+    out.push_str(rate.algorithm().as_str());
     out.push(':');
     // Writing to a String cannot fail.
     let _ = write!(out, "{}:", rate.window_us());
