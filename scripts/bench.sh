@@ -43,8 +43,10 @@
 #   RESULTS [a temporary file]: where the JSON lines go (kept; its path is printed on stderr)
 #   CARGO_BUILD [1]: 0 uses the binaries already built
 #   BIN [target/release]: where ratelimitd, ratelimit-bench and rls-ceiling are
-#   REPEAT [1]: runs per cell, the one with the highest throughput is kept (on a machine shared
-#     with other work, the least disturbed); the Redis ceiling likewise
+#   REPEAT [1]: runs per cell, the least disturbed is kept (on a machine shared with other work):
+#     in closed loop the one with the highest throughput, in open loop (every attempt meets the
+#     offered rate) the one with the lowest p99; the Redis ceiling likewise by throughput. Every
+#     attempt is logged on stderr
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -223,7 +225,9 @@ code_of() {
 load() {
   local pin=$1 kind=$2 store=$3 algorithm=$4 keys=$5 descriptors=$6
   shift 6
-  local client=() key=${algorithm:-gcra} line best="" best_rps=-1 rps attempt
+  local client=() key=${algorithm:-gcra} line best="" best_score="" score attempt
+  local open_loop=0
+  [[ " $* " == *" --rate "* ]] && open_loop=1
   [ "$pin" = pin ] && client=("${PIN_CLIENT[@]}")
   [ "$pin" = beside ] && client=("${PIN_SERVER[@]}")
   for attempt in $(seq 1 "$REPEAT"); do
@@ -234,10 +238,17 @@ load() {
       --duration "${DURATION}s" --warmup "${WARMUP}s" --server-pid "$SERVER_PID" \
       --tag "kind=$kind" --tag "store=$store" --tag "algorithm=$algorithm" \
       --tag "attempts=$REPEAT" --json "$@")
-    rps=$(field throughput_rps "$line")
-    if awk -v a="$rps" -v b="$best_rps" 'BEGIN { exit !(a > b) }'; then
+    # The least disturbed attempt: closed loop, the highest throughput; open loop (the offered
+    # rate is met by every attempt), the lowest p99.
+    if [ "$open_loop" = 1 ]; then
+      score=$(sed -n 's/.*"p99":\([0-9.]*\).*/-\1/p' <<<"$line")
+    else
+      score=$(field throughput_rps "$line")
+    fi
+    [ "$REPEAT" -gt 1 ] && summary "  attempt $attempt of $REPEAT" "$line"
+    if [ -z "$best_score" ] || awk -v a="$score" -v b="$best_score" 'BEGIN { exit !(a > b) }'; then
       best=$line
-      best_rps=$rps
+      best_score=$score
     fi
   done
   echo "$best" >>"$RESULTS"
