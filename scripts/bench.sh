@@ -241,7 +241,7 @@ load() {
     # The least disturbed attempt: closed loop, the highest throughput; open loop (the offered
     # rate is met by every attempt), the lowest p99.
     if [ "$open_loop" = 1 ]; then
-      score=$(sed -n 's/.*"p99":\([0-9.]*\).*/-\1/p' <<<"$line")
+      score=-$(p99_of "$line")
     else
       score=$(field throughput_rps "$line")
     fi
@@ -259,9 +259,13 @@ field() { # field NAME JSON: a top-level number of a compact JSON object
   sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" <<<"$2" | head -n 1
 }
 
+p99_of() { # p99_of JSON: the p99 latency (µs) of a ratelimit-bench JSON line
+  sed -n 's/.*"p99":\([0-9.]*\).*/\1/p' <<<"$1"
+}
+
 summary() { # one progress line on stderr
   local line=$2
-  log "$1: $(field throughput_rps "$line" | cut -d. -f1) req/s, p99 $(sed -n 's/.*"p99":\([0-9.]*\).*/\1/p' <<<"$line" | cut -d. -f1) µs, server $(field server_cpu_us_per_request "$line") µs/req, errors $(field errors "$line")"
+  log "$1: $(field throughput_rps "$line" | cut -d. -f1) req/s, p99 $(p99_of "$line" | cut -d. -f1) µs, server $(field server_cpu_us_per_request "$line") µs/req, errors $(field errors "$line")"
 }
 
 redis_flush() { redis-cli -p "$REDIS_PORT" flushall >/dev/null; }
