@@ -45,8 +45,9 @@
 #   BIN [target/release]: where ratelimitd, ratelimit-bench and rls-ceiling are
 #   REPEAT [1]: runs per cell, the least disturbed is kept (on a machine shared with other work):
 #     in closed loop the one with the highest throughput, in open loop (every attempt meets the
-#     offered rate) the one with the lowest p99; the Redis ceiling likewise by throughput. Every
-#     attempt is logged on stderr
+#     offered rate) the one with the lowest p99; the Redis ceiling likewise by throughput. The
+#     descriptor counts of one row take turns within each round (1, 3, 1, 3, ...), so that both
+#     meet the same phases of the machine. Every attempt is logged on stderr
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -218,41 +219,50 @@ code_of() {
   esac
 }
 
-# load pin|nopin|beside KIND STORE ALGORITHM KEYS DESCRIPTORS [extra ratelimit-bench args...]
-# Runs ratelimit-bench against SERVER_ADDR and appends its JSON line to RESULTS; echoes it. pin: the
-# load generator on CPU 1 (the server is on CPU 0); beside: on CPU 0, beside the server.
-# An empty ALGORITHM (ceilings) sends the gcra rule's descriptors.
+# load pin|nopin|beside KIND STORE ALGORITHM KEYS COUNTS [extra ratelimit-bench args...]
+# Runs ratelimit-bench against SERVER_ADDR REPEAT times for each descriptor count in COUNTS ("1" or
+# "1 3"), the counts taking turns within each round so that they meet the same phases of a shared
+# machine (their ratio is a target); appends each count's kept JSON line to RESULTS and echoes them,
+# one per line, in COUNTS' order. pin: the load generator on CPU 1 (the server is on CPU 0);
+# beside: on CPU 0, beside the server. An empty ALGORITHM (ceilings) sends the gcra rule's
+# descriptors.
 load() {
-  local pin=$1 kind=$2 store=$3 algorithm=$4 keys=$5 descriptors=$6
+  local pin=$1 kind=$2 store=$3 algorithm=$4 keys=$5 counts=$6
   shift 6
-  local client=() key=${algorithm:-gcra} line best="" best_score="" score attempt
+  local client=() key=${algorithm:-gcra} line score attempt descriptors
+  local -A best=() best_score=()
   local open_loop=0
   [[ " $* " == *" --rate "* ]] && open_loop=1
   [ "$pin" = pin ] && client=("${PIN_CLIENT[@]}")
   [ "$pin" = beside ] && client=("${PIN_SERVER[@]}")
   for attempt in $(seq 1 "$REPEAT"); do
-    [ "$store" = redis ] && redis_flush
-    line=$("${client[@]}" "$BIN/ratelimit-bench" --addr "$SERVER_ADDR" \
-      --connections "$CONNECTIONS" --concurrency "$CONCURRENCY" \
-      --domain bench --key "$key" --keys "$keys" --descriptors "$descriptors" \
-      --duration "${DURATION}s" --warmup "${WARMUP}s" --server-pid "$SERVER_PID" \
-      --tag "kind=$kind" --tag "store=$store" --tag "algorithm=$algorithm" \
-      --tag "attempts=$REPEAT" --json "$@")
-    # The least disturbed attempt: closed loop, the highest throughput; open loop (the offered
-    # rate is met by every attempt), the lowest p99.
-    if [ "$open_loop" = 1 ]; then
-      score=-$(p99_of "$line")
-    else
-      score=$(field throughput_rps "$line")
-    fi
-    [ "$REPEAT" -gt 1 ] && summary "  attempt $attempt of $REPEAT" "$line"
-    if [ -z "$best_score" ] || awk -v a="$score" -v b="$best_score" 'BEGIN { exit !(a > b) }'; then
-      best=$line
-      best_score=$score
-    fi
+    for descriptors in $counts; do
+      [ "$store" = redis ] && redis_flush
+      line=$("${client[@]}" "$BIN/ratelimit-bench" --addr "$SERVER_ADDR" \
+        --connections "$CONNECTIONS" --concurrency "$CONCURRENCY" \
+        --domain bench --key "$key" --keys "$keys" --descriptors "$descriptors" \
+        --duration "${DURATION}s" --warmup "${WARMUP}s" --server-pid "$SERVER_PID" \
+        --tag "kind=$kind" --tag "store=$store" --tag "algorithm=$algorithm" \
+        --tag "attempts=$REPEAT" --json "$@")
+      # The least disturbed attempt: closed loop, the highest throughput; open loop (the offered
+      # rate is met by every attempt), the lowest p99.
+      if [ "$open_loop" = 1 ]; then
+        score=-$(p99_of "$line")
+      else
+        score=$(field throughput_rps "$line")
+      fi
+      [ "$REPEAT" -gt 1 ] && summary "  attempt $attempt of $REPEAT, desc=$descriptors" "$line"
+      if [ -z "${best_score[$descriptors]:-}" ] ||
+        awk -v a="$score" -v b="${best_score[$descriptors]}" 'BEGIN { exit !(a > b) }'; then
+        best[$descriptors]=$line
+        best_score[$descriptors]=$score
+      fi
+    done
   done
-  echo "$best" >>"$RESULTS"
-  echo "$best"
+  for descriptors in $counts; do
+    echo "${best[$descriptors]}" >>"$RESULTS"
+    echo "${best[$descriptors]}"
+  done
 }
 
 field() { # field NAME JSON: a top-level number of a compact JSON object
@@ -307,11 +317,12 @@ for store in $STORES; do
   log "ratelimitd ($store store) on $SERVER_ADDR (pid $SERVER_PID)"
   for algorithm in $ALGORITHMS; do
     for keys in $KEYS_LIST; do
-      for descriptors in $DESCRIPTORS_LIST; do
-        line=$(load "$pin" matrix "$store" "$algorithm" "$keys" "$descriptors" "${store_pid[@]}")
+      lines=$(load "$pin" matrix "$store" "$algorithm" "$keys" "$DESCRIPTORS_LIST" "${store_pid[@]}")
+      while IFS= read -r line; do
+        descriptors=$(field descriptors "$line")
         PEAK[$store/$algorithm/$keys/$descriptors]=$(field throughput_rps "$line")
         summary "$store $algorithm keys=$keys desc=$descriptors" "$line"
-      done
+      done <<<"$lines"
     done
   done
   if [ "$HALF_PEAK" = 1 ] && [[ " $ALGORITHMS " == *" gcra "* ]] &&
@@ -324,11 +335,11 @@ for store in $STORES; do
   # The time of one request on an idle server: one connection, one RPC in flight.
   if [ "$store" = redis ] && [[ " $ALGORITHMS " == *" gcra "* ]] &&
     [[ " $KEYS_LIST " == *" 100000 "* ]]; then
-    for descriptors in $DESCRIPTORS_LIST; do
-      line=$(CONNECTIONS=1 CONCURRENCY=1 load "$pin" unloaded "$store" gcra 100000 \
-        "$descriptors" "${store_pid[@]}")
-      summary "$store gcra keys=100000 desc=$descriptors unloaded" "$line"
-    done
+    lines=$(CONNECTIONS=1 CONCURRENCY=1 load "$pin" unloaded "$store" gcra 100000 \
+      "$DESCRIPTORS_LIST" "${store_pid[@]}")
+    while IFS= read -r line; do
+      summary "$store gcra keys=100000 desc=$(field descriptors "$line") unloaded" "$line"
+    done <<<"$lines"
   fi
   # Beside the matrix, not instead of it: redis-server on a CPU of its own (as on a host of its
   # own in production), ratelimitd and the load generator on the other, same load.
@@ -336,10 +347,10 @@ for store in $STORES; do
     [[ " $KEYS_LIST " == *" 100000 "* ]]; then
     taskset -p -c 1 "$REDIS_PID" >/dev/null
     taskset -a -p -c 0 "$SERVER_PID" >/dev/null
-    for descriptors in $DESCRIPTORS_LIST; do
-      line=$(load beside redis_own_cpu "$store" gcra 100000 "$descriptors" "${store_pid[@]}")
-      summary "$store gcra keys=100000 desc=$descriptors, redis-server on CPU 1 alone" "$line"
-    done
+    lines=$(load beside redis_own_cpu "$store" gcra 100000 "$DESCRIPTORS_LIST" "${store_pid[@]}")
+    while IFS= read -r line; do
+      summary "$store gcra keys=100000 desc=$(field descriptors "$line"), redis-server on CPU 1 alone" "$line"
+    done <<<"$lines"
     taskset -p -c "0-$((CPUS - 1))" "$REDIS_PID" >/dev/null
   fi
   stop_server
@@ -352,11 +363,12 @@ if [ "$CEILINGS" = 1 ]; then
   # (a) Transport: rls-ceiling under the same load, pinned like the memory store.
   start_server rls-ceiling "${PIN_SERVER[@]}" "$BIN/rls-ceiling" --grpc-addr 127.0.0.1:0
   log "rls-ceiling on $SERVER_ADDR (pid $SERVER_PID)"
-  for descriptors in $DESCRIPTORS_LIST; do
-    line=$(load pin transport_ceiling ceiling "" 100000 "$descriptors")
+  lines=$(load pin transport_ceiling ceiling "" 100000 "$DESCRIPTORS_LIST")
+  while IFS= read -r line; do
+    descriptors=$(field descriptors "$line")
     PEAK[ceiling/$descriptors]=$(field throughput_rps "$line")
     summary "transport ceiling desc=$descriptors" "$line"
-  done
+  done <<<"$lines"
   # The same offered load as the memory store's half-peak run (CPU per request falls as load
   # rises, since more responses share each syscall: compare at equal load), else half its own.
   if [ "$HALF_PEAK" = 1 ] && [ -n "${PEAK[ceiling/1]:-}" ]; then
