@@ -252,8 +252,7 @@ load() {
         score=$(field throughput_rps "$line")
       fi
       [ "$REPEAT" -gt 1 ] && summary "  attempt $attempt of $REPEAT, desc=$descriptors" "$line"
-      if [ -z "${best_score[$descriptors]:-}" ] ||
-        awk -v a="$score" -v b="${best_score[$descriptors]}" 'BEGIN { exit !(a > b) }'; then
+      if exceeds "$score" "${best_score[$descriptors]:-}"; then
         best[$descriptors]=$line
         best_score[$descriptors]=$score
       fi
@@ -267,6 +266,10 @@ load() {
 
 field() { # field NAME JSON: a top-level number of a compact JSON object
   sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" <<<"$2" | head -n 1
+}
+
+exceeds() { # exceeds A B: A > B as numbers, or B is empty (nothing kept yet)
+  [ -z "$2" ] || awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'
 }
 
 p99_of() { # p99_of JSON: the p99 latency (µs) of a ratelimit-bench JSON line
@@ -432,7 +435,7 @@ if [ "$CEILINGS" = 1 ]; then
           "${cmd[@]}" | tail -n 1 | tr -d '"')
         probe_rps=$(awk -F, '{print $(NF-6)}' <<<"$probe")
         requests=$(awk -v r="$probe_rps" -v d="$DURATION" 'BEGIN { n = int(r * d); if (n < 20000) n = 20000; print n }')
-        best_rps=-1
+        best_rps=""
         for attempt in $(seq 1 "$REPEAT"); do
           redis_flush
           t0=$(cpu_ticks "$REDIS_PID")
@@ -440,7 +443,7 @@ if [ "$CEILINGS" = 1 ]; then
             --csv "${cmd[@]}" | tail -n 1 | tr -d '"')
           t1=$(cpu_ticks "$REDIS_PID")
           rps=$(awk -F, '{print $(NF-6)}' <<<"$out")
-          if awk -v a="$rps" -v b="$best_rps" 'BEGIN { exit !(a > b) }'; then
+          if exceeds "$rps" "$best_rps"; then
             csv=$out
             before=$t0
             after=$t1
