@@ -160,6 +160,12 @@ pub async fn run(
                 "Times the Redis script was reloaded after NOSCRIPT (Redis restarted or flushed its scripts).",
                 move || reloads.script_reloads(),
             );
+            let lost = store.clone();
+            metrics.register_counter(
+                "ratelimitd_redis_connections_lost_total",
+                "Redis connections found dead (connection error or timeout) and replaced.",
+                move || lost.connections_lost(),
+            );
             match settings.deny_cache {
                 None => {
                     tracing::info!(
@@ -173,8 +179,7 @@ pub async fn run(
                 Some(cache_settings) => {
                     let epoch = store.clone();
                     let cache = Arc::new(
-                        DenyCache::new(store, cache_settings)
-                            .with_epoch(move || epoch.script_reloads()),
+                        DenyCache::new(store, cache_settings).with_epoch(move || epoch.epoch()),
                     );
                     let (hits, entries, clear) = (cache.clone(), cache.clone(), cache.clone());
                     metrics.register_counter(

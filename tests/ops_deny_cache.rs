@@ -17,7 +17,9 @@ use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Entry, ManualClock, Rate, Unit};
 use ratelimitd::proto::rls::rate_limit_response::Code;
 use ratelimitd::proto::rls::{RateLimitRequest, RateLimitResponse};
-use ratelimitd::store::{Check, DenyCache, DenyCacheSettings, MemoryStore, Store};
+use ratelimitd::store::{
+    Check, DenyCache, DenyCacheSettings, MemoryStore, RedisSettings, RedisStore, Store,
+};
 
 const S: u64 = 1_000_000;
 const T0: u64 = 1_700_000_000 * S;
@@ -333,6 +335,66 @@ async fn a_redis_restart_clears_the_cache() {
         },
     )
     .await;
+    let text = metrics(server.http_addr()).await;
+    assert!(value(&text, "ratelimitd_redis_connections_lost_total", "") >= 1.0);
+}
+
+/// The case the binary test above only meets by chance: the health probe reaches Redis after it
+/// came back, finds its connection dead and heals on a new one, so the store never reports
+/// itself unhealthy, and no request reaches Redis to see `NOSCRIPT`. The dead connection alone
+/// must clear the cache.
+#[tokio::test]
+async fn a_restart_the_health_probe_heals_unnoticed_still_clears_the_cache() {
+    let mut redis = RedisServer::start();
+    let store = Arc::new(
+        RedisStore::connect(RedisSettings::new(redis.url()))
+            .await
+            .expect("connect to the test redis-server"),
+    );
+    let epoch = store.clone();
+    let cache = DenyCache::new(store.clone(), DenyCacheSettings::default())
+        .with_epoch(move || epoch.epoch());
+    let rate = Rate::new(Algorithm::FixedWindow, 1, Unit::Hour, 1, None).unwrap();
+    let check = Check {
+        key: CounterKey::new(
+            "restart",
+            &[Entry {
+                key: "hot".into(),
+                value: run_id(),
+            }],
+        ),
+        rate,
+        hits: 1,
+        shadow: false,
+    };
+    let checks = std::slice::from_ref(&check);
+    assert!(store.is_healthy().await);
+    assert!(cache.decide(checks).await.unwrap()[0].admitted);
+    assert!(!cache.decide(checks).await.unwrap()[0].admitted);
+    assert_eq!(cache.len(), 1);
+
+    redis.restart();
+    let lost_before = store.connections_lost();
+    // The probe as the server runs it, without the cache's own clearing on an unhealthy answer:
+    // it may meet several dead connections before a live one.
+    eventually(Duration::from_secs(10), "redis healthy again", || {
+        let store = store.clone();
+        async move { store.is_healthy().await.then_some(()) }
+    })
+    .await;
+    assert!(store.connections_lost() > lost_before);
+    assert_eq!(
+        store.script_reloads(),
+        0,
+        "no script call reached Redis yet"
+    );
+
+    let verdict = cache.decide(checks).await.unwrap();
+    assert!(
+        verdict[0].admitted,
+        "the restarted Redis has no counter, so one hit fits: {verdict:?}"
+    );
+    assert_eq!(cache.hits(), 0, "answered from a stale entry");
 }
 
 #[tokio::test]

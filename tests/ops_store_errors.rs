@@ -1,5 +1,6 @@
 //! `--on-store-error unavailable|allow|deny` with a real redis-server killed or frozen under the
 //! service: every answer comes back within the Redis timeout, follows the policy, and is counted.
+//! A quick restart, over before the next health probe, leaves health SERVING.
 
 mod common;
 mod ops_support;
@@ -11,6 +12,8 @@ use common::redis_server::RedisServer;
 use ops_support::*;
 use ratelimitd::proto::rls::rate_limit_response::Code;
 use ratelimitd::proto::rls::{RateLimitRequest, RateLimitResponse};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::HealthCheckRequest;
 
 const TIMEOUT: Duration = Duration::from_millis(200);
 /// What a failing answer may take beyond the Redis timeout (gRPC on loopback, scheduling).
@@ -192,4 +195,50 @@ async fn a_frozen_redis_is_a_timeout_answered_by_the_policy() {
         );
         redis.resume();
     }
+}
+
+/// Redis restarted between two health probes (one per second) is back when the next probe meets
+/// the dead connections it left in every pool: the probe replaces them and health stays SERVING,
+/// rather than turning NOT_SERVING for a probe interval with Redis up.
+#[tokio::test]
+async fn a_quick_redis_restart_keeps_health_serving() {
+    let mut redis = RedisServer::start();
+    let server = serve(&redis, None);
+    // One client per connection: the connections are dealt to every serving thread, and each
+    // thread opens its own Redis connections.
+    for _ in 0..4 {
+        let mut c = server.client().await;
+        timed(&mut c, mixed()).await.expect("redis is up");
+    }
+    let health = server.health_client().await;
+    let status = || {
+        let mut health = health.clone();
+        async move {
+            health
+                .check(HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+                .expect("health check")
+                .into_inner()
+                .status
+        }
+    };
+    assert_eq!(status().await, ServingStatus::Serving as i32);
+
+    redis.restart();
+    let restarted = Instant::now();
+    while restarted.elapsed() < Duration::from_millis(2_500) {
+        assert_eq!(
+            status().await,
+            ServingStatus::Serving as i32,
+            "NOT_SERVING {:?} after a restart that was over",
+            restarted.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let text = metrics(server.http_addr()).await;
+    assert!(value(&text, "ratelimitd_redis_connections_lost_total", "") >= 1.0);
+    let mut c = server.client().await;
+    timed(&mut c, mixed()).await.expect("redis is back");
 }

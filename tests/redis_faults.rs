@@ -117,6 +117,24 @@ async fn killed_redis_fails_fast_then_recovers_on_restart() {
 }
 
 #[tokio::test]
+async fn a_quick_restart_does_not_turn_health_off() {
+    let mut server = RedisServer::start();
+    let store = connect(&server).await;
+    assert!(store.decide(&[check("quick", 10, 1)]).await.unwrap()[0].admitted);
+    assert!(store.is_healthy().await);
+    assert_eq!(store.connections_lost(), 0);
+
+    server.restart();
+    // Every connection died with the old server; the probe replaces them as it meets them.
+    assert!(
+        store.is_healthy().await,
+        "redis is already back: the first probe must say so"
+    );
+    assert!(store.connections_lost() >= 1);
+    assert!(store.decide(&[check("quick", 10, 1)]).await.unwrap()[0].admitted);
+}
+
+#[tokio::test]
 async fn redis_down_for_a_while_then_back() {
     let mut server = RedisServer::start();
     let store = connect(&server).await;

@@ -25,11 +25,12 @@
 //!   descriptors, goes to the store, whose answers the cache cannot know.
 //! - Requests with hits 0 and shadow checks never use it.
 //! - The cache is cleared on configuration reload, on any store error, when the store reports
-//!   itself unhealthy (the server probes it every second: a Redis restart breaks the
-//!   connections, so the next probe fails), and when the store's *epoch* changes (for Redis: the
-//!   number of script reloads, which grows after a restart or a `SCRIPT FLUSH`). After Redis
-//!   loses its counters (restart without persistence, failover to a lagging replica), stale
-//!   entries may thus deny for up to about one probe interval; a `FLUSHALL` is not noticed at
+//!   itself unhealthy, and when the store's *epoch* changes (for Redis: the script reloads plus
+//!   the connections found dead). A Redis restart kills every connection, and the server's health
+//!   probe, every second, meets one of them even when every request is answered here; it then
+//!   reconnects at once, so a quick restart may show only in the epoch. After Redis loses its
+//!   counters (restart without persistence, failover to a lagging replica), stale entries may
+//!   thus deny for up to about one probe interval; a `FLUSHALL` is not noticed at
 //!   all (entries then live until their T, at most one window).
 //!
 //! Known limit: two rates sharing one token-bucket counter (per-request overrides of a
@@ -174,8 +175,9 @@ impl<S> DenyCache<S> {
         }
     }
 
-    /// Clears the cache whenever `epoch()` changes (checked on every call): for Redis, the
-    /// number of script reloads, which grows when Redis restarted or flushed its scripts.
+    /// Clears the cache whenever `epoch()` changes (checked on every call): for Redis,
+    /// [`RedisStore::epoch`](crate::store::RedisStore::epoch), which grows when Redis restarted
+    /// or flushed its scripts.
     pub fn with_epoch(mut self, epoch: impl Fn() -> u64 + Send + Sync + 'static) -> DenyCache<S> {
         self.seen_epoch.store(epoch(), Ordering::Relaxed);
         self.epoch = Some(Box::new(epoch));

@@ -4,14 +4,16 @@
 //! bb8 owns the connections' lifetime: it opens them (through [`Manager::connect`]), replaces the
 //! ones marked broken, and keeps `min_idle` of them open. A connection is marked broken when a
 //! command on it fails at the connection level (I/O error, dropped connection, timeout); it is then
-//! dropped at its next check-out or return and a new one is opened in the background.
+//! dropped at its next check-out or return and a new one is opened in the background. A dead
+//! connection is rarely alone (a Redis restart kills them all, in every pool), so once one is
+//! found dead, every other one is pinged at its next check-out before it carries a command.
 //!
 //! [`client`] turns the settings into a redis client: plain `redis://`, or TLS (`rediss://`) with
 //! rustls, verifying the server against the bundled Mozilla roots or, when given, only the CA file
 //! of the settings.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,6 +39,19 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 pub struct Conn {
     pub mux: MultiplexedConnection,
     pub broken: Arc<AtomicBool>,
+    /// [`Reachability::connections_lost`] when this connection was last known alive.
+    alive_at_losses: u64,
+}
+
+impl Conn {
+    /// A connection just opened (so alive) through a manager sharing `reachability`.
+    pub fn new(mux: MultiplexedConnection, reachability: &Reachability) -> Conn {
+        Conn {
+            mux,
+            broken: Arc::default(),
+            alive_at_losses: reachability.connections_lost(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -50,6 +65,7 @@ struct Backoff {
 #[derive(Debug, Default)]
 pub struct Reachability {
     backoff: Mutex<Backoff>,
+    connections_lost: AtomicU64,
 }
 
 impl Reachability {
@@ -66,6 +82,16 @@ impl Reachability {
     /// The error of the last connection attempt, if it failed.
     pub fn last_error(&self) -> Option<String> {
         self.backoff.lock().last_error.clone()
+    }
+
+    /// Connections found dead so far (a command failed at the connection level or timed out).
+    pub fn connections_lost(&self) -> u64 {
+        self.connections_lost.load(Ordering::Relaxed)
+    }
+
+    /// Counts a connection found dead: the others get pinged at their next check-out.
+    pub fn connection_lost(&self) {
+        self.connections_lost.fetch_add(1, Ordering::Relaxed);
     }
 
     fn record<T>(&self, result: &Result<T, RedisError>) {
@@ -177,22 +203,32 @@ impl bb8::ManageConnection for Manager {
                     })??
             }
         };
-        Ok(Conn {
-            mux,
-            broken: Arc::new(AtomicBool::new(false)),
-        })
+        Ok(Conn::new(mux, &self.reachability))
     }
 
-    /// Check-out test: no round trip, only the broken flag (a failed command sets it).
+    /// Check-out test: the broken flag (a failed command sets it), and a `PING` only when
+    /// another connection was found dead since this one was last known alive. No round trip
+    /// otherwise.
     async fn is_valid(&self, conn: &mut Conn) -> Result<(), RedisError> {
         if conn.broken.load(Ordering::Relaxed) {
-            Err(RedisError::from((
+            return Err(RedisError::from((
                 ErrorKind::Io,
                 "connection marked broken",
-            )))
-        } else {
-            Ok(())
+            )));
         }
+        let losses = self.reachability.connections_lost();
+        if conn.alive_at_losses != losses {
+            if let Err(error) = redis::cmd("PING")
+                .query_async::<redis::Value>(&mut conn.mux)
+                .await
+            {
+                conn.broken.store(true, Ordering::Relaxed);
+                self.reachability.connection_lost();
+                return Err(error);
+            }
+            conn.alive_at_losses = losses;
+        }
+        Ok(())
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {

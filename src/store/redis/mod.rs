@@ -226,10 +226,7 @@ impl RedisStore {
             manager.driven_on(tokio::runtime::Handle::current()),
         );
         // The pool may already be filling itself; a full pool simply drops this connection.
-        let _ = pool.add(Conn {
-            mux: first,
-            broken: Default::default(),
-        });
+        let _ = pool.add(Conn::new(first, &reachability));
         let script_reloads = Arc::new(AtomicU64::new(0));
         let shared = Arc::new(Shared {
             pool,
@@ -266,6 +263,20 @@ impl RedisStore {
     /// How many times the script was reloaded after a `NOSCRIPT` (for metrics).
     pub fn script_reloads(&self) -> u64 {
         self.shared.script_reloads.load(Ordering::Relaxed)
+    }
+
+    /// How many connections were found dead (a command failed at the connection level or timed
+    /// out), in every pool.
+    pub fn connections_lost(&self) -> u64 {
+        self.shared.reachability.connections_lost()
+    }
+
+    /// A number that changes whenever Redis may have lost its counters since the last reading:
+    /// script reloads plus connections found dead. A restart shows as both, but often only as the
+    /// second: when every request is answered without Redis (the deny cache), only the health
+    /// probe meets a dead connection, and it reconnects before any script call sees `NOSCRIPT`.
+    pub fn epoch(&self) -> u64 {
+        self.script_reloads().wrapping_add(self.connections_lost())
     }
 
     /// The connection mode in use.
@@ -316,6 +327,7 @@ impl Shared {
         Ok(Lease {
             mux,
             broken,
+            reachability: &self.reachability,
             _slot: slot,
             deadline,
             timeout: shared.timeout,
@@ -343,6 +355,7 @@ impl Shared {
 struct Lease<'a> {
     mux: MultiplexedConnection,
     broken: Arc<std::sync::atomic::AtomicBool>,
+    reachability: &'a Reachability,
     _slot: Option<bb8::PooledConnection<'a, Manager>>,
     deadline: Instant,
     timeout: Duration,
@@ -355,14 +368,21 @@ impl Lease<'_> {
         match timeout_at(self.deadline, cmd.query_async::<Value>(&mut self.mux)).await {
             Err(_) => {
                 // A blackholed peer shows only as timeouts: replace the connection.
-                self.broken.store(true, Ordering::Relaxed);
+                self.mark_broken();
                 Err(StoreError::Timeout(self.timeout))
             }
             Ok(Err(error)) if is_connection_error(&error) => {
-                self.broken.store(true, Ordering::Relaxed);
+                self.mark_broken();
                 Err(StoreError::Unavailable(error.to_string()))
             }
             Ok(result) => Ok(result),
+        }
+    }
+
+    /// Has the pool replace this connection, counted lost once (its clones may fail too).
+    fn mark_broken(&self) {
+        if !self.broken.swap(true, Ordering::Relaxed) {
+            self.reachability.connection_lost();
         }
     }
 }
