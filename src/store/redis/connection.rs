@@ -89,9 +89,12 @@ impl Reachability {
         self.connections_lost.load(Ordering::Relaxed)
     }
 
-    /// Counts a connection found dead: the others get pinged at their next check-out.
-    pub fn connection_lost(&self) {
-        self.connections_lost.fetch_add(1, Ordering::Relaxed);
+    /// Marks a connection dead through its `broken` flag (the pool then replaces it), counted
+    /// once however many of its clones fail: the others get pinged at their next check-out.
+    pub fn mark_lost(&self, broken: &AtomicBool) {
+        if !broken.swap(true, Ordering::Relaxed) {
+            self.connections_lost.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn record<T>(&self, result: &Result<T, RedisError>) {
@@ -222,8 +225,7 @@ impl bb8::ManageConnection for Manager {
                 .query_async::<redis::Value>(&mut conn.mux)
                 .await
             {
-                conn.broken.store(true, Ordering::Relaxed);
-                self.reachability.connection_lost();
+                self.reachability.mark_lost(&conn.broken);
                 return Err(error);
             }
             conn.alive_at_losses = losses;

@@ -379,11 +379,9 @@ impl Lease<'_> {
         }
     }
 
-    /// Has the pool replace this connection, counted lost once (its clones may fail too).
+    /// Has the pool replace this connection.
     fn mark_broken(&self) {
-        if !self.broken.swap(true, Ordering::Relaxed) {
-            self.reachability.connection_lost();
-        }
+        self.reachability.mark_lost(&self.broken);
     }
 }
 
