@@ -19,7 +19,6 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::Status;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::HealthCheckRequest;
 
 fn serve() -> Ratelimitd {
     let matching = fixture("serve/matching.yaml");
@@ -34,14 +33,10 @@ async fn assert_still_healthy(server: &mut Ratelimitd) {
         server.output()
     );
     let mut health = server.health_client().await;
-    let resp = health
-        .check(HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .expect("health check")
-        .into_inner();
-    assert_eq!(resp.status, ServingStatus::Serving as i32);
+    assert_eq!(
+        overall_health(&mut health).await,
+        ServingStatus::Serving as i32
+    );
     let mut c = server.client().await;
     let resp = should(&mut c, request("matching", &[&[("flat", "health")]], 0)).await;
     assert_eq!(overall(&resp), Code::Ok);

@@ -15,7 +15,6 @@ use ops_support::*;
 use ratelimitd::proto::rls::rate_limit_response::Code;
 use ratelimitd::proto::rls::RateLimitRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::HealthCheckRequest;
 
 /// How long a change may take to apply (the check runs every second).
 const APPLY_WITHIN: Duration = Duration::from_secs(10);
@@ -82,15 +81,10 @@ async fn reloads(server: &Ratelimitd, result: &str) -> f64 {
 
 async fn assert_serving(server: &Ratelimitd) {
     let mut health = server.health_client().await;
-    let status = health
-        .check(HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .status;
-    assert_eq!(status, ServingStatus::Serving as i32);
+    assert_eq!(
+        overall_health(&mut health).await,
+        ServingStatus::Serving as i32
+    );
     let (code, body) = http_get(server.http_addr(), "/healthcheck").await;
     assert_eq!((code, body.as_str()), (200, "OK"));
 }

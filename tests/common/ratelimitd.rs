@@ -22,6 +22,7 @@ use ratelimitd::proto::rls::rate_limit_service_client::RateLimitServiceClient;
 use ratelimitd::proto::rls::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
 
 /// Path of the binary under test, built by cargo for integration tests.
 pub const BIN: &str = env!("CARGO_BIN_EXE_ratelimitd");
@@ -267,6 +268,19 @@ impl Ratelimitd {
     pub fn is_running(&mut self) -> bool {
         self.wait_exit(Duration::ZERO).is_none()
     }
+}
+
+/// The overall health status (service `""`) answered on `health`, as the proto's integer (compare
+/// with `ServingStatus::Serving as i32`); panics if the call fails.
+pub async fn overall_health(health: &mut HealthClient<Channel>) -> i32 {
+    health
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("health check")
+        .into_inner()
+        .status
 }
 
 impl Drop for Ratelimitd {
