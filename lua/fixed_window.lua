@@ -2,7 +2,7 @@
 --
 -- KEYS: none of its own; request.lua passes one counter key, rl1:{tag}:fixed_window:<W>:<identity>.
 -- ARGV: none of its own; request.lua passes now (µs), L, W (µs), n (hits, cumulative per key).
--- State: a string "<window_start_us>:<count>", PEXPIRE = (window end - now) + 1000 ms.
+-- State: a string "<window_start_us>:<count>", worthless from the window end on (expiry: common.lua).
 -- Returns (evaluate): admitted (boolean), remaining (integer), reset_after_us (integer).
 --
 -- Admits when c + n <= L; remaining L - c after; resets at the window end either way.
@@ -52,9 +52,8 @@ local function new_fixed_window()
   function fixed_window.commit(key, state, now, _limit, window, _burst, hits, _interval)
     local window_start = window_start_us(window, now)
     local count = current_count(state, window_start) + hits
-    local expires_at = window_start + window
-    redis.call('SET', key, int_str(window_start) .. ':' .. int_str(count),
-      'PX', ttl_text(expires_at, now))
+    write_state(key, int_str(window_start) .. ':' .. int_str(count), window_start + window,
+      state and state.window_start_us + window, now)
   end
 
   return fixed_window

@@ -3,7 +3,7 @@
 -- KEYS: none of its own; request.lua passes one counter key, rl1:{tag}:gcra:<W>:<identity>.
 -- ARGV: none of its own; request.lua passes now (µs), B (burst), n (hits, cumulative per key) and
 --       T (emission interval µs, computed by Rust as ceil(W / L), at least 1).
--- State: a string "<tat_us>" (theoretical arrival time), PEXPIRE = (TAT - now) + 1000 ms; loaded
+-- State: a string "<tat_us>" (theoretical arrival time), worthless from TAT on (expiry: common.lua); loaded
 --        as the bare number (no table: the state is one value).
 -- Returns (evaluate): admitted (boolean), remaining (integer), reset_after_us (integer).
 --
@@ -49,12 +49,13 @@ local function new_gcra()
     return false, math_floor(spare / interval), new_debt - capacity
   end
 
-  function gcra.commit(key, tat, now, _limit, _window, _burst, hits, interval)
+  function gcra.commit(key, stored_tat, now, _limit, _window, _burst, hits, interval)
+    local tat = stored_tat
     if not tat or tat < now then
       tat = now
     end
     tat = tat + hits * interval
-    redis.call('SET', key, int_str(tat), 'PX', ttl_text(tat, now))
+    write_state(key, int_str(tat), tat, stored_tat, now)
   end
 
   return gcra

@@ -4,7 +4,8 @@
 -- KEYS: none of its own; request.lua passes one counter key,
 --       rl1:{tag}:sliding_window_counter:<W>:<identity>.
 -- ARGV: none of its own; request.lua passes now (µs), L, W (µs), n (hits, cumulative per key).
--- State: a string "<window_start_us>:<previous>:<current>", PEXPIRE = (window start + 2W - now) + 1000 ms.
+-- State: a string "<window_start_us>:<previous>:<current>", worthless from window start + 2W on
+--        (expiry: common.lua).
 -- Returns (evaluate): admitted (boolean), remaining (integer), reset_after_us (integer).
 --
 -- est = p*(1 - elapsed/W) + c, with the Rust f64 operations in the same order.
@@ -89,10 +90,9 @@ local function new_sliding_window_counter()
   function sliding_window_counter.commit(key, state, now, _limit, window, _burst, hits, _interval)
     local window_start = window_start_us(window, now)
     local previous, current = counts(state, window, window_start)
-    local expires_at = window_start + 2 * window
-    redis.call('SET', key,
+    write_state(key,
       int_str(window_start) .. ':' .. int_str(previous) .. ':' .. int_str(current + hits),
-      'PX', ttl_text(expires_at, now))
+      window_start + 2 * window, state and state.window_start_us + 2 * window, now)
   end
 
   return sliding_window_counter

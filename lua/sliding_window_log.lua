@@ -7,7 +7,8 @@
 --        (seq numbers the hits recorded at the same ts, so members are unique). Live hits are those
 --        with score in (now - W, +inf) (now - W may be negative); commit prunes (-inf, now - W]
 --        with ZREMRANGEBYSCORE.
---        PEXPIRE = W + 1000 ms after every commit (the newest hit leaves the window at now + W).
+--        PEXPIRE after every commit: worthless from now + W on, when the newest hit leaves the
+--        window (expiry steps: common.lua).
 -- Returns (evaluate): admitted (boolean), remaining (integer), reset_after_us (integer).
 --
 -- Memory keeps one (ts, hits) entry per request; here one member per hit: both count the same hits
@@ -104,7 +105,7 @@ local function new_sliding_window_log()
       redis.call('ZADD', key, unpack(args))
       added = added + chunk
     end
-    redis.call('PEXPIRE', key, ttl_text(now + window, now))
+    redis.call('PEXPIRE', key, px_text(now + window, now))
   end
 
   return sliding_window_log

@@ -3,7 +3,8 @@
 -- KEYS: none of its own; request.lua passes one counter key, rl1:{tag}:token_bucket:<W>:<identity>.
 -- ARGV: none of its own; request.lua passes now (µs), L, W (µs), B (capacity), n (hits, cumulative).
 -- State: a string "<tokens>:<last_us>", tokens written with %.17g so the double round-trips exactly;
---        PEXPIRE = (time until full - 0) + 1000 ms.
+--        worthless once full again (expiry: common.lua; always rewritten, as that instant depends
+--        on the rate too).
 -- Returns (evaluate): admitted (boolean), remaining (integer), reset_after_us (integer).
 --
 -- Capacity B, refilled at L tokens per W, continuously. Every floating-point expression below is
@@ -71,8 +72,7 @@ local function new_token_bucket()
   function token_bucket.commit(key, state, now, limit, window, burst, hits, _interval)
     local tokens = tokens_at(state, now, limit, window, burst) - hits
     local expires_at = now + refill_time_us(limit, window, burst - tokens)
-    redis.call('SET', key, string.format('%.17g', tokens) .. ':' .. int_str(now),
-      'PX', ttl_text(expires_at, now))
+    write_state(key, string.format('%.17g', tokens) .. ':' .. int_str(now), expires_at, nil, now)
   end
 
   return token_bucket

@@ -218,6 +218,75 @@ async fn every_key_has_a_ttl_no_longer_than_its_state_needs_plus_one_second() {
     }
 }
 
+/// The instant (µs) from which a stored state of `algorithm` is worthless, from its value.
+fn worthless_at_us(algorithm: Algorithm, value: &str, window_us: u64) -> u64 {
+    let first: u64 = value.split(':').next().unwrap().parse().unwrap();
+    match algorithm {
+        Algorithm::Gcra => first,
+        Algorithm::FixedWindow => first + window_us,
+        Algorithm::SlidingWindowCounter => first + 2 * window_us,
+        other => unreachable!("{other:?} is not written with KEEPTTL"),
+    }
+}
+
+/// Writes that stay in their key's half-second expiry step keep its expiry (`KEEPTTL`) rather than
+/// set a new one: after every write of a busy key, through steps and windows, its expiry still
+/// falls 0.5 to 1 s after its state becomes worthless, never before.
+#[tokio::test]
+async fn a_busy_key_expires_half_a_second_to_a_second_after_its_state_is_worthless() {
+    let server = RedisServer::start();
+    // Redis's own clock, as in production: the expiry runs on it.
+    let store = connect(&server).await;
+    let mut connection = server.connection();
+    let rates = [
+        // T = 20 ms, one hit every ~10 ms: the TAT runs ahead, through several steps.
+        Rate::new(Algorithm::Gcra, 50, Unit::Second, 1, None).unwrap(),
+        Rate::new(Algorithm::FixedWindow, 1000, Unit::Second, 1, None).unwrap(),
+        Rate::new(Algorithm::SlidingWindowCounter, 1000, Unit::Second, 1, None).unwrap(),
+    ];
+    let started = std::time::Instant::now();
+    let mut writes = [0u32; 3];
+    while started.elapsed() < std::time::Duration::from_millis(1600) {
+        for (i, rate) in rates.iter().enumerate() {
+            let c = counter("busy", &[("a", rate.algorithm().as_str())]);
+            let verdict = store.decide(&[check(&c, *rate, 1)]).await.unwrap();
+            if !verdict[0].admitted {
+                continue;
+            }
+            writes[i] += 1;
+            let key = redis_key(&c, rate);
+            let (value, pttl, time): (String, i64, (u64, u64)) = redis::pipe()
+                .cmd("GET")
+                .arg(&key)
+                .cmd("PTTL")
+                .arg(&key)
+                .cmd("TIME")
+                .query(&mut connection)
+                .unwrap();
+            assert!(pttl > 0, "{key} has no TTL ({pttl})");
+            let now_ms = time.0 * 1000 + time.1 / 1000;
+            let expires_ms = now_ms + pttl as u64;
+            let worthless_ms = worthless_at_us(rate.algorithm(), &value, rate.window_us()) / 1000;
+            // PTTL and TIME are read a moment apart, in whole ms.
+            assert!(
+                expires_ms + 3 >= worthless_ms + 500,
+                "{key} = {value} expires at {expires_ms} ms, before its state is worthless + 0.5 s \
+                 ({worthless_ms} ms + 500)"
+            );
+            assert!(
+                expires_ms <= worthless_ms + 1000 + 3,
+                "{key} = {value} expires at {expires_ms} ms, later than worthless + 1 s \
+                 ({worthless_ms} ms + 1000)"
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(
+        writes.iter().all(|&n| n >= 30),
+        "too few writes: {writes:?}"
+    );
+}
+
 #[tokio::test]
 async fn check_only_and_denied_requests_write_nothing() {
     let server = RedisServer::start();

@@ -6,7 +6,9 @@
 //! - Script: loaded once, called by SHA1; on `NOSCRIPT` (restart, failover, `SCRIPT FLUSH`) it is
 //!   reloaded and the call retried once, transparently. No other error is retried: the script may
 //!   have committed.
-//! - Keys: see [`keys`]. Every key written has a TTL of the state's remaining life + 1 s.
+//! - Keys: see [`keys`]. Every key written expires 0.5 to 1 s after its state becomes worthless,
+//!   at the end of a half-second step, so a write that stays in its key's step keeps the expiry
+//!   (`KEEPTTL`: Redis 6.0 or later, checked at startup, see [`version`]).
 //! - Connections: bb8 pools of multiplexed connections (see [`ConnectionMode`]): one per thread
 //!   that decides or probes health, and the startup pool; broken
 //!   connections are replaced in the background with backoff, so the store recovers from a Redis
@@ -23,6 +25,7 @@ pub mod connection;
 pub mod keys;
 mod local;
 pub mod script;
+mod version;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -218,6 +221,9 @@ impl RedisStore {
             .await
             .map_err(|_| StoreError::Timeout(connect_timeout))??;
         tracing::debug!(sha1 = %loaded, "rate-limit script loaded");
+        timeout_at(deadline, version::check(&mut first))
+            .await
+            .map_err(|_| StoreError::Timeout(connect_timeout))??;
 
         let reachability = manager.reachability();
         let pool = new_pool(
