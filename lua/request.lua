@@ -77,11 +77,6 @@ local rates_by_text = {}
 -- The hits of nearly every check, without a strtod.
 local COMMON_HITS = { ['0'] = 0, ['1'] = 1 }
 
--- Redis 3.2-4.0 need effects replication to write after TIME; later versions always do it.
-if redis.replicate_commands then
-  pcall(redis.replicate_commands)
-end
-
 -- The rate (table) and hits of the check whose fields start at ARGV[base + 1]; nothing when its
 -- rate or hits are missing or out of range.
 local function read_rate_and_hits(base)
