@@ -16,11 +16,11 @@ local function new_fixed_window()
 
   -- Parsed state or nil (absent or unreadable counts as absent).
   function fixed_window.load(key)
-    local raw = redis.call('GET', key)
+    local raw = redis_call('GET', key)
     if not raw then
       return nil
     end
-    local start, count = string.match(raw, '^(%d+):(%d+)$')
+    local start, count = string_match(raw, '^(%d+):(%d+)$')
     if not start then
       return nil
     end

@@ -19,7 +19,7 @@ local function new_gcra()
   -- The TAT, or nil when absent or unreadable (a non-integer, negative or beyond 2^53 counts as
   -- absent; `tonumber` and three comparisons cost less than matching a pattern first).
   function gcra.load(key)
-    local tat = tonumber(redis.call('GET', key))
+    local tat = tonumber(redis_call('GET', key))
     if not tat or tat < 0 or tat >= TWO_POW_53 or tat ~= math_floor(tat) then
       return nil
     end

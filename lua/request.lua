@@ -41,6 +41,9 @@
 -- non-shadow check admits; then each distinct key is committed once, with the total hits of its
 -- admitted checks and the rate of its last admitted check; a key whose total is 0 is not written.
 
+-- The call's keys and arguments, read several times per check, as locals (see common.lua).
+local KEYS, ARGV = KEYS, ARGV
+
 -- The algorithm modules by code, built on first use in this call (see the algorithm files).
 local CONSTRUCTORS = {
   [0] = new_fixed_window,
@@ -323,7 +326,7 @@ for r = 0, requests - 1 do
   local now
   if now_arg == '-' then
     if not redis_now then
-      local time = redis.call('TIME')
+      local time = redis_call('TIME')
       redis_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
     end
     now = redis_now

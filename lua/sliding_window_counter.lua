@@ -18,11 +18,11 @@ local function new_sliding_window_counter()
   local sliding_window_counter = {}
 
   function sliding_window_counter.load(key)
-    local raw = redis.call('GET', key)
+    local raw = redis_call('GET', key)
     if not raw then
       return nil
     end
-    local start, previous, current = string.match(raw, '^(%d+):(%d+):(%d+)$')
+    local start, previous, current = string_match(raw, '^(%d+):(%d+):(%d+)$')
     if not start then
       return nil
     end

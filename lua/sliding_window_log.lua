@@ -34,10 +34,10 @@ local function new_sliding_window_log()
   -- The state is read lazily: counts now, individual timestamps only when a reset needs them.
   -- Keys of one request share `now` and (being per window) the horizon, so counts are cached.
   function sliding_window_log.load(key, now, window)
-    local total = redis.call('ZCARD', key)
+    local total = redis_call('ZCARD', key)
     local live = 0
     if total > 0 then
-      live = redis.call('ZCOUNT', key, '(' .. int_str(horizon_of(now, window)), '+inf')
+      live = redis_call('ZCOUNT', key, '(' .. int_str(horizon_of(now, window)), '+inf')
     end
     return { key = key, dead = total - live, live = live }
   end
@@ -46,7 +46,7 @@ local function new_sliding_window_log()
   -- before the live ones, so the rank is dead + k - 1.
   local function kth_oldest_live(state, k)
     local rank = state.dead + k - 1
-    local found = redis.call('ZRANGE', state.key, rank, rank, 'WITHSCORES')
+    local found = redis_call('ZRANGE', state.key, rank, rank, 'WITHSCORES')
     return tonumber(found[2])
   end
 
@@ -86,12 +86,12 @@ local function new_sliding_window_log()
   -- skipped for a new or fully expired log.
   function sliding_window_log.commit(key, state, now, _limit, window, _burst, hits, _interval)
     if state.dead > 0 then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', int_str(horizon_of(now, window)))
+      redis_call('ZREMRANGEBYSCORE', key, '-inf', int_str(horizon_of(now, window)))
     end
     local ts = int_str(now)
     local seq = 0
     if state.live > 0 then
-      seq = redis.call('ZCOUNT', key, ts, ts)
+      seq = redis_call('ZCOUNT', key, ts, ts)
     end
     local added = 0
     while added < hits do
@@ -102,10 +102,10 @@ local function new_sliding_window_log()
         args[#args + 1] = ts .. ':' .. int_str(seq)
         seq = seq + 1
       end
-      redis.call('ZADD', key, unpack(args))
+      redis_call('ZADD', key, unpack(args))
       added = added + chunk
     end
-    redis.call('PEXPIRE', key, px_text(now + window, now))
+    redis_call('PEXPIRE', key, px_text(now + window, now))
   end
 
   return sliding_window_log

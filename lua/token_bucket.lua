@@ -18,11 +18,11 @@ local function new_token_bucket()
   local token_bucket = {}
 
   function token_bucket.load(key)
-    local raw = redis.call('GET', key)
+    local raw = redis_call('GET', key)
     if not raw then
       return nil
     end
-    local tokens, last = string.match(raw, '^([^:]+):(%d+)$')
+    local tokens, last = string_match(raw, '^([^:]+):(%d+)$')
     tokens = tonumber(tokens)
     if not tokens then
       return nil
@@ -72,7 +72,7 @@ local function new_token_bucket()
   function token_bucket.commit(key, state, now, limit, window, burst, hits, _interval)
     local tokens = tokens_at(state, now, limit, window, burst) - hits
     local expires_at = now + refill_time_us(limit, window, burst - tokens)
-    write_state(key, string.format('%.17g', tokens) .. ':' .. int_str(now), expires_at, nil, now)
+    write_state(key, string_format('%.17g', tokens) .. ':' .. int_str(now), expires_at, nil, now)
   end
 
   return token_bucket
