@@ -77,13 +77,13 @@ local TTL_MAX_MS = TWO_POW_53
 -- SET with KEEPTTL ~1.1 µs). Keys written by earlier versions, at x + 1 s, expire no earlier.
 local EXPIRY_STEP_US = 500000
 
--- The PX argument (ms, as text) for a state that is worthless from `expires_at_us` on: the end of
--- the step after that instant's, rounded up to whole ms. Checks of one call mostly share it, and
--- formatting a number costs more than the table lookup that finds it already formatted in this
--- call.
+-- The PX argument (ms, as text) for a state that is worthless within expiry step `step`
+-- (math_floor(instant / EXPIRY_STEP_US)): the end of the next step, rounded up to whole ms. Checks
+-- of one call mostly share it, and formatting a number costs more than the table lookup that finds
+-- it already formatted in this call.
 local px_texts = {}
-local function px_text(expires_at_us, now_us)
-  local vanish_at = (math_floor(expires_at_us / EXPIRY_STEP_US) + 2) * EXPIRY_STEP_US
+local function px_text(step, now_us)
+  local vanish_at = (step + 2) * EXPIRY_STEP_US
   local ms = math_min(math_ceil((vanish_at - now_us) / 1000), TTL_MAX_MS)
   local text = px_texts[ms]
   if not text then
@@ -98,11 +98,11 @@ end
 -- from the key and the stored state alone may be passed as stored: one that also depends on the
 -- rate, which a reload may change, may not be the instant the key's expiry was set for.
 local function write_state(key, value, expires_at_us, stored_expires_at_us, now_us)
-  if stored_expires_at_us and math_floor(stored_expires_at_us / EXPIRY_STEP_US)
-      == math_floor(expires_at_us / EXPIRY_STEP_US) then
+  local step = math_floor(expires_at_us / EXPIRY_STEP_US)
+  if stored_expires_at_us and math_floor(stored_expires_at_us / EXPIRY_STEP_US) == step then
     redis_call('SET', key, value, 'KEEPTTL')
   else
-    redis_call('SET', key, value, 'PX', px_text(expires_at_us, now_us))
+    redis_call('SET', key, value, 'PX', px_text(step, now_us))
   end
 end
 

@@ -105,7 +105,7 @@ local function new_sliding_window_log()
       redis_call('ZADD', key, unpack(args))
       added = added + chunk
     end
-    redis_call('PEXPIRE', key, px_text(now + window, now))
+    redis_call('PEXPIRE', key, px_text(math_floor((now + window) / EXPIRY_STEP_US), now))
   end
 
   return sliding_window_log
