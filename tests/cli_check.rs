@@ -1,7 +1,8 @@
 //! The command line: `ratelimitd check` prints every configuration error as
 //! `file:line:column: field: message` on stderr and exits 1 (0 and a summary when valid);
-//! envoyproxy/ratelimit's own valid fixtures pass and its invalid ones fail; `serve` refuses a
-//! broken configuration; flags have environment variables; `--log-format json`.
+//! the valid files in envoyproxy/ratelimit's schema (`tests/fixtures/compat/`) pass and the
+//! invalid ones fail; `serve` refuses a broken configuration; flags have environment variables;
+//! `--log-format json`.
 
 mod common;
 

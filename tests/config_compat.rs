@@ -1,6 +1,7 @@
-//! envoyproxy/ratelimit's own configuration fixtures (`../shared/compat/envoyproxy-ratelimit/`):
-//! its valid files must load with the same limits, its invalid ones must be rejected with a
-//! position and a reason.
+//! Configurations in envoyproxy/ratelimit's schema (`tests/fixtures/compat/`), one for each kind
+//! of file in envoyproxy/ratelimit's own fixtures: the valid files must load with the limits that
+//! schema gives them, the invalid ones must be rejected with a position and a reason.
+//! `scripts/compat-check.sh` runs the same checks on envoyproxy/ratelimit's files themselves.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -10,7 +11,7 @@ use ratelimitd::limiter::{ConfiguredLimit, DomainRules, LimitKind, RuleSet, Unit
 
 fn fixtures(dir: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/compat/envoyproxy-ratelimit")
+        .join("tests/fixtures/compat")
         .join(dir);
     let entries = fs::read_dir(&dir)
         .unwrap_or_else(|error| panic!("fixture directory {} is missing: {error}", dir.display()));
@@ -111,131 +112,148 @@ fn every_valid_fixture_loads() {
 }
 
 #[test]
-fn basic_config_limits() {
-    let rules = valid("basic_config.yaml");
-    assert_eq!(rules.domain, "test-domain");
+fn nested_limits() {
+    let rules = valid("nested_limits.yaml");
+    assert_eq!(rules.domain, "storefront");
     assert_eq!(
-        rate(lookup(&rules, &[("key1", "value1"), ("subkey1", "x")])),
-        (5, Unit::Second)
+        rate(lookup(&rules, &[("region", "eu"), ("shop", "x")])),
+        (8, Unit::Second)
     );
     assert_eq!(
-        rate(lookup(
-            &rules,
-            &[("key1", "value1"), ("subkey1", "subvalue1")]
-        )),
-        (10, Unit::Second)
+        rate(lookup(&rules, &[("region", "eu"), ("shop", "flagship")])),
+        (12, Unit::Second)
     );
-    assert!(lookup(&rules, &[("key1", "value1")]).is_none());
-    assert!(lookup(&rules, &[("key1", "other"), ("subkey1", "x")]).is_none());
-    assert_eq!(rate(lookup(&rules, &[("key2", "any")])), (20, Unit::Minute));
+    assert!(lookup(&rules, &[("region", "eu")]).is_none());
+    assert!(lookup(&rules, &[("region", "us"), ("shop", "x")]).is_none());
     assert_eq!(
-        rate(lookup(&rules, &[("key2", "value2")])),
-        (30, Unit::Minute)
+        rate(lookup(&rules, &[("client", "any")])),
+        (40, Unit::Minute)
     );
-    assert!(lookup(&rules, &[("key2", "value3")]).is_none());
-    let whitelisted = &rules.root.exact["key2"]["value3"];
+    assert_eq!(
+        rate(lookup(&rules, &[("client", "partner")])),
+        (90, Unit::Minute)
+    );
+    assert!(lookup(&rules, &[("client", "monitoring")]).is_none());
+    let whitelisted = &rules.root.exact["client"]["monitoring"];
     assert!(whitelisted.limit.is_none() && whitelisted.children == RuleSet::default());
-    assert_eq!(rate(lookup(&rules, &[("key3", "x")])), (1, Unit::Hour));
-    let key4 = lookup(&rules, &[("key4", "x")]);
-    assert_eq!(rate(key4), (1, Unit::Day));
+    assert_eq!(rate(lookup(&rules, &[("login", "x")])), (2, Unit::Hour));
+    let export = lookup(&rules, &[("export", "x")]);
+    assert_eq!(rate(export), (3, Unit::Day));
     assert_eq!(
-        key4.and_then(|limit| limit.name.as_deref()),
-        Some("key4_rate_limit")
-    );
-    assert_eq!(rate(lookup(&rules, &[("key5", "value5")])), (15, Unit::Day));
-    assert_eq!(
-        rate(lookup(
-            &rules,
-            &[("key5", "value5"), ("subkey5", "subvalue5")]
-        )),
-        (25, Unit::Day)
-    );
-    let key6 = lookup(&rules, &[("key6", "x")]).expect("key6 has a limit");
-    assert_eq!(key6.kind, LimitKind::Unlimited);
-    let key7 = lookup(&rules, &[("key7", "x")]).expect("key7 has a limit");
-    assert_eq!(rate(Some(key7)), (70, Unit::Minute));
-    assert!(key7.detailed_metric && !key7.shadow_mode);
-    assert_eq!(
-        lookup(&rules, &[("key1", "value1"), ("subkey1", "subvalue1")]).map(|l| l.path.as_str()),
-        Some("test-domain.key1_value1.subkey1_subvalue1")
+        export.and_then(|limit| limit.name.as_deref()),
+        Some("nightly_export")
     );
     assert_eq!(
-        lookup(&rules, &[("key2", "any")]).map(|l| l.path.as_str()),
-        Some("test-domain.key2")
+        rate(lookup(&rules, &[("coupon", "spring")])),
+        (40, Unit::Day)
+    );
+    assert_eq!(
+        rate(lookup(&rules, &[("coupon", "spring"), ("customer", "vip")])),
+        (60, Unit::Day)
+    );
+    let healthcheck = lookup(&rules, &[("healthcheck", "x")]).expect("healthcheck has a limit");
+    assert_eq!(healthcheck.kind, LimitKind::Unlimited);
+    let search = lookup(&rules, &[("search", "x")]).expect("search has a limit");
+    assert_eq!(rate(Some(search)), (45, Unit::Minute));
+    assert!(search.detailed_metric && !search.shadow_mode);
+    assert_eq!(
+        lookup(&rules, &[("region", "eu"), ("shop", "flagship")]).map(|l| l.path.as_str()),
+        Some("storefront.region_eu.shop_flagship")
+    );
+    assert_eq!(
+        lookup(&rules, &[("client", "any")]).map(|l| l.path.as_str()),
+        Some("storefront.client")
     );
 }
 
 #[test]
-fn shadowmode_config_flags_the_nodes_that_set_it() {
-    let rules = valid("shadowmode_config.yaml");
+fn shadow_mode_flags_the_nodes_that_set_it() {
+    let rules = valid("shadow_mode.yaml");
     let shadow = |entries: &[(&str, &str)]| lookup(&rules, entries).map(|limit| limit.shadow_mode);
-    assert_eq!(shadow(&[("key1", "value1"), ("subkey1", "x")]), Some(false));
+    assert_eq!(shadow(&[("team", "payments"), ("job", "x")]), Some(false));
     assert_eq!(
-        shadow(&[("key1", "value1"), ("subkey1", "subvalue1")]),
+        shadow(&[("team", "payments"), ("job", "reconcile")]),
         Some(true)
     );
-    assert_eq!(shadow(&[("key2", "x")]), Some(true));
-    assert_eq!(shadow(&[("key2", "value2")]), Some(false));
+    assert_eq!(shadow(&[("endpoint", "x")]), Some(true));
+    assert_eq!(shadow(&[("endpoint", "upload")]), Some(false));
 }
 
 #[test]
-fn wildcard_config_prefix_matches_only_trailing_stars() {
-    let rules = valid("wildcard.yaml");
-    assert_eq!(rate(lookup(&rules, &[("wild", "foo")])), (20, Unit::Minute));
+fn prefix_wildcards_match_only_trailing_stars() {
+    let rules = valid("prefix_wildcards.yaml");
     assert_eq!(
-        rate(lookup(&rules, &[("wild", "foobar")])),
-        (20, Unit::Minute)
+        rate(lookup(&rules, &[("object", "img")])),
+        (30, Unit::Minute)
     );
-    assert!(lookup(&rules, &[("wild", "fo")]).is_none());
     assert_eq!(
-        rate(lookup(&rules, &[("noWild", "foo")])),
-        (20, Unit::Minute)
+        rate(lookup(&rules, &[("object", "img_logo")])),
+        (30, Unit::Minute)
     );
-    assert!(lookup(&rules, &[("noWild", "foobar")]).is_none());
-    assert_eq!(rate(lookup(&rules, &[("noVal", "x")])), (20, Unit::Minute));
-    assert!(lookup(&rules, &[("midWild", "barab")]).is_none());
+    assert!(lookup(&rules, &[("object", "im")]).is_none());
     assert_eq!(
-        rate(lookup(&rules, &[("midWild", "bar*b")])),
-        (20, Unit::Minute)
+        rate(lookup(&rules, &[("plain", "img")])),
+        (32, Unit::Minute)
     );
-    assert!(lookup(&rules, &[("multiWild", "foo1bar2baz")]).is_none());
+    assert!(lookup(&rules, &[("plain", "img_logo")]).is_none());
     assert_eq!(
-        rate(lookup(&rules, &[("nestedWild", "val1"), ("wild", "goose")])),
-        (20, Unit::Minute)
+        rate(lookup(&rules, &[("anyvalue", "x")])),
+        (34, Unit::Minute)
     );
-    assert!(lookup(&rules, &[("nestedWild", "val1"), ("wild", "foo")]).is_none());
+    assert!(lookup(&rules, &[("infix", "img_v2")]).is_none());
+    assert_eq!(
+        rate(lookup(&rules, &[("infix", "img*v2")])),
+        (36, Unit::Minute)
+    );
+    assert!(lookup(&rules, &[("multi", "a1b2c")]).is_none());
+    assert_eq!(
+        rate(lookup(
+            &rules,
+            &[("tenant", "acme"), ("object", "thumb_small")]
+        )),
+        (40, Unit::Minute)
+    );
+    assert!(lookup(&rules, &[("tenant", "acme"), ("object", "img_logo")]).is_none());
 }
 
 #[test]
-fn config_yaml_limits() {
-    let rules = valid("config.yaml");
-    assert_eq!(rules.domain, "mongo_cps");
+fn two_values_limits() {
+    let rules = valid("two_values.yaml");
+    assert_eq!(rules.domain, "sql_qps");
     assert_eq!(
-        rate(lookup(&rules, &[("database", "users")])),
-        (500, Unit::Second)
+        rate(lookup(&rules, &[("table", "orders")])),
+        (250, Unit::Second)
     );
     assert_eq!(
-        rate(lookup(&rules, &[("database", "default")])),
-        (500, Unit::Second)
+        rate(lookup(&rules, &[("table", "invoices")])),
+        (250, Unit::Second)
     );
-    assert!(lookup(&rules, &[("database", "other")]).is_none());
+    assert!(lookup(&rules, &[("table", "other")]).is_none());
 }
 
 /// Every invalid fixture with the line and a fragment of the reason it must be rejected for.
 const INVALID: &[(&str, usize, &str)] = &[
-    ("bad_limit_unit.yaml", 6, "unknown unit `foo`"),
-    ("bad_yaml.yaml", 1, "invalid YAML"),
-    ("duplicate_key.yaml", 6, "duplicate descriptor"),
-    ("empty_domain.yaml", 1, "`domain`"),
-    ("empty_key.yaml", 3, "`key`"),
-    ("misspelled_key.yaml", 5, "unknown field `ratelimit`"),
-    ("misspelled_key2.yaml", 7, "unknown field `requestsperunit`"),
-    ("non_map_list.yaml", 3, "must be a map"),
-    ("non_string_key.yaml", 1, "keys must be strings"),
-    ("replaces_empty.yaml", 10, "must not be empty"),
-    ("replaces_self.yaml", 10, "cannot replace itself"),
+    ("broken_yaml.yaml", 2, "invalid YAML"),
+    ("descriptors_not_maps.yaml", 6, "must be a map"),
+    ("duplicate_descriptor.yaml", 15, "duplicate descriptor"),
+    ("integer_key.yaml", 5, "keys must be strings"),
+    ("missing_domain.yaml", 2, "`domain`"),
+    ("missing_key.yaml", 7, "`key`"),
     (
-        "unlimited_with_unit.yaml",
+        "misspelled_rate_limit.yaml",
+        6,
+        "unknown field `rate_limits`",
+    ),
+    (
+        "misspelled_requests_per_unit.yaml",
+        8,
+        "unknown field `request_per_unit`",
+    ),
+    ("replaces_own_name.yaml", 10, "cannot replace itself"),
+    ("replaces_without_name.yaml", 11, "must not be empty"),
+    ("unknown_unit.yaml", 7, "unknown unit `decade`"),
+    (
+        "unlimited_with_rate.yaml",
         6,
         "cannot be combined with `unlimited: true`",
     ),
@@ -243,8 +261,13 @@ const INVALID: &[(&str, usize, &str)] = &[
 
 #[test]
 fn every_invalid_fixture_is_rejected_with_line_and_reason() {
-    let mut failures = Vec::new();
-    for path in fixtures("invalid") {
+    let files = fixtures("invalid");
+    let mut failures: Vec<String> = INVALID
+        .iter()
+        .filter(|entry| !files.iter().any(|path| name(path) == entry.0))
+        .map(|entry| format!("{}: listed in INVALID but missing", entry.0))
+        .collect();
+    for path in files {
         let file = name(&path);
         let Some(&(_, line, reason)) = INVALID.iter().find(|entry| entry.0 == file) else {
             failures.push(format!(

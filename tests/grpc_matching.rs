@@ -1,7 +1,7 @@
 //! DESIGN.md "Matching" and "Request and response", over real sockets against the real binary
 //! (memory store): precedence, depth, whitelist, unknown domain, unlimited, replaces, shadow mode,
 //! overrides, hits, statuses, current_limit, duration_until_reset per algorithm, all or nothing,
-//! and envoyproxy/ratelimit's own fixtures served as they are.
+//! and files in envoyproxy/ratelimit's schema (tests/fixtures/compat/) served as they are.
 //!
 //! Every call goes through `should`, which also checks that `overall_code` is never UNKNOWN and
 //! that there is one status per descriptor.
@@ -945,193 +945,196 @@ async fn config_directory_loads_every_domain() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// envoyproxy/ratelimit's own fixtures, served unchanged
+// Files in envoyproxy/ratelimit's schema (tests/fixtures/compat/valid/), served as they are
 // ---------------------------------------------------------------------------------------------
 
 #[tokio::test]
-async fn compat_basic_config_gives_envoyproxy_limits() {
-    let server = serve_compat("valid/basic_config.yaml");
+async fn compat_nested_limits_give_envoyproxy_limits() {
+    let server = serve_compat("valid/nested_limits.yaml");
     let mut c = server.client().await;
-    let d = "test-domain";
+    let d = "storefront";
 
-    let s = one_in(&mut c, d, &[("key1", "value1"), ("subkey1", "x")]).await;
-    assert_limit(&s, 5, Unit::Second, "key1=value1,subkey1=x");
-    assert_eq!(s.limit_remaining, 4);
-    let s = one_in(&mut c, d, &[("key1", "value1"), ("subkey1", "subvalue1")]).await;
-    assert_limit(&s, 10, Unit::Second, "key1=value1,subkey1=subvalue1");
-    assert_eq!(s.limit_remaining, 9);
-    let s = one_in(&mut c, d, &[("key1", "value1")]).await;
-    assert_no_limit(&s, "key1=value1 has no limit of its own");
-    let s = one_in(&mut c, d, &[("key1", "other"), ("subkey1", "x")]).await;
-    assert_no_limit(&s, "key1=other");
+    let s = one_in(&mut c, d, &[("region", "eu"), ("shop", "x")]).await;
+    assert_limit(&s, 8, Unit::Second, "region=eu,shop=x");
+    assert_eq!(s.limit_remaining, 7);
+    let s = one_in(&mut c, d, &[("region", "eu"), ("shop", "flagship")]).await;
+    assert_limit(&s, 12, Unit::Second, "region=eu,shop=flagship");
+    assert_eq!(s.limit_remaining, 11);
+    let s = one_in(&mut c, d, &[("region", "eu")]).await;
+    assert_no_limit(&s, "region=eu has no limit of its own");
+    let s = one_in(&mut c, d, &[("region", "us"), ("shop", "x")]).await;
+    assert_no_limit(&s, "region=us");
 
-    let s = one_in(&mut c, d, &[("key2", "anything")]).await;
-    assert_limit(&s, 20, Unit::Minute, "key2 default");
-    let s = one_in(&mut c, d, &[("key2", "value2")]).await;
-    assert_limit(&s, 30, Unit::Minute, "key2=value2");
+    let s = one_in(&mut c, d, &[("client", "anything")]).await;
+    assert_limit(&s, 40, Unit::Minute, "client default");
+    let s = one_in(&mut c, d, &[("client", "partner")]).await;
+    assert_limit(&s, 90, Unit::Minute, "client=partner");
     for _ in 0..3 {
-        let s = one_in(&mut c, d, &[("key2", "value3")]).await;
-        assert_no_limit(&s, "key2=value3 is whitelisted");
+        let s = one_in(&mut c, d, &[("client", "monitoring")]).await;
+        assert_no_limit(&s, "client=monitoring is whitelisted");
     }
 
-    let s = one_in(&mut c, d, &[("key3", "x")]).await;
-    assert_limit(&s, 1, Unit::Hour, "key3");
-    assert_eq!(code(&s), Code::Ok);
-    let s = one_in(&mut c, d, &[("key3", "x")]).await;
-    assert_eq!(code(&s), Code::OverLimit, "key3 is 1 per hour");
+    for i in 0..2 {
+        let s = one_in(&mut c, d, &[("login", "x")]).await;
+        assert_limit(&s, 2, Unit::Hour, "login");
+        assert_eq!(code(&s), Code::Ok, "login #{i}");
+    }
+    let s = one_in(&mut c, d, &[("login", "x")]).await;
+    assert_eq!(code(&s), Code::OverLimit, "login is 2 per hour");
 
-    let s = one_in(&mut c, d, &[("key4", "x")]).await;
-    assert_limit(&s, 1, Unit::Day, "key4");
-    assert_eq!(name(&s), "key4_rate_limit");
+    let s = one_in(&mut c, d, &[("export", "x")]).await;
+    assert_limit(&s, 3, Unit::Day, "export");
+    assert_eq!(name(&s), "nightly_export");
 
-    let s = one_in(&mut c, d, &[("key5", "value5")]).await;
-    assert_limit(&s, 15, Unit::Day, "key5=value5");
-    let s = one_in(&mut c, d, &[("key5", "value5"), ("subkey5", "subvalue5")]).await;
-    assert_limit(&s, 25, Unit::Day, "key5=value5,subkey5=subvalue5");
-    let s = one_in(&mut c, d, &[("key5", "other")]).await;
-    assert_no_limit(&s, "key5=other");
+    let s = one_in(&mut c, d, &[("coupon", "spring")]).await;
+    assert_limit(&s, 40, Unit::Day, "coupon=spring");
+    let s = one_in(&mut c, d, &[("coupon", "spring"), ("customer", "vip")]).await;
+    assert_limit(&s, 60, Unit::Day, "coupon=spring,customer=vip");
+    let s = one_in(&mut c, d, &[("coupon", "other")]).await;
+    assert_no_limit(&s, "coupon=other");
 
     for _ in 0..3 {
-        let s = one_in(&mut c, d, &[("key6", "x")]).await;
+        let s = one_in(&mut c, d, &[("healthcheck", "x")]).await;
         assert_eq!(
             (code(&s), s.limit_remaining),
             (Code::Ok, MAX),
-            "key6 unlimited"
+            "healthcheck unlimited"
         );
     }
 
-    let s = one_in(&mut c, d, &[("key7", "x")]).await;
-    assert_limit(&s, 70, Unit::Minute, "key7 (detailed_metric)");
+    let s = one_in(&mut c, d, &[("search", "x")]).await;
+    assert_limit(&s, 45, Unit::Minute, "search (detailed_metric)");
 }
 
 #[tokio::test]
-async fn compat_wildcard_config() {
-    let server = serve_compat("valid/wildcard.yaml");
+async fn compat_prefix_wildcards() {
+    let server = serve_compat("valid/prefix_wildcards.yaml");
     let mut c = server.client().await;
-    let d = "test-domain";
-    let s = one_in(&mut c, d, &[("wild", "foo123")]).await;
-    assert_limit(&s, 20, Unit::Minute, "wild=foo123");
-    let s = one_in(&mut c, d, &[("wild", "foo")]).await;
-    assert_limit(&s, 20, Unit::Minute, "wild=foo");
-    let s = one_in(&mut c, d, &[("wild", "fo")]).await;
-    assert_no_limit(&s, "wild=fo");
-    let s = one_in(&mut c, d, &[("noWild", "foo")]).await;
-    assert_limit(&s, 20, Unit::Minute, "noWild=foo");
-    let s = one_in(&mut c, d, &[("noWild", "foo1")]).await;
-    assert_no_limit(&s, "noWild=foo1: no wildcard");
-    let s = one_in(&mut c, d, &[("noVal", "anything")]).await;
-    assert_limit(&s, 20, Unit::Minute, "noVal");
-    let s = one_in(&mut c, d, &[("nestedWild", "val1"), ("wild", "goober")]).await;
-    assert_limit(&s, 20, Unit::Minute, "nested wildcard");
-    let s = one_in(&mut c, d, &[("nestedWild", "val1"), ("wild", "foo")]).await;
-    assert_no_limit(&s, "nested: foo is no goo*");
+    let d = "assets";
+    let s = one_in(&mut c, d, &[("object", "img_logo")]).await;
+    assert_limit(&s, 30, Unit::Minute, "object=img_logo");
+    let s = one_in(&mut c, d, &[("object", "img")]).await;
+    assert_limit(&s, 30, Unit::Minute, "object=img");
+    let s = one_in(&mut c, d, &[("object", "im")]).await;
+    assert_no_limit(&s, "object=im");
+    let s = one_in(&mut c, d, &[("plain", "img")]).await;
+    assert_limit(&s, 32, Unit::Minute, "plain=img");
+    let s = one_in(&mut c, d, &[("plain", "img1")]).await;
+    assert_no_limit(&s, "plain=img1: no wildcard");
+    let s = one_in(&mut c, d, &[("anyvalue", "anything")]).await;
+    assert_limit(&s, 34, Unit::Minute, "anyvalue");
+    let s = one_in(&mut c, d, &[("tenant", "acme"), ("object", "thumb_small")]).await;
+    assert_limit(&s, 40, Unit::Minute, "nested wildcard");
+    let s = one_in(&mut c, d, &[("tenant", "acme"), ("object", "img")]).await;
+    assert_no_limit(&s, "nested: img is no thumb*");
 }
 
 #[tokio::test]
-async fn compat_example_replaces_and_shadow() {
-    let server = serve_compat("valid/example.yaml");
+async fn compat_replaces_and_shadow() {
+    let server = serve_compat("valid/replaces_and_shadow.yaml");
     let mut c = server.client().await;
     wait_for_window_room(60, 10);
-    let d = "rl";
+    let d = "gateway";
 
-    let s = one_in(&mut c, d, &[("foo", "f1"), ("bar", "bkthomps")]).await;
-    assert_limit(&s, 1, Unit::Minute, "bar=bkthomps alone");
-    assert_eq!(name(&s), "bkthomps");
+    let s = one_in(&mut c, d, &[("client", "c1"), ("user", "guest")]).await;
+    assert_limit(&s, 2, Unit::Minute, "user=guest alone");
+    assert_eq!(name(&s), "guest");
 
     let resp = should(
         &mut c,
         request(
             d,
             &[
-                &[("foo", "f2"), ("bar", "bkthomps")],
-                &[("category", "account")],
+                &[("client", "c2"), ("user", "guest")],
+                &[("auth", "signed_in")],
             ],
             0,
         ),
     )
     .await;
-    assert_no_limit(&resp.statuses[0], "bkthomps replaced by category=account");
-    assert_limit(&resp.statuses[1], 4, Unit::Minute, "category=account");
+    assert_no_limit(&resp.statuses[0], "guest replaced by auth=signed_in");
+    assert_limit(&resp.statuses[1], 6, Unit::Minute, "auth=signed_in");
 
     // requests_per_unit 0: always over the limit, unless replaced.
-    let s = one_in(&mut c, d, &[("foo", "f3"), ("bar", "banned")]).await;
+    let s = one_in(&mut c, d, &[("client", "c3"), ("user", "mallory")]).await;
     assert_eq!(code(&s), Code::OverLimit, "requests_per_unit 0: {s:?}");
-    assert_limit(&s, 0, Unit::Minute, "banned");
+    assert_limit(&s, 0, Unit::Minute, "mallory");
     let resp = should(
         &mut c,
         request(
             d,
             &[
-                &[("foo", "f3"), ("bar", "banned")],
-                &[
-                    ("source_cluster", "proxy"),
-                    ("destination_cluster", "override"),
-                ],
+                &[("client", "c3"), ("user", "mallory")],
+                &[("upstream", "mesh"), ("route", "unblock")],
             ],
             0,
         ),
     )
     .await;
-    assert_eq!(overall(&resp), Code::Ok, "banned_limit replaced: {resp:?}");
-    assert_no_limit(&resp.statuses[0], "banned replaced");
-    assert_limit(&resp.statuses[1], 2, Unit::Minute, "override");
+    assert_eq!(overall(&resp), Code::Ok, "blocked replaced: {resp:?}");
+    assert_no_limit(&resp.statuses[0], "mallory replaced");
+    assert_limit(&resp.statuses[1], 4, Unit::Minute, "unblock");
 
-    // Shadow mode on foo,baz=shady (3/minute): the 4th is over the limit but admitted (OK).
-    for i in 0..4 {
-        let resp = should(&mut c, request(d, &[&[("foo", "f4"), ("baz", "shady")]], 0)).await;
+    // Shadow mode on client,probe=trial (4/minute): the 5th is over the limit but admitted (OK).
+    for i in 0..5 {
+        let resp = should(
+            &mut c,
+            request(d, &[&[("client", "c4"), ("probe", "trial")]], 0),
+        )
+        .await;
         assert_eq!(overall(&resp), Code::Ok, "shadow #{i}");
         assert_eq!(code(&resp.statuses[0]), Code::Ok, "shadow #{i}");
-        assert_limit(&resp.statuses[0], 3, Unit::Minute, "shady");
-        let expected = [2, 1, 0, 0][i];
+        assert_limit(&resp.statuses[0], 4, Unit::Minute, "trial");
+        let expected = [3, 2, 1, 0, 0][i];
         assert_eq!(resp.statuses[0].limit_remaining, expected, "shadow #{i}");
     }
     // Same shape without shadow mode denies.
-    for i in 0..4 {
+    for i in 0..5 {
         let resp = should(
             &mut c,
-            request(d, &[&[("foo", "f4"), ("baz", "not-so-shady")]], 0),
+            request(d, &[&[("client", "c4"), ("probe", "enforced")]], 0),
         )
         .await;
-        let expected = if i < 3 { Code::Ok } else { Code::OverLimit };
-        assert_eq!(overall(&resp), expected, "not-so-shady #{i}");
+        let expected = if i < 4 { Code::Ok } else { Code::OverLimit };
+        assert_eq!(overall(&resp), expected, "enforced #{i}");
     }
 
-    let s = one_in(&mut c, d, &[("foo", "f5"), ("bay", "x")]).await;
-    assert_eq!(s.limit_remaining, MAX, "bay unlimited");
-    let s = one_in(&mut c, d, &[("foo", "f5")]).await;
-    assert_limit(&s, 2, Unit::Minute, "foo alone");
-    let s = one_in(&mut c, d, &[("foo", "f5"), ("bar", "anything")]).await;
-    assert_limit(&s, 3, Unit::Minute, "foo,bar key-only");
-    let s = one_in(&mut c, d, &[("service", "service_1")]).await;
-    assert_limit(&s, 1, Unit::Minute, "quota_mode parses");
+    let s = one_in(&mut c, d, &[("client", "c5"), ("internal", "x")]).await;
+    assert_eq!(s.limit_remaining, MAX, "internal unlimited");
+    let s = one_in(&mut c, d, &[("client", "c5")]).await;
+    assert_limit(&s, 3, Unit::Minute, "client alone");
+    let s = one_in(&mut c, d, &[("client", "c5"), ("user", "anything")]).await;
+    assert_limit(&s, 5, Unit::Minute, "client,user key-only");
+    let s = one_in(&mut c, d, &[("tenant", "t1")]).await;
+    assert_limit(&s, 2, Unit::Minute, "quota_mode parses");
 }
 
 #[tokio::test]
-async fn compat_shadowmode_config() {
-    let server = serve_compat("valid/shadowmode_config.yaml");
+async fn compat_shadow_mode() {
+    let server = serve_compat("valid/shadow_mode.yaml");
     let mut c = server.client().await;
     wait_for_window_room(60, 10);
-    let d = "test-domain";
-    for i in 0..21 {
-        let resp = should(&mut c, request(d, &[&[("key2", "x")]], 0)).await;
-        assert_eq!(overall(&resp), Code::Ok, "key2 is shadow mode (#{i})");
+    let d = "dryrun";
+    for i in 0..16 {
+        let resp = should(&mut c, request(d, &[&[("endpoint", "x")]], 0)).await;
+        assert_eq!(overall(&resp), Code::Ok, "endpoint is shadow mode (#{i})");
         assert_eq!(code(&resp.statuses[0]), Code::Ok, "#{i}");
-        let expected = 19u32.saturating_sub(i);
+        let expected = 14u32.saturating_sub(i);
         assert_eq!(resp.statuses[0].limit_remaining, expected, "#{i}");
     }
-    // key2=value2 is not in shadow mode: 30 per minute, with hits 31 denied.
-    let resp = should(&mut c, request(d, &[&[("key2", "value2")]], 31)).await;
+    // endpoint=upload is not in shadow mode: 25 per minute, with hits 26 denied.
+    let resp = should(&mut c, request(d, &[&[("endpoint", "upload")]], 26)).await;
     assert_eq!(overall(&resp), Code::OverLimit);
 }
 
 #[tokio::test]
-async fn compat_mongo_config() {
-    let server = serve_compat("valid/config.yaml");
+async fn compat_two_values() {
+    let server = serve_compat("valid/two_values.yaml");
     let mut c = server.client().await;
-    let s = one_in(&mut c, "mongo_cps", &[("database", "users")]).await;
-    assert_limit(&s, 500, Unit::Second, "database=users");
-    let s = one_in(&mut c, "mongo_cps", &[("database", "default")]).await;
-    assert_limit(&s, 500, Unit::Second, "database=default");
-    let s = one_in(&mut c, "mongo_cps", &[("database", "other")]).await;
-    assert_no_limit(&s, "database=other");
+    let s = one_in(&mut c, "sql_qps", &[("table", "orders")]).await;
+    assert_limit(&s, 250, Unit::Second, "table=orders");
+    let s = one_in(&mut c, "sql_qps", &[("table", "invoices")]).await;
+    assert_limit(&s, 250, Unit::Second, "table=invoices");
+    let s = one_in(&mut c, "sql_qps", &[("table", "other")]).await;
+    assert_no_limit(&s, "table=other");
 }

@@ -40,11 +40,10 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// A file of envoyproxy/ratelimit's own fixtures in `../shared/compat/envoyproxy-ratelimit/`.
+/// A file of `tests/fixtures/compat/`: configurations in envoyproxy/ratelimit's schema, one for
+/// each kind of file in envoyproxy/ratelimit's own fixtures (`valid/`, `invalid/`, `later/`).
 pub fn compat(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/compat/envoyproxy-ratelimit")
-        .join(name)
+    fixture("compat").join(name)
 }
 
 /// A `Command` for the binary with an environment that cannot leak into the test: no
