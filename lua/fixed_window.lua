@@ -1,16 +1,21 @@
 -- ratelimitd: fixed window (library file; mirrors src/limiter/algorithm/fixed_window.rs).
 --
--- KEYS: none of its own; request.lua passes one counter key, rl1:{tag}:fixed_window:<W>:<identity>.
--- ARGV: none of its own; request.lua passes now (µs), L, W (µs), n (hits, cumulative per key).
+-- KEYS: none of its own; request.lua and refund.lua pass one counter key,
+--       rl1:{tag}:fixed_window:<W>:<identity>.
+-- ARGV: none of its own; request.lua passes now (µs), L, W (µs), n (hits, cumulative per key);
+--       refund.lua also the instant the refunded hits were committed at.
 -- State: a string "<window_start_us>:<count>", worthless from the window end on (expiry: common.lua).
 -- Returns (evaluate): admitted (boolean), remaining (integer), reset_after_us (integer).
+-- Returns (refund): whether the key changed (boolean).
 --
--- Admits when c + n <= L; remaining L - c after; resets at the window end either way.
+-- Admits when c + n <= L; remaining L - c after; resets at the window end either way. A refund
+-- takes n back from the count of the commit instant's window (exact: counts add up).
 
--- The module is built by a constructor, called by request.lua once per call and only when the
--- call has a rate of this algorithm: Redis runs the whole script on every EVALSHA, and each
--- function definition it meets makes a closure (defining all five algorithms on every call
--- cost ~24 000 redis-server instructions, a sixth of a one-request call; callgrind).
+-- The module is built by a constructor, called by the entry point (request.lua, refund.lua) once
+-- per call and only when the call has a rate of this algorithm: Redis runs the whole script on
+-- every EVALSHA, and each function definition it meets makes a closure (defining all five
+-- algorithms on every call cost ~24 000 redis-server instructions, a sixth of a one-request call;
+-- callgrind).
 local function new_fixed_window()
   local fixed_window = {}
 
@@ -54,6 +59,27 @@ local function new_fixed_window()
     local count = current_count(state, window_start) + hits
     write_state(key, int_str(window_start) .. ':' .. int_str(count), window_start + window,
       state and state.window_start_us + window, now)
+  end
+
+  -- A count of another window than the commit's holds none of the hits, and one whose window has
+  -- ended counts nothing any more: both are left alone. A count down to 0 is deleted (as absent).
+  function fixed_window.refund(key, state, committed_at, now, _limit, window, _burst, hits,
+      _interval)
+    if not state or hits == 0 then
+      return false
+    end
+    local window_start = state.window_start_us
+    local expires_at = window_start + window
+    if window_start ~= window_start_us(window, committed_at) or expires_at <= now then
+      return false
+    end
+    local count = state.count - hits
+    if count > 0 then
+      write_state(key, int_str(window_start) .. ':' .. int_str(count), expires_at, expires_at, now)
+    else
+      redis_call('DEL', key)
+    end
+    return true
   end
 
   return fixed_window

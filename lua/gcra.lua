@@ -1,18 +1,24 @@
 -- ratelimitd: GCRA (library file; mirrors src/limiter/algorithm/gcra.rs).
 --
--- KEYS: none of its own; request.lua passes one counter key, rl1:{tag}:gcra:<W>:<identity>.
+-- KEYS: none of its own; request.lua and refund.lua pass one counter key,
+--       rl1:{tag}:gcra:<W>:<identity>.
 -- ARGV: none of its own; request.lua passes now (µs), B (burst), n (hits, cumulative per key) and
---       T (emission interval µs, computed by Rust as ceil(W / L), at least 1).
+--       T (emission interval µs, computed by Rust as ceil(W / L), at least 1); refund.lua also
+--       the instant the refunded hits were committed at.
 -- State: a string "<tat_us>" (theoretical arrival time), worthless from TAT on (expiry: common.lua); loaded
 --        as the bare number (no table: the state is one value).
 -- Returns (evaluate): admitted (boolean), remaining (integer), reset_after_us (integer).
+-- Returns (refund): whether the key changed (boolean).
 --
--- Admits when max(TAT, now) + n*T - now <= B*T. All integers (exact below 2^53).
+-- Admits when max(TAT, now) + n*T - now <= B*T. A refund of n committed at t0 moves TAT back by
+-- n*T - (now - t0) when positive (never more permissive than not reserving: the proof is on
+-- `refund` in gcra.rs). All integers (exact below 2^53).
 
--- The module is built by a constructor, called by request.lua once per call and only when the
--- call has a rate of this algorithm: Redis runs the whole script on every EVALSHA, and each
--- function definition it meets makes a closure (defining all five algorithms on every call
--- cost ~24 000 redis-server instructions, a sixth of a one-request call; callgrind).
+-- The module is built by a constructor, called by the entry point (request.lua, refund.lua) once
+-- per call and only when the call has a rate of this algorithm: Redis runs the whole script on
+-- every EVALSHA, and each function definition it meets makes a closure (defining all five
+-- algorithms on every call cost ~24 000 redis-server instructions, a sixth of a one-request call;
+-- callgrind).
 local function new_gcra()
   local gcra = {}
 
@@ -56,6 +62,29 @@ local function new_gcra()
     end
     tat = tat + hits * interval
     write_state(key, int_str(tat), tat, stored_tat, now)
+  end
+
+  -- A now before the commit's (a promoted replica's clock) counts as the commit's. A TAT already
+  -- at or before now is worthless and left alone; one refunded to at or before now is deleted.
+  function gcra.refund(key, stored_tat, committed_at, now, _limit, _window, _burst, hits, interval)
+    if not stored_tat or stored_tat <= now then
+      return false
+    end
+    local elapsed = 0
+    if now > committed_at then
+      elapsed = now - committed_at
+    end
+    local give_back = hits * interval - elapsed
+    if give_back <= 0 then
+      return false
+    end
+    local tat = stored_tat - give_back
+    if tat <= now then
+      redis_call('DEL', key)
+    else
+      write_state(key, int_str(tat), tat, stored_tat, now)
+    end
+    return true
   end
 
   return gcra

@@ -1,19 +1,23 @@
 -- ratelimitd: sliding window counter (library file; mirrors
 -- src/limiter/algorithm/sliding_window_counter.rs).
 --
--- KEYS: none of its own; request.lua passes one counter key,
+-- KEYS: none of its own; request.lua and refund.lua pass one counter key,
 --       rl1:{tag}:sliding_window_counter:<W>:<identity>.
--- ARGV: none of its own; request.lua passes now (µs), L, W (µs), n (hits, cumulative per key).
--- State: a string "<window_start_us>:<previous>:<current>", worthless from window start + 2W on
---        (expiry: common.lua).
+-- ARGV: none of its own; request.lua passes now (µs), L, W (µs), n (hits, cumulative per key);
+--       refund.lua also the instant the refunded hits were committed at.
+-- State: a string "<window_start_us>:<previous>:<current>", worthless from window start + 2W on,
+--        or from window start + W when a refund left a current count of 0 (expiry: common.lua).
 -- Returns (evaluate): admitted (boolean), remaining (integer), reset_after_us (integer).
+-- Returns (refund): whether the key changed (boolean).
 --
--- est = p*(1 - elapsed/W) + c, with the Rust f64 operations in the same order.
+-- est = p*(1 - elapsed/W) + c, with the Rust f64 operations in the same order. A refund takes n
+-- back from the count that holds the commit instant's window (exact: counts add up).
 
--- The module is built by a constructor, called by request.lua once per call and only when the
--- call has a rate of this algorithm: Redis runs the whole script on every EVALSHA, and each
--- function definition it meets makes a closure (defining all five algorithms on every call
--- cost ~24 000 redis-server instructions, a sixth of a one-request call; callgrind).
+-- The module is built by a constructor, called by the entry point (request.lua, refund.lua) once
+-- per call and only when the call has a rate of this algorithm: Redis runs the whole script on
+-- every EVALSHA, and each function definition it meets makes a closure (defining all five
+-- algorithms on every call cost ~24 000 redis-server instructions, a sixth of a one-request call;
+-- callgrind).
 local function new_sliding_window_counter()
   local sliding_window_counter = {}
 
@@ -44,6 +48,17 @@ local function new_sliding_window_counter()
       end
     end
     return 0, 0
+  end
+
+  -- From this instant on the state decides like an absent one (expires_at_us in Rust).
+  local function expires_at(state, window)
+    if state.current > 0 then
+      return state.window_start_us + 2 * window
+    end
+    if state.previous > 0 then
+      return state.window_start_us + window
+    end
+    return state.window_start_us
   end
 
   local function estimate(previous, current, elapsed, window)
@@ -92,7 +107,43 @@ local function new_sliding_window_counter()
     local previous, current = counts(state, window, window_start)
     write_state(key,
       int_str(window_start) .. ':' .. int_str(previous) .. ':' .. int_str(current + hits),
-      window_start + 2 * window, state and state.window_start_us + 2 * window, now)
+      window_start + 2 * window, state and expires_at(state, window), now)
+  end
+
+  -- The current count while the stored window is the commit's, the previous one once it has
+  -- rolled over by one; any other window holds none of the hits, and a state already worthless at
+  -- now is left alone. What is left is deleted when worthless at now.
+  function sliding_window_counter.refund(key, state, committed_at, now, _limit, window, _burst,
+      hits, _interval)
+    if not state or hits == 0 then
+      return false
+    end
+    local stored_expires_at = expires_at(state, window)
+    if stored_expires_at <= now then
+      return false
+    end
+    local window_start = window_start_us(window, committed_at)
+    local refunded = {
+      window_start_us = state.window_start_us,
+      previous = state.previous,
+      current = state.current,
+    }
+    if state.window_start_us == window_start then
+      refunded.current = math_max(state.current - hits, 0)
+    elseif state.window_start_us == window_start + window then
+      refunded.previous = math_max(state.previous - hits, 0)
+    end
+    if refunded.previous == state.previous and refunded.current == state.current then
+      return false
+    end
+    local refunded_expires_at = expires_at(refunded, window)
+    if refunded_expires_at <= now then
+      redis_call('DEL', key)
+    else
+      write_state(key, int_str(refunded.window_start_us) .. ':' .. int_str(refunded.previous) .. ':'
+        .. int_str(refunded.current), refunded_expires_at, stored_expires_at, now)
+    end
+    return true
   end
 
   return sliding_window_counter

@@ -1,28 +1,34 @@
 -- ratelimitd: sliding window log (library file; mirrors src/limiter/algorithm/sliding_window_log.rs).
 --
--- KEYS: none of its own; request.lua passes one counter key,
+-- KEYS: none of its own; request.lua and refund.lua pass one counter key,
 --       rl1:{tag}:sliding_window_log:<W>:<identity>.
--- ARGV: none of its own; request.lua passes now (µs), L, W (µs), n (hits, cumulative per key).
+-- ARGV: none of its own; request.lua passes now (µs), L, W (µs), n (hits, cumulative per key);
+--       refund.lua also the instant the refunded hits were committed at.
 -- State: a sorted set with one member per admitted hit, score = timestamp µs, member "<ts>:<seq>"
---        (seq numbers the hits recorded at the same ts, so members are unique). Live hits are those
---        with score in (now - W, +inf) (now - W may be negative); commit prunes (-inf, now - W]
---        with ZREMRANGEBYSCORE.
---        PEXPIRE after every commit: worthless from now + W on, when the newest hit leaves the
---        window (expiry steps: common.lua).
+--        (seq numbers the hits recorded at the same ts from 0, so members are unique: a commit
+--        numbers its hits on from the count already at ts, and a refund removes the highest
+--        numbers, which keeps each timestamp's numbers contiguous). Live hits are those with score
+--        in (now - W, +inf) (now - W may be negative); commit prunes (-inf, now - W] with
+--        ZREMRANGEBYSCORE.
+--        PEXPIRE after every commit, and after a refund that removed the newest hits: worthless
+--        once the newest hit leaves the window (expiry steps: common.lua).
 -- Returns (evaluate): admitted (boolean), remaining (integer), reset_after_us (integer).
+-- Returns (refund): whether the key changed (boolean).
 --
 -- Memory keeps one (ts, hits) entry per request; here one member per hit: both count the same hits
 -- at every instant, and the k-th oldest hit has the same timestamp in both.
 -- Evaluation only reads (ZCARD, ZCOUNT, ZRANGE by rank): a denied request writes nothing.
 
--- The module is built by a constructor, called by request.lua once per call and only when the
--- call has a rate of this algorithm: Redis runs the whole script on every EVALSHA, and each
--- function definition it meets makes a closure (defining all five algorithms on every call
--- cost ~24 000 redis-server instructions, a sixth of a one-request call; callgrind).
+-- The module is built by a constructor, called by the entry point (request.lua, refund.lua) once
+-- per call and only when the call has a rate of this algorithm: Redis runs the whole script on
+-- every EVALSHA, and each function definition it meets makes a closure (defining all five
+-- algorithms on every call cost ~24 000 redis-server instructions, a sixth of a one-request call;
+-- callgrind).
 local function new_sliding_window_log()
   local sliding_window_log = {}
 
-  -- Hits are added to the set in chunks of this many members (bounded Lua stack for unpack).
+  -- Hits are added to (and refunds remove them from) the set in chunks of this many members
+  -- (bounded Lua stack for unpack).
   local ZADD_CHUNK = 256
 
   -- A hit at ts is live while now - ts < W, i.e. ts > now - W. The horizon may be negative (now < W):
@@ -106,6 +112,41 @@ local function new_sliding_window_log()
       added = added + chunk
     end
     redis_call('PEXPIRE', key, px_text(math_floor((now + window) / EXPIRY_STEP_US), now))
+  end
+
+  -- Removes up to n hits recorded at the commit's instant t0, if still live: the members
+  -- "<t0>:<count - 1>" down (a refund that removed others would leave a gap that a later commit at
+  -- t0 would number into, overwriting a member: a hit lost). Exact: the hits of the other commits
+  -- stay. Redis drops a set left empty; one whose newest hit has left the window is deleted, and
+  -- one whose newest hits were the refunded ones expires when its new newest hit leaves.
+  function sliding_window_log.refund(key, state, committed_at, now, _limit, window, _burst, hits,
+      _interval)
+    local horizon = horizon_of(now, window)
+    if hits == 0 or state.live == 0 or committed_at <= horizon then
+      return false
+    end
+    local ts = int_str(committed_at)
+    local recorded = redis_call('ZCOUNT', key, ts, ts)
+    local take = math_min(hits, recorded)
+    if take == 0 then
+      return false
+    end
+    local removed = 0
+    while removed < take do
+      local members = {}
+      for _ = 1, math_min(take - removed, ZADD_CHUNK) do
+        removed = removed + 1
+        members[#members + 1] = ts .. ':' .. int_str(recorded - removed)
+      end
+      redis_call('ZREM', key, unpack(members))
+    end
+    local newest = tonumber(redis_call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+    if newest and newest <= horizon then
+      redis_call('DEL', key)
+    elseif newest and newest < committed_at then
+      redis_call('PEXPIRE', key, px_text(math_floor((newest + window) / EXPIRY_STEP_US), now))
+    end
+    return true
   end
 
   return sliding_window_log

@@ -1,19 +1,25 @@
 -- ratelimitd: token bucket (library file; mirrors src/limiter/algorithm/token_bucket.rs).
 --
--- KEYS: none of its own; request.lua passes one counter key, rl1:{tag}:token_bucket:<W>:<identity>.
--- ARGV: none of its own; request.lua passes now (µs), L, W (µs), B (capacity), n (hits, cumulative).
+-- KEYS: none of its own; request.lua and refund.lua pass one counter key,
+--       rl1:{tag}:token_bucket:<W>:<identity>.
+-- ARGV: none of its own; request.lua passes now (µs), L, W (µs), B (capacity), n (hits,
+--       cumulative); refund.lua also the instant the refunded hits were committed at.
 -- State: a string "<tokens>:<last_us>", tokens written with %.17g so the double round-trips exactly;
 --        worthless once full again (expiry: common.lua; always rewritten, as that instant depends
 --        on the rate too).
 -- Returns (evaluate): admitted (boolean), remaining (integer), reset_after_us (integer).
+-- Returns (refund): whether the key changed (boolean).
 --
--- Capacity B, refilled at L tokens per W, continuously. Every floating-point expression below is
--- the Rust expression with the same operations in the same order (identical IEEE results).
+-- Capacity B, refilled at L tokens per W, continuously. A refund of n committed at t0 adds
+-- n - (now - t0)*L/W tokens when positive (GCRA's refund on the deficit, see token_bucket.rs).
+-- Every floating-point expression below is the Rust expression with the same operations in the
+-- same order (identical IEEE results).
 
--- The module is built by a constructor, called by request.lua once per call and only when the
--- call has a rate of this algorithm: Redis runs the whole script on every EVALSHA, and each
--- function definition it meets makes a closure (defining all five algorithms on every call
--- cost ~24 000 redis-server instructions, a sixth of a one-request call; callgrind).
+-- The module is built by a constructor, called by the entry point (request.lua, refund.lua) once
+-- per call and only when the call has a rate of this algorithm: Redis runs the whole script on
+-- every EVALSHA, and each function definition it meets makes a closure (defining all five
+-- algorithms on every call cost ~24 000 redis-server instructions, a sixth of a one-request call;
+-- callgrind).
 local function new_token_bucket()
   local token_bucket = {}
 
@@ -73,6 +79,38 @@ local function new_token_bucket()
     local tokens = tokens_at(state, now, limit, window, burst) - hits
     local expires_at = now + refill_time_us(limit, window, burst - tokens)
     write_state(key, string_format('%.17g', tokens) .. ':' .. int_str(now), expires_at, nil, now)
+  end
+
+  -- Refills to t1 = max(now, t0) as evaluate does. A now before the commit's (a promoted
+  -- replica's clock) counts as the commit's. A bucket already full at now is left alone; one
+  -- refunded to full is deleted (as absent).
+  function token_bucket.refund(key, state, committed_at, now, limit, window, burst, hits, _interval)
+    if not state or state.last_us + refill_time_us(limit, window, burst - state.tokens) <= now then
+      return false
+    end
+    local at = now
+    if at < committed_at then
+      at = committed_at
+    end
+    local give_back = hits - (at - committed_at) * limit / window
+    if give_back <= 0 then
+      return false
+    end
+    local tokens = tokens_at(state, at, limit, window, burst) + give_back
+    if tokens >= burst then
+      redis_call('DEL', key)
+      return true
+    end
+    local last = state.last_us
+    if last < at then
+      last = at
+    end
+    if tokens == state.tokens and last == state.last_us then
+      return false
+    end
+    local expires_at = last + refill_time_us(limit, window, burst - tokens)
+    write_state(key, string_format('%.17g', tokens) .. ':' .. int_str(last), expires_at, nil, now)
+    return true
   end
 
   return token_bucket

@@ -45,6 +45,26 @@ pub fn commit(
     }
 }
 
+/// Takes back `hits` committed at `committed_at_us` from the count of that instant's window; a
+/// count of another window holds none of them, and a window that has ended counts nothing any
+/// more (both left as they are). Exact: counts add up, so this is the count without the
+/// reservation whatever else was committed. A count down to 0 is `None` (delete), like absent.
+pub fn refund(
+    rate: &Rate,
+    state: Option<FixedWindowState>,
+    committed_at_us: u64,
+    now_us: u64,
+    hits: u64,
+) -> Option<FixedWindowState> {
+    let state = state?;
+    let window_start = window_start_us(rate.window_us(), committed_at_us);
+    if hits == 0 || state.window_start_us != window_start || expires_at_us(rate, &state) <= now_us {
+        return Some(state);
+    }
+    let count = state.count.saturating_sub(hits);
+    (count > 0).then_some(FixedWindowState { count, ..state })
+}
+
 /// The count is worthless once its window ends.
 pub fn expires_at_us(rate: &Rate, state: &FixedWindowState) -> u64 {
     state.window_start_us + rate.window_us()
@@ -230,5 +250,42 @@ mod tests {
                 evaluate(&rate, None, now, 2)
             );
         }
+    }
+
+    #[test]
+    fn a_refund_at_the_commit_instant_undoes_the_reservation() {
+        check_refunds(Algorithm::FixedWindow, 0xF1ED_0001, Span::Instant);
+    }
+
+    #[test]
+    fn a_refund_never_admits_what_never_reserving_would_deny() {
+        check_refunds(Algorithm::FixedWindow, 0xF1ED_0002, Span::Random);
+    }
+
+    #[test]
+    fn a_refund_takes_the_hits_from_the_window_they_were_counted_in() {
+        let rate = rate(10, Unit::Second, 1);
+        let before = commit(&rate, None, T0 + 100, 3);
+        let reserved = commit(&rate, Some(before), T0 + 200, 4);
+        let later = commit(&rate, Some(reserved), T0 + 300, 2);
+        assert_eq!(
+            refund(&rate, Some(later), T0 + 200, T0 + 400, 4),
+            Some(FixedWindowState {
+                window_start_us: T0,
+                count: 5
+            })
+        );
+        // Down to 0: deleted.
+        let alone = commit(&rate, None, T0 + 200, 4);
+        assert_eq!(refund(&rate, Some(alone), T0 + 200, T0 + 400, 4), None);
+        // The window has rolled: the hits no longer count.
+        let next = commit(&rate, Some(reserved), T0 + S, 1);
+        assert_eq!(refund(&rate, Some(next), T0 + 200, T0 + S, 4), Some(next));
+        // The window has ended: worthless, left alone.
+        assert_eq!(
+            refund(&rate, Some(reserved), T0 + 200, T0 + S, 4),
+            Some(reserved)
+        );
+        assert_eq!(refund(&rate, None, T0 + 200, T0 + 400, 4), None);
     }
 }

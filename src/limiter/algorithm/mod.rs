@@ -7,7 +7,9 @@
 //! counter, the store evaluates each with the hits of the earlier ones added (`hits` is cumulative)
 //! and commits the total once; for every algorithm that equals deciding them one after the other
 //! (same admissions, same verdicts for admitted checks; a denied check reports the counter without
-//! the request's hits, since a denied request consumes nothing).
+//! the request's hits, since a denied request consumes nothing). When the checks of one request
+//! are decided in separate calls (one per Redis Cluster node), [`refund`] takes back what the
+//! calls that admitted committed once another call denied.
 //!
 //! The Lua scripts in `lua/` implement the same math operation for operation; the differential
 //! test replays random traces through both and demands identical answers.
@@ -132,6 +134,54 @@ pub fn commit(rate: &Rate, state: Option<State>, now_us: u64, hits: u64) -> Stat
     }
 }
 
+/// The state after taking a reservation back: `hits`, the total one commit at `committed_at_us`
+/// (that call's `now`) added to this counter, refunded at `now_us` because another part of the
+/// same request was denied (a request spanning Redis Cluster nodes is decided on each of them in
+/// parallel, and all or nothing must still hold). `state` is the counter's state at `now_us`,
+/// which commits of other requests may have changed since; `None`, given or returned, is an
+/// absent counter (returned: delete it).
+///
+/// The contract, whatever the other commits at instants in [committed_at, now] were: from `now_us`
+/// on, the result never admits anything that the counter would deny had the reservation never
+/// happened (the same other commits, in the same order). Refunding too little only keeps the
+/// counter stricter for a while; refunding too much would admit more than the limit. When nothing
+/// else committed in between, the result decides exactly like that counterfactual, except for
+/// token_bucket and gcra refunded later than they committed on a counter that was not full: they
+/// keep the refill of (committed_at, now] as spent, since the other commits of that span cannot
+/// be told apart from the reservation (see [`gcra::refund`]).
+///
+/// `hits` is at most the burst (what one commit can add) and is not clamped. A `now_us` before
+/// `committed_at_us` (the clock of a promoted replica) counts as `committed_at_us` in the math. A
+/// state already worthless at `now_us`, or of another algorithm, is returned as it is.
+pub fn refund(
+    rate: &Rate,
+    state: Option<State>,
+    committed_at_us: u64,
+    now_us: u64,
+    hits: u64,
+) -> Option<State> {
+    let (t0, t1) = (committed_at_us, now_us);
+    match (rate.algorithm(), state?) {
+        (Algorithm::FixedWindow, State::FixedWindow(s)) => {
+            fixed_window::refund(rate, Some(s), t0, t1, hits).map(State::FixedWindow)
+        }
+        (Algorithm::SlidingWindowLog, State::SlidingWindowLog(s)) => {
+            sliding_window_log::refund(rate, Some(s), t0, t1, hits).map(State::SlidingWindowLog)
+        }
+        (Algorithm::SlidingWindowCounter, State::SlidingWindowCounter(s)) => {
+            sliding_window_counter::refund(rate, Some(s), t0, t1, hits)
+                .map(State::SlidingWindowCounter)
+        }
+        (Algorithm::TokenBucket, State::TokenBucket(s)) => {
+            token_bucket::refund(rate, Some(s), t0, t1, hits).map(State::TokenBucket)
+        }
+        (Algorithm::Gcra, State::Gcra(s)) => {
+            gcra::refund(rate, Some(s), t0, t1, hits).map(State::Gcra)
+        }
+        (_, foreign) => Some(foreign),
+    }
+}
+
 /// The instant (µs) after which `state` is equivalent to an absent counter and may be dropped.
 pub fn expires_at_us(rate: &Rate, state: &State) -> u64 {
     match state {
@@ -148,14 +198,15 @@ pub fn window_start_us(window_us: u64, now_us: u64) -> u64 {
     now_us - now_us % window_us
 }
 
-/// Helpers shared by the algorithms' unit tests: deciding like a store, and checking that a
-/// denied verdict's `reset_after_us` names the first instant the same request is admitted.
+/// Helpers shared by the algorithms' unit tests: deciding like a store, checking that a denied
+/// verdict's `reset_after_us` names the first instant the same request is admitted, random rates
+/// and traces, and the properties of [`refund`] over random reservations.
 #[cfg(test)]
 pub(crate) mod testkit {
     use std::fmt::Debug;
 
     use super::*;
-    use crate::limiter::rate::MICROS_PER_SECOND;
+    use crate::limiter::rate::{Unit, MICROS_PER_SECOND};
 
     pub const S: u64 = MICROS_PER_SECOND;
     /// A realistic instant (2023-11-14 22:13:20 UTC): a whole second and a multiple of 10 s, but
@@ -190,6 +241,63 @@ pub(crate) mod testkit {
         SlidingWindowCounterState => SlidingWindowCounter,
         TokenBucketState => TokenBucket,
         GcraState => Gcra,
+    }
+
+    /// SplitMix64: a small deterministic PRNG, enough for reproducible traces.
+    pub struct Rng(pub u64);
+
+    impl Rng {
+        pub fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+
+        /// Uniform in `0..n` (n > 0; the modulo bias is irrelevant here).
+        pub fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        pub fn range(&mut self, lo: u64, hi_inclusive: u64) -> u64 {
+            lo + self.below(hi_inclusive - lo + 1)
+        }
+    }
+
+    /// A small random rate: 1 to 12 per 1-3 s or per minute, a burst of 1 to 20 or none.
+    pub fn random_rate(rng: &mut Rng, algorithm: Algorithm) -> Rate {
+        let limit = rng.range(1, 12) as u32;
+        let (unit, multiplier) = match rng.below(4) {
+            0 => (Unit::Minute, 1),
+            _ => (Unit::Second, rng.range(1, 3) as u32),
+        };
+        let burst = match rng.below(3) {
+            0 => None,
+            _ => Some(rng.range(1, 20) as u32),
+        };
+        Rate::new(algorithm, limit, unit, multiplier, burst).unwrap()
+    }
+
+    /// Mostly 0, 1 or up to B + 1, sometimes far beyond any capacity.
+    pub fn random_hits(rng: &mut Rng, rate: &Rate) -> u64 {
+        match rng.below(20) {
+            0..=1 => 0,
+            2..=13 => 1,
+            14..=18 => rng.range(2, u64::from(rate.burst()) + 1),
+            _ => [u64::MAX, u64::MAX / 2, u64::from(u32::MAX) + 1][rng.below(3) as usize],
+        }
+    }
+
+    /// Often no time at all, often a little, sometimes up to two windows.
+    pub fn random_step_us(rng: &mut Rng, rate: &Rate) -> u64 {
+        let w = rate.window_us();
+        match rng.below(10) {
+            0..=3 => 0,
+            4..=5 => rng.range(1, 1_000),
+            6..=8 => rng.range(1, w / 3),
+            _ => rng.range(w / 3, 2 * w),
+        }
     }
 
     fn verdict<T: Typed>(rate: &Rate, state: &T, now: u64, hits: u64) -> Verdict {
@@ -244,71 +352,242 @@ pub(crate) mod testkit {
             "promised {promised}, first admitted at {actual} (now {now}, hits {hits}, {state:?})"
         );
     }
+
+    /// What fills the span between a reservation and its refund.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Span {
+        /// Refunded at the instant it committed, nothing in between.
+        Instant,
+        /// Refunded up to a window later (or by a clock up to 1 ms behind), after up to four
+        /// commits of other requests at instants in between.
+        Random,
+    }
+
+    /// A reservation taken back, next to the counter as it would be had it never happened.
+    #[derive(Debug)]
+    pub struct RefundCase {
+        pub rate: Rate,
+        pub committed_at: u64,
+        pub refunded_at: u64,
+        pub hits: u64,
+        pub refunded: Option<State>,
+        /// The same history and other commits, without the reservation.
+        pub counterfactual: Option<State>,
+        /// Commits of other requests between the reservation and its refund.
+        pub others: usize,
+        /// Whether the counter was as good as absent right before the reservation.
+        pub idle: bool,
+    }
+
+    impl RefundCase {
+        /// Whether the contract of [`refund`] promises the counterfactual's decisions exactly:
+        /// nothing else committed, and no time passed, or the algorithm counts hits rather than
+        /// refilling, or the counter was idle.
+        pub fn exact(&self) -> bool {
+            self.others == 0
+                && (self.refunded_at <= self.committed_at
+                    || self.idle
+                    || !self.rate.algorithm().uses_burst())
+        }
+
+        /// The first instant the two states are compared at: the refund, read as the reservation's
+        /// instant when its clock is behind.
+        fn from(&self) -> u64 {
+            self.refunded_at.max(self.committed_at)
+        }
+    }
+
+    /// A random history, a reservation admitted on it, the `span`, then the refund; `None` when
+    /// the reservation drawn is denied.
+    pub fn refund_case(rng: &mut Rng, rate: &Rate, span: Span) -> Option<RefundCase> {
+        let mut state = None;
+        let mut now = T0 + rng.below(rate.window_us());
+        let history = match rng.below(3) {
+            0 => 0,
+            _ => rng.below(12),
+        };
+        for _ in 0..history {
+            now += random_step_us(rng, rate);
+            let hits = random_hits(rng, rate);
+            if evaluate(rate, state.as_ref(), now, hits).admitted && hits > 0 {
+                state = Some(commit(rate, state, now, hits));
+            }
+        }
+        now += random_step_us(rng, rate);
+        let hits = match rng.below(3) {
+            0 => 1,
+            _ => rng.range(1, u64::from(rate.burst())),
+        };
+        if !evaluate(rate, state.as_ref(), now, hits).admitted {
+            return None;
+        }
+        let idle = state.as_ref().is_none_or(|s| expires_at_us(rate, s) <= now);
+        let committed_at = now;
+        let mut with = Some(commit(rate, state.clone(), now, hits));
+        let mut without = state;
+        let refunded_at = match (span, rng.below(8)) {
+            (Span::Instant, _) | (Span::Random, 0..=1) => now,
+            (Span::Random, 2) => now - rng.range(1, 1_000),
+            (Span::Random, 3..=4) => now + rng.range(1, 1_000),
+            (Span::Random, _) => now + rng.range(1, rate.window_us()),
+        };
+        let mut others = 0;
+        if span == Span::Random {
+            let last = refunded_at.max(committed_at);
+            // Often one at the refund's instant, where a refund that gave back too much shows.
+            let mut instants: Vec<u64> = (0..rng.below(5))
+                .map(|_| match rng.below(3) {
+                    0 => last,
+                    _ => rng.range(committed_at, last),
+                })
+                .collect();
+            instants.sort_unstable();
+            for at in instants {
+                let hits = random_hits(rng, rate);
+                if evaluate(rate, with.as_ref(), at, hits).admitted && hits > 0 {
+                    with = Some(commit(rate, with, at, hits));
+                    without = Some(commit(rate, without, at, hits));
+                    others += 1;
+                }
+            }
+        }
+        Some(RefundCase {
+            rate: *rate,
+            committed_at,
+            refunded_at,
+            hits,
+            refunded: refund(rate, with, committed_at, refunded_at, hits),
+            counterfactual: without,
+            others,
+            idle,
+        })
+    }
+
+    /// Instants from the case's refund on (the next window boundaries and the instant the
+    /// reservation's hits would leave a sliding window, ±1 µs, and random ones over three windows
+    /// and a whole refill), each with hits 0, 1, 2, the reservation's, B/2, B and B + 1.
+    fn probes(rng: &mut Rng, case: &RefundCase) -> Vec<(u64, u64)> {
+        let rate = &case.rate;
+        let (w, burst) = (rate.window_us(), u64::from(rate.burst()));
+        let refill = burst * w / u64::from(rate.limit());
+        let from = case.from();
+        let boundary = window_start_us(w, from) + w;
+        let leaves = case.committed_at + w;
+        let mut instants = vec![
+            from,
+            from + 1,
+            boundary - 1,
+            boundary,
+            boundary + w - 1,
+            boundary + w,
+            leaves - 1,
+            leaves,
+            leaves + 1,
+        ];
+        instants.extend((0..12).map(|_| from + rng.below(3 * w + refill + 1)));
+        instants.retain(|&t| t >= from);
+        instants
+            .into_iter()
+            .flat_map(|t| [0, 1, 2, case.hits, burst / 2, burst, burst + 1].map(|hits| (t, hits)))
+            .collect()
+    }
+
+    /// For token_bucket, the tokens of the refunded and of the counterfactual counter at `now`:
+    /// where they are within rounding of `hits` (or of a whole number), two float paths to the
+    /// same amount may decide (or floor) apart.
+    fn tokens(case: &RefundCase, now: u64) -> Option<[f64; 2]> {
+        let rate = &case.rate;
+        let tokens = |state: &Option<State>| {
+            let state = match state {
+                Some(State::TokenBucket(s)) => Some(s),
+                _ => None,
+            };
+            token_bucket::tokens_at(rate, state, now)
+        };
+        (rate.algorithm() == Algorithm::TokenBucket)
+            .then(|| [tokens(&case.refunded), tokens(&case.counterfactual)])
+    }
+
+    fn near(x: f64, y: f64) -> bool {
+        (x - y).abs() < 1e-6
+    }
+
+    /// Whether a token_bucket probe is where rounding alone may change the admission.
+    fn at_a_float_edge(case: &RefundCase, now: u64, hits: u64) -> bool {
+        tokens(case, now).is_some_and(|both| both.iter().any(|&t| near(t, hits as f64)))
+    }
+
+    /// The refunded counter never admits a probe that the counterfactual denies.
+    pub fn assert_no_more_permissive(rng: &mut Rng, case: &RefundCase) {
+        for (now, hits) in probes(rng, case) {
+            let refunded = evaluate(&case.rate, case.refunded.as_ref(), now, hits);
+            let counterfactual = evaluate(&case.rate, case.counterfactual.as_ref(), now, hits);
+            assert!(
+                !refunded.admitted || counterfactual.admitted || at_a_float_edge(case, now, hits),
+                "{hits} admitted at {now} after the refund only: {case:#?}"
+            );
+        }
+    }
+
+    /// The refunded counter decides every probe like the counterfactual (token_bucket: up to
+    /// rounding, 1 in `remaining` and 1 µs in `reset_after_us`).
+    pub fn assert_decides_alike(rng: &mut Rng, case: &RefundCase) {
+        for (now, hits) in probes(rng, case) {
+            let refunded = evaluate(&case.rate, case.refunded.as_ref(), now, hits);
+            let counterfactual = evaluate(&case.rate, case.counterfactual.as_ref(), now, hits);
+            let context = || format!("{hits} at {now}: {refunded:?} {counterfactual:?}, {case:#?}");
+            if case.rate.algorithm() != Algorithm::TokenBucket {
+                assert_eq!(refunded, counterfactual, "{}", context());
+            } else if !at_a_float_edge(case, now, hits) {
+                assert_eq!(refunded.admitted, counterfactual.admitted, "{}", context());
+                let [a, b] = tokens(case, now).unwrap_or_default();
+                assert!(near(a, b), "{}", context());
+                let remaining = refunded.remaining.abs_diff(counterfactual.remaining);
+                let reset = refunded
+                    .reset_after_us
+                    .abs_diff(counterfactual.reset_after_us);
+                assert!(remaining <= 1 && reset <= 1, "{}", context());
+            }
+        }
+    }
+
+    /// Over random rates and cases of `algorithm`: a refund never makes the counter more
+    /// permissive than never reserving, and decides exactly like that wherever the contract of
+    /// [`refund`] says so (every case of [`Span::Instant`]).
+    pub fn check_refunds(algorithm: Algorithm, seed: u64, span: Span) {
+        let mut rng = Rng(seed);
+        let (mut cases, mut exact, mut others) = (0, 0, 0);
+        for _ in 0..600 {
+            let rate = random_rate(&mut rng, algorithm);
+            let Some(case) = refund_case(&mut rng, &rate, span) else {
+                continue;
+            };
+            cases += 1;
+            others += case.others;
+            assert_no_more_permissive(&mut rng, &case);
+            if case.exact() {
+                exact += 1;
+                assert_decides_alike(&mut rng, &case);
+            }
+        }
+        assert!(cases > 250, "only {cases} reservations admitted");
+        match span {
+            Span::Instant => assert_eq!(exact, cases),
+            Span::Random => assert!(exact > 50 && others > 200, "{exact} exact, {others} others"),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     //! Properties every algorithm must keep, checked over deterministic pseudo-random traces.
 
+    use super::testkit::{random_hits, random_rate, random_step_us, Rng};
     use super::*;
     use crate::limiter::rate::{Unit, MICROS_PER_SECOND};
 
     const S: u64 = MICROS_PER_SECOND;
     const T0: u64 = 1_700_000_000 * S;
-
-    /// SplitMix64: a small deterministic PRNG, enough for reproducible traces.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-
-        /// Uniform in `0..n` (n > 0; the modulo bias is irrelevant here).
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-
-        fn range(&mut self, lo: u64, hi_inclusive: u64) -> u64 {
-            lo + self.below(hi_inclusive - lo + 1)
-        }
-    }
-
-    fn random_rate(rng: &mut Rng, algorithm: Algorithm) -> Rate {
-        let limit = rng.range(1, 12) as u32;
-        let (unit, multiplier) = match rng.below(4) {
-            0 => (Unit::Minute, 1),
-            _ => (Unit::Second, rng.range(1, 3) as u32),
-        };
-        let burst = match rng.below(3) {
-            0 => None,
-            _ => Some(rng.range(1, 20) as u32),
-        };
-        Rate::new(algorithm, limit, unit, multiplier, burst).unwrap()
-    }
-
-    fn random_hits(rng: &mut Rng, rate: &Rate) -> u64 {
-        match rng.below(20) {
-            0..=1 => 0,
-            2..=13 => 1,
-            14..=18 => rng.range(2, u64::from(rate.burst()) + 1),
-            _ => [u64::MAX, u64::MAX / 2, u64::from(u32::MAX) + 1][rng.below(3) as usize],
-        }
-    }
-
-    fn random_step_us(rng: &mut Rng, rate: &Rate) -> u64 {
-        let w = rate.window_us();
-        match rng.below(10) {
-            0..=3 => 0,
-            4..=5 => rng.range(1, 1_000),
-            6..=8 => rng.range(1, w / 3),
-            _ => rng.range(w / 3, 2 * w),
-        }
-    }
 
     /// Decides like a store: evaluate, and commit only when admitted with hits.
     fn decide(rate: &Rate, state: &mut Option<State>, now: u64, hits: u64) -> Verdict {

@@ -101,9 +101,46 @@ pub fn commit(
     }
 }
 
-/// The current count weighs on the estimate until the end of the next window.
+/// Takes back `hits` committed at `committed_at_us` from the count that holds that instant's
+/// window: the current one while the stored window is that window, the previous one once it has
+/// rolled over by one; any other window holds none of them (left as it is, as is a state already
+/// worthless at now). Exact: counts add up, so this is the state without the reservation whatever
+/// else was committed. `None` (delete) when what is left is worthless at now.
+pub fn refund(
+    rate: &Rate,
+    state: Option<SlidingWindowCounterState>,
+    committed_at_us: u64,
+    now_us: u64,
+    hits: u64,
+) -> Option<SlidingWindowCounterState> {
+    let state = state?;
+    let window = rate.window_us();
+    let window_start = window_start_us(window, committed_at_us);
+    if hits == 0 || expires_at_us(rate, &state) <= now_us {
+        return Some(state);
+    }
+    let mut refunded = state;
+    if state.window_start_us == window_start {
+        refunded.current = state.current.saturating_sub(hits);
+    } else if state.window_start_us == window_start + window {
+        refunded.previous = state.previous.saturating_sub(hits);
+    }
+    if refunded == state {
+        return Some(state);
+    }
+    (expires_at_us(rate, &refunded) > now_us).then_some(refunded)
+}
+
+/// The current count weighs on the estimate until the end of the next window, the previous one
+/// until the end of this window (a refund may leave a current count of 0, a commit never does).
 pub fn expires_at_us(rate: &Rate, state: &SlidingWindowCounterState) -> u64 {
-    state.window_start_us + 2 * rate.window_us()
+    if state.current > 0 {
+        state.window_start_us + 2 * rate.window_us()
+    } else if state.previous > 0 {
+        state.window_start_us + rate.window_us()
+    } else {
+        state.window_start_us
+    }
 }
 
 #[cfg(test)]
@@ -330,5 +367,79 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_refund_at_the_commit_instant_undoes_the_reservation() {
+        check_refunds(Algorithm::SlidingWindowCounter, 0x5C0E_0001, Span::Instant);
+    }
+
+    #[test]
+    fn a_refund_never_admits_what_never_reserving_would_deny() {
+        check_refunds(Algorithm::SlidingWindowCounter, 0x5C0E_0002, Span::Random);
+    }
+
+    #[test]
+    fn a_refund_takes_the_hits_from_the_count_that_holds_their_window() {
+        let rate = rate(10, Unit::Second, 1);
+        let state = SlidingWindowCounterState {
+            window_start_us: T0,
+            previous: 3,
+            current: 6,
+        };
+        let t0 = T0 + 500;
+        // Still the same window: from the current count.
+        assert_eq!(
+            refund(&rate, Some(state), t0, t0 + 100, 4),
+            Some(SlidingWindowCounterState {
+                current: 2,
+                ..state
+            })
+        );
+        // Rolled over once: the reservation is in the previous count now.
+        let rolled = commit(&rate, Some(state), T0 + S + 10, 1);
+        assert_eq!(
+            refund(&rate, Some(rolled), t0, T0 + S + 20, 4),
+            Some(SlidingWindowCounterState {
+                window_start_us: T0 + S,
+                previous: 2,
+                current: 1
+            })
+        );
+        // Rolled over twice: the reservation weighs nothing any more.
+        let gone = commit(&rate, Some(rolled), T0 + 2 * S, 1);
+        assert_eq!(refund(&rate, Some(gone), t0, T0 + 2 * S, 4), Some(gone));
+        // Both counts down to 0: deleted.
+        let alone = commit(&rate, None, t0, 4);
+        assert_eq!(refund(&rate, Some(alone), t0, t0 + 100, 4), None);
+    }
+
+    #[test]
+    fn a_refund_that_empties_the_current_count_shortens_the_expiry() {
+        let rate = rate(10, Unit::Second, 1);
+        let state = SlidingWindowCounterState {
+            window_start_us: T0,
+            previous: 3,
+            current: 4,
+        };
+        assert_eq!(expires_at_us(&rate, &state), T0 + 2 * S);
+        let refunded = refund(&rate, Some(state), T0 + 10, T0 + 20, 4).unwrap();
+        assert_eq!(refunded.current, 0);
+        assert_eq!(expires_at_us(&rate, &refunded), T0 + S);
+        for now in [T0 + S, T0 + S + 1, T0 + 3 * S] {
+            for hits in [0, 1, 10, 11] {
+                assert_eq!(
+                    evaluate(&rate, Some(&refunded), now, hits),
+                    evaluate(&rate, None, now, hits)
+                );
+            }
+        }
+        // Refunded in the next window: the reservation was all the stored window held, deleted.
+        let late = SlidingWindowCounterState {
+            window_start_us: T0 - S,
+            previous: 0,
+            current: 4,
+        };
+        assert_eq!(refund(&rate, Some(late), T0 - S + 10, T0 + 20, 4), None);
     }
 }

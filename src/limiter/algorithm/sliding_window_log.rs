@@ -108,6 +108,41 @@ pub fn commit(
     state
 }
 
+/// Takes back `hits` recorded at `committed_at_us` (from the newest entries of that instant: the
+/// script removes the last-numbered members of that timestamp), left as it is when none are, or
+/// when they have already left the window. Exact: the hits of the other commits stay, each with
+/// its own timestamp. `None` (delete) when no hit is left inside the window at now.
+pub fn refund(
+    rate: &Rate,
+    state: Option<SlidingWindowLogState>,
+    committed_at_us: u64,
+    now_us: u64,
+    hits: u64,
+) -> Option<SlidingWindowLogState> {
+    let mut state = state?;
+    let window = rate.window_us();
+    if hits == 0 || !is_live(window, now_us, committed_at_us) {
+        return Some(state);
+    }
+    let mut left = hits;
+    for (ts, count) in state.entries.iter_mut().rev() {
+        if *ts == committed_at_us {
+            let taken = (*count).min(left);
+            *count -= taken;
+            left -= taken;
+            if left == 0 {
+                break;
+            }
+        }
+    }
+    if left == hits {
+        return Some(state);
+    }
+    state.entries.retain(|&(_, count)| count > 0);
+    let newest = state.entries.iter().map(|&(ts, _)| ts).max()?;
+    is_live(window, now_us, newest).then_some(state)
+}
+
 /// The log is empty once its newest entry leaves the window.
 pub fn expires_at_us(rate: &Rate, state: &SlidingWindowLogState) -> u64 {
     state
@@ -304,5 +339,51 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_refund_at_the_commit_instant_undoes_the_reservation() {
+        check_refunds(Algorithm::SlidingWindowLog, 0x5106_0001, Span::Instant);
+    }
+
+    #[test]
+    fn a_refund_never_admits_what_never_reserving_would_deny() {
+        check_refunds(Algorithm::SlidingWindowLog, 0x5106_0002, Span::Random);
+    }
+
+    #[test]
+    fn a_refund_removes_only_hits_of_the_reservation_instant() {
+        let rate = rate(10, Unit::Second, 1);
+        let state = commit(&rate, None, T0, 2);
+        let state = commit(&rate, Some(state), T0 + 100, 1);
+        let reserved = commit(&rate, Some(state), T0 + 100, 3);
+        let later = commit(&rate, Some(reserved), T0 + 200, 1);
+        assert_eq!(
+            refund(&rate, Some(later.clone()), T0 + 100, T0 + 300, 3)
+                .unwrap()
+                .entries,
+            VecDeque::from([(T0, 2), (T0 + 100, 1), (T0 + 200, 1)])
+        );
+        // Never more than were recorded at that instant.
+        assert_eq!(
+            refund(&rate, Some(later.clone()), T0 + 100, T0 + 300, 9)
+                .unwrap()
+                .entries,
+            VecDeque::from([(T0, 2), (T0 + 200, 1)])
+        );
+        // Nothing at that instant, or already out of the window: left alone.
+        assert_eq!(
+            refund(&rate, Some(later.clone()), T0 + 150, T0 + 300, 3),
+            Some(later.clone())
+        );
+        assert_eq!(
+            refund(&rate, Some(later.clone()), T0 + 100, T0 + 100 + S, 3),
+            Some(later)
+        );
+        // Nothing left in the window: deleted.
+        let alone = commit(&rate, None, T0, 2);
+        assert_eq!(refund(&rate, Some(alone), T0, T0 + 10, 2), None);
+        let with_old = commit(&rate, Some(commit(&rate, None, T0, 1)), T0 + S - 5, 2);
+        assert_eq!(refund(&rate, Some(with_old), T0 + S - 5, T0 + S, 2), None);
     }
 }

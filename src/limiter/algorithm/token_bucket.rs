@@ -75,6 +75,43 @@ pub fn commit(
     }
 }
 
+/// Takes back `hits` committed at t0 = `committed_at_us`: refills to t1 = max(`now_us`, t0) as
+/// [`evaluate`] does, then adds n − (t1 − t0)·L/W tokens when that is positive; `None` (delete)
+/// when the bucket is then full. A bucket already full at now is left as it is.
+///
+/// Never more permissive: this is [`super::gcra::refund`] on the bucket's deficit. Let F be the
+/// instant the bucket is full again (tokens = B − (F − t)·L/W before it): a commit of m at s maps F
+/// to max(F, s) + m·W/L, the GCRA step with T = W/L, and adding k tokens at t1 moves F back by
+/// k·W/L, so the refund is TAT − max(0, n·T − (t1 − t0)) on F, with the same proof. The f64
+/// operations are those of the script, in the same order (identical results); against the exact
+/// counterfactual they err by rounding only (an ulp of B per operation).
+pub fn refund(
+    rate: &Rate,
+    state: Option<TokenBucketState>,
+    committed_at_us: u64,
+    now_us: u64,
+    hits: u64,
+) -> Option<TokenBucketState> {
+    let state = state?;
+    if expires_at_us(rate, &state) <= now_us {
+        return Some(state);
+    }
+    let at = now_us.max(committed_at_us);
+    let elapsed = (at - committed_at_us) as f64;
+    let give_back = hits as f64 - elapsed * f64::from(rate.limit()) / rate.window_us() as f64;
+    if give_back <= 0.0 {
+        return Some(state);
+    }
+    let tokens = tokens_at(rate, Some(&state), at) + give_back;
+    if tokens >= f64::from(rate.burst()) {
+        return None;
+    }
+    Some(TokenBucketState {
+        tokens,
+        last_us: state.last_us.max(at),
+    })
+}
+
 /// A full bucket is the same as an absent one. Saturates: refilling a large burst at a slow rate
 /// can take longer than `u64::MAX` µs (`refill_time_us` then saturates too).
 pub fn expires_at_us(rate: &Rate, state: &TokenBucketState) -> u64 {
@@ -280,5 +317,58 @@ mod tests {
         let widest = Rate::new(Algorithm::TokenBucket, 1, Unit::Year, 100, Some(1)).unwrap();
         let state = commit(&widest, None, T0, 1);
         assert_eq!(expires_at_us(&widest, &state), T0 + widest.window_us());
+    }
+
+    #[test]
+    fn a_refund_at_the_commit_instant_undoes_the_reservation() {
+        check_refunds(Algorithm::TokenBucket, 0x70CE_0001, Span::Instant);
+    }
+
+    #[test]
+    fn a_refund_never_admits_what_never_reserving_would_deny() {
+        check_refunds(Algorithm::TokenBucket, 0x70CE_0002, Span::Random);
+    }
+
+    #[test]
+    fn a_refund_gives_back_the_hits_less_the_refill_of_the_round_trip() {
+        let rate = rate(10, Unit::Second, None);
+        let partial = TokenBucketState {
+            tokens: 6.0,
+            last_us: T0,
+        };
+        let reserved = commit(&rate, Some(partial), T0, 4);
+        assert_eq!(reserved.tokens, 2.0);
+        assert_eq!(refund(&rate, Some(reserved), T0, T0, 4), Some(partial));
+        // 50 ms later: 0.5 tokens refilled, 3.5 given back, 6.0 at T0 + 50 ms (6.5 without).
+        assert_eq!(
+            refund(&rate, Some(reserved), T0, T0 + 50_000, 4),
+            Some(TokenBucketState {
+                tokens: 6.0,
+                last_us: T0 + 50_000
+            })
+        );
+        // Once 4 tokens' refill has passed there is nothing left to give back.
+        assert_eq!(
+            refund(&rate, Some(reserved), T0, T0 + 400_000, 4),
+            Some(reserved)
+        );
+        // A clock behind the reservation's refunds everything, at the reservation's instant.
+        assert_eq!(refund(&rate, Some(reserved), T0, T0 - 5, 4), Some(partial));
+        // A full bucket is deleted, as absent.
+        let idle = commit(&rate, None, T0, 4);
+        assert_eq!(refund(&rate, Some(idle), T0, T0, 4), None);
+        assert_eq!(refund(&rate, Some(idle), T0, T0 + 100_000, 4), None);
+        assert_eq!(refund(&rate, None, T0, T0, 4), None);
+    }
+
+    #[test]
+    fn a_refund_leaves_a_full_bucket_alone() {
+        let rate = rate(10, Unit::Second, None);
+        let refilled = TokenBucketState {
+            tokens: 9.0,
+            last_us: T0,
+        };
+        let later = T0 + 100_000;
+        assert_eq!(refund(&rate, Some(refilled), T0, later, 1), Some(refilled));
     }
 }

@@ -24,6 +24,7 @@ mod batch;
 pub mod connection;
 pub mod keys;
 mod local;
+pub mod refund;
 pub mod script;
 mod version;
 

@@ -93,22 +93,45 @@ impl Invocation {
     }
 }
 
-/// `EVALSHA <sha> <keys> keys... rates... requests...` deciding `requests` in order, in one call.
-/// Each distinct rate travels once, in a table the checks point into: fewer arguments for Redis
-/// to turn into Lua strings and for the script to parse.
-pub fn evalsha<'a>(requests: impl Iterator<Item = &'a Invocation> + Clone) -> redis::Cmd {
-    let mut rates: HashMap<Rate, usize> = HashMap::new();
-    let mut table: Vec<Rate> = Vec::new();
-    let mut position = |rate: Rate| {
-        *rates.entry(rate).or_insert_with(|| {
-            table.push(rate);
-            table.len()
+/// The distinct rates of one script call, in order of first use: each travels once, at the head
+/// of ARGV (R, then [`FIELDS_PER_RATE`] values per rate; see `lua/request.lua`), and the checks or
+/// refunds of the call point into it by position: fewer arguments for Redis to turn into Lua
+/// strings and for the script to parse. The request and the refund script read the same table.
+#[derive(Debug, Default)]
+pub struct RateTable {
+    positions: HashMap<Rate, usize>,
+    rates: Vec<Rate>,
+}
+
+impl RateTable {
+    /// The position (1-based) of `rate`, added at the end when new.
+    pub fn position(&mut self, rate: Rate) -> usize {
+        *self.positions.entry(rate).or_insert_with(|| {
+            self.rates.push(rate);
+            self.rates.len()
         })
-    };
+    }
+
+    /// Appends the table to `cmd`.
+    pub fn write_to(&self, cmd: &mut redis::Cmd) {
+        cmd.arg(self.rates.len());
+        for rate in &self.rates {
+            cmd.arg(u64::from(algorithm_code(rate.algorithm())))
+                .arg(rate.limit())
+                .arg(rate.window_us())
+                .arg(rate.burst())
+                .arg(rate.emission_interval_us());
+        }
+    }
+}
+
+/// `EVALSHA <sha> <keys> keys... rates... requests...` deciding `requests` in order, in one call.
+pub fn evalsha<'a>(requests: impl Iterator<Item = &'a Invocation> + Clone) -> redis::Cmd {
+    let mut table = RateTable::default();
     let mut checks = Vec::new();
     for request in requests.clone() {
         for &(rate, hits, shadow) in &request.checks {
-            checks.push([position(rate) as u64, hits, u64::from(shadow)]);
+            checks.push([table.position(rate) as u64, hits, u64::from(shadow)]);
         }
     }
 
@@ -119,14 +142,7 @@ pub fn evalsha<'a>(requests: impl Iterator<Item = &'a Invocation> + Clone) -> re
             cmd.arg(key.as_str());
         }
     }
-    cmd.arg(table.len());
-    for rate in &table {
-        cmd.arg(u64::from(algorithm_code(rate.algorithm())))
-            .arg(rate.limit())
-            .arg(rate.window_us())
-            .arg(rate.burst())
-            .arg(rate.emission_interval_us());
-    }
+    table.write_to(&mut cmd);
     let mut values = checks.iter();
     for request in requests {
         cmd.arg(request.checks());

@@ -1,0 +1,134 @@
+-- ratelimitd: refunds of reservations (the entry point of the refund script).
+--
+-- A request whose checks live on several Redis Cluster nodes is decided on each node in parallel,
+-- one call of the request script per node; when any node denies, what the nodes that admitted
+-- committed for it is taken back with this script, one call per node, so that a denied request
+-- consumes nothing anywhere. The store sends it as a SECOND script: common.lua, the five algorithm
+-- files and this file, concatenated in that order (src/store/redis/refund.rs), loaded once (SCRIPT
+-- LOAD) and called with EVALSHA.
+--
+-- KEYS: the keys to refund, each once (a key listed twice is refunded twice),
+--       rl1:{<tag>}:<algorithm>:<window_us>:<identity>.
+-- ARGV: the rate table exactly as request.lua's: R (their number, at least 1), then 5 values per
+--       rate (code, L, W, B, T: see request.lua); then
+--         now           '-' for Redis's own clock (TIME), as production sends; tests pin time with
+--                       µs digits
+--       then 3 values per key, in the order of KEYS:
+--         rate          the rate the key was committed with: its position (1-based) in the table
+--         n             the hits that commit added to the key (its total, at most B; 0 refunds
+--                       nothing)
+--         committed_at  the `now` (µs) of the call that committed them
+-- Returns: the number of keys whose state changed (integer).
+--          A layout that does not add up (not 3 values per key, an invalid rate, a rate position
+--          outside the table, an n beyond its rate's B, a value that is not a whole number) is an
+--          error reply, and nothing is changed. An error raised by Redis while refunding (a key of
+--          another type...) is an error reply after the keys before it were refunded: a refund is
+--          never retried on an error other than NOSCRIPT, since one applied twice would give back
+--          hits the request never took.
+--
+-- Whatever other requests committed in between, a refunded key is never more permissive than it
+-- would be had the reservation never happened; see `refund` in src/limiter/algorithm/mod.rs.
+
+-- The call's keys and arguments as locals (see common.lua).
+local KEYS, ARGV = KEYS, ARGV
+
+-- The algorithm modules by code, built on first use in this call (see the algorithm files).
+local CONSTRUCTORS = {
+  [0] = new_fixed_window,
+  [1] = new_sliding_window_log,
+  [2] = new_sliding_window_counter,
+  [3] = new_token_bucket,
+  [4] = new_gcra,
+}
+local modules = {}
+
+-- The module of algorithm `code`, or nil for an unknown code.
+local function algorithm_of(code)
+  local module = modules[code]
+  if module == nil then
+    local construct = CONSTRUCTORS[code]
+    if not construct then
+      return nil
+    end
+    module = construct()
+    modules[code] = module
+  end
+  return module
+end
+
+local RATE_FIELDS = 5
+local FIELDS = 3
+
+-- A whole number from decimal text, below 2^53 (exact in a double), or nil.
+local function whole(text)
+  local x = tonumber(text)
+  if not x or x < 0 or x >= TWO_POW_53 or x ~= math_floor(x) then
+    return nil
+  end
+  return x
+end
+
+local rate_count = whole(ARGV[1])
+if not rate_count or rate_count < 1 or 2 + rate_count * RATE_FIELDS + #KEYS * FIELDS ~= #ARGV then
+  return redis.error_reply('ERR ratelimitd: malformed refund (' .. #KEYS .. ' keys, ' .. #ARGV
+    .. ' arguments)')
+end
+
+-- { algorithm, L, W, B, T } per rate, validated as request.lua does.
+local rates = {}
+for r = 1, rate_count do
+  local base = 1 + (r - 1) * RATE_FIELDS
+  local code = tonumber(ARGV[base + 1])
+  local algorithm = code and algorithm_of(code)
+  local limit = tonumber(ARGV[base + 2])
+  local window = tonumber(ARGV[base + 3])
+  local burst = tonumber(ARGV[base + 4])
+  local interval = tonumber(ARGV[base + 5])
+  if not algorithm or not limit or limit < 1 or not window or window < 1 or not burst
+      or burst < 1 or not interval or interval < 1 then
+    return redis.error_reply('ERR ratelimitd: invalid rate ' .. r)
+  end
+  rates[r] = { algorithm, limit, window, burst, interval }
+end
+
+local now_index = 2 + rate_count * RATE_FIELDS
+local now
+if ARGV[now_index] == '-' then
+  local time = redis_call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+else
+  now = whole(ARGV[now_index])
+  if not now then
+    return redis.error_reply('ERR ratelimitd: invalid pinned time')
+  end
+end
+
+-- Every key's values are checked before the first one is refunded: 3 per key (rate, n,
+-- committed_at), flat (no table per key).
+local refunds = {}
+for i = 1, #KEYS do
+  local base = now_index + (i - 1) * FIELDS
+  local rate = rates[whole(ARGV[base + 1])]
+  local hits = whole(ARGV[base + 2])
+  local committed_at = whole(ARGV[base + 3])
+  if not rate or not hits or hits > rate[4] or not committed_at then
+    return redis.error_reply('ERR ratelimitd: invalid arguments for refund ' .. i)
+  end
+  local at = (i - 1) * FIELDS
+  refunds[at + 1] = rate
+  refunds[at + 2] = hits
+  refunds[at + 3] = committed_at
+end
+
+local changed = 0
+for i = 1, #KEYS do
+  local at = (i - 1) * FIELDS
+  local rate, hits, committed_at = refunds[at + 1], refunds[at + 2], refunds[at + 3]
+  local algorithm, limit, window, burst, interval = rate[1], rate[2], rate[3], rate[4], rate[5]
+  local key = KEYS[i]
+  local state = algorithm.load(key, now, window)
+  if algorithm.refund(key, state, committed_at, now, limit, window, burst, hits, interval) then
+    changed = changed + 1
+  end
+end
+return changed

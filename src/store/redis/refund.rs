@@ -1,0 +1,186 @@
+//! The refund script: `lua/` with `refund.lua` as its entry point, its SHA1 and argument encoding.
+//!
+//! A request whose checks live on several Redis Cluster nodes is decided on each node in parallel
+//! (one call of the request script per node). When any node denies, each node that admitted gets
+//! one call of this script, taking back what it committed for the request, so a denied request
+//! consumes nothing anywhere; `algorithm::refund` is the math, and why it never over-admits.
+
+use std::sync::LazyLock;
+
+use super::script::{RateTable, REDIS_TIME};
+use crate::limiter::rate::Rate;
+
+/// The whole refund script: the helpers and the five algorithms of the request script, then the
+/// refund entry point (Redis cannot call one script from another; see `lua/refund.lua`).
+pub const REFUND_SOURCE: &str = concat!(
+    include_str!("../../../lua/common.lua"),
+    "\n",
+    include_str!("../../../lua/fixed_window.lua"),
+    "\n",
+    include_str!("../../../lua/sliding_window_log.lua"),
+    "\n",
+    include_str!("../../../lua/sliding_window_counter.lua"),
+    "\n",
+    include_str!("../../../lua/token_bucket.lua"),
+    "\n",
+    include_str!("../../../lua/gcra.lua"),
+    "\n",
+    include_str!("../../../lua/refund.lua"),
+);
+
+/// SHA1 of [`REFUND_SOURCE`] (hex), computed once per process.
+pub fn refund_sha1() -> &'static str {
+    static SHA1: LazyLock<String> =
+        LazyLock::new(|| redis::Script::new(REFUND_SOURCE).get_hash().into());
+    &SHA1
+}
+
+/// `SCRIPT LOAD <refund source>`
+pub fn refund_script_load() -> redis::Cmd {
+    let mut cmd = redis::cmd("SCRIPT");
+    cmd.arg("LOAD").arg(REFUND_SOURCE);
+    cmd
+}
+
+/// What one call of the request script committed to one key for a request that is now to be
+/// refunded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refund {
+    /// The Redis key (`keys::redis_key` of the counter and rate).
+    pub key: String,
+    /// The rate the key was committed with: that of the request's last admitted check of it.
+    pub rate: Rate,
+    /// The hits committed: the total of the request's admitted checks of the key, at most the
+    /// rate's burst (the script refuses more).
+    pub hits: u64,
+    /// The `now` of the call that committed them, µs.
+    pub committed_at_us: u64,
+}
+
+/// `EVALSHA <sha> <n> keys... rates... now (rate, hits, committed_at)...`: one call refunding every
+/// key of `refunds` (at least one, all on one node, each once); its reply is the number of keys
+/// changed.
+/// `pinned_now_us` replaces Redis's clock (tests only). Never retry it on an error other than
+/// `NOSCRIPT`: a refund applied twice gives back hits the request never took.
+pub fn evalsha_refund(refunds: &[Refund], pinned_now_us: Option<u64>) -> redis::Cmd {
+    let mut table = RateTable::default();
+    let positions: Vec<usize> = refunds
+        .iter()
+        .map(|refund| table.position(refund.rate))
+        .collect();
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(refund_sha1()).arg(refunds.len());
+    for refund in refunds {
+        cmd.arg(refund.key.as_str());
+    }
+    table.write_to(&mut cmd);
+    match pinned_now_us {
+        Some(now) => cmd.arg(now),
+        None => cmd.arg(REDIS_TIME),
+    };
+    for (refund, position) in refunds.iter().zip(positions) {
+        cmd.arg(position)
+            .arg(refund.hits)
+            .arg(refund.committed_at_us);
+    }
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Arg;
+
+    use super::*;
+    use crate::limiter::rate::{Algorithm, Unit};
+    use crate::store::redis::script::{sha1, FIELDS_PER_RATE};
+
+    fn args(cmd: &redis::Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|arg| match arg {
+                Arg::Simple(bytes) => String::from_utf8(bytes.to_vec()).unwrap(),
+                other => panic!("unexpected argument {other:?}"),
+            })
+            .collect()
+    }
+
+    fn refund(key: &str, rate: Rate, hits: u64, committed_at_us: u64) -> Refund {
+        Refund {
+            key: key.into(),
+            rate,
+            hits,
+            committed_at_us,
+        }
+    }
+
+    #[test]
+    fn sha1_is_of_the_refund_source_and_differs_from_the_request_script() {
+        assert_eq!(refund_sha1().len(), 40);
+        assert_eq!(refund_sha1(), redis::Script::new(REFUND_SOURCE).get_hash());
+        assert_ne!(refund_sha1(), sha1());
+        assert!(REFUND_SOURCE.contains("function fixed_window.refund("));
+        assert!(REFUND_SOURCE.trim_end().ends_with("return changed"));
+        assert_eq!(
+            args(&refund_script_load()),
+            ["SCRIPT", "LOAD", REFUND_SOURCE]
+        );
+    }
+
+    #[test]
+    fn each_rate_travels_once_and_each_key_points_into_the_table() {
+        let gcra = Rate::new(Algorithm::Gcra, 10, Unit::Second, 1, Some(4)).unwrap();
+        let fixed = Rate::new(Algorithm::FixedWindow, 3, Unit::Minute, 2, None).unwrap();
+        let refunds = [
+            refund("k1", gcra, 2, 1_700_000_000_000_001),
+            refund("k2", fixed, 3, 1_700_000_000_000_002),
+            refund("k3", gcra, 4, 1_700_000_000_000_003),
+        ];
+        let expected = [
+            "EVALSHA",
+            refund_sha1(),
+            "3",
+            "k1",
+            "k2",
+            "k3",
+            "2",
+            "4",
+            "10",
+            "1000000",
+            "4",
+            "100000",
+            "0",
+            "3",
+            "120000000",
+            "3",
+            "40000000",
+            "1700000000123456",
+            "1",
+            "2",
+            "1700000000000001",
+            "2",
+            "3",
+            "1700000000000002",
+            "1",
+            "4",
+            "1700000000000003",
+        ];
+        assert_eq!(
+            args(&evalsha_refund(&refunds, Some(1_700_000_000_123_456))),
+            expected
+        );
+        let table = 1 + 2 * FIELDS_PER_RATE;
+        assert_eq!(
+            expected.len(),
+            3 + refunds.len() + table + 1 + 3 * refunds.len()
+        );
+    }
+
+    #[test]
+    fn redis_time_unless_pinned_and_hits_are_sent_as_they_are() {
+        let rate = Rate::new(Algorithm::SlidingWindowLog, 5, Unit::Second, 1, None).unwrap();
+        let cmd = evalsha_refund(&[refund("k", rate, u64::MAX, 7)], None);
+        let args = args(&cmd);
+        assert_eq!(args[2], "1");
+        assert_eq!(args[4 + 1 + FIELDS_PER_RATE], REDIS_TIME);
+        assert_eq!(args[args.len() - 3..], ["1", "18446744073709551615", "7"]);
+    }
+}
