@@ -4,15 +4,15 @@
 --       rl1:{tag}:gcra:<W>:<identity>.
 -- ARGV: none of its own; request.lua passes now (µs), B (burst), n (hits, cumulative per key) and
 --       T (emission interval µs, computed by Rust as ceil(W / L), at least 1); refund.lua also
---       the instant the refunded hits were committed at.
+--       the instant the refunded hits were committed at and the counter's debt (µs) just before.
 -- State: a string "<tat_us>" (theoretical arrival time), worthless from TAT on (expiry: common.lua); loaded
 --        as the bare number (no table: the state is one value).
 -- Returns (evaluate): admitted (boolean), remaining (integer), reset_after_us (integer).
 -- Returns (refund): whether the key changed (boolean).
 --
--- Admits when max(TAT, now) + n*T - now <= B*T. A refund of n committed at t0 moves TAT back by
--- n*T - (now - t0) when positive (never more permissive than not reserving: the proof is on
--- `refund` in gcra.rs). All integers (exact below 2^53).
+-- Admits when max(TAT, now) + n*T - now <= B*T. A refund of n committed at t0 on a debt d moves
+-- TAT back by n*T - max(0, now - t0 - d) when positive (never more permissive than not reserving:
+-- the proof is on `refund` in gcra.rs). All integers (exact below 2^53).
 
 -- The module is built by a constructor, called by the entry point (request.lua, refund.lua) once
 -- per call and only when the call has a rate of this algorithm: Redis runs the whole script on
@@ -66,15 +66,16 @@ local function new_gcra()
 
   -- A now before the commit's (a promoted replica's clock) counts as the commit's. A TAT already
   -- at or before now is worthless and left alone; one refunded to at or before now is deleted.
-  function gcra.refund(key, stored_tat, committed_at, now, _limit, _window, _burst, hits, interval)
+  function gcra.refund(key, stored_tat, committed_at, now, _limit, _window, _burst, hits, interval,
+      debt_before)
     if not stored_tat or stored_tat <= now then
       return false
     end
-    local elapsed = 0
-    if now > committed_at then
-      elapsed = now - committed_at
+    local kept = 0
+    if now > committed_at + debt_before then
+      kept = now - committed_at - debt_before
     end
-    local give_back = hits * interval - elapsed
+    local give_back = hits * interval - kept
     if give_back <= 0 then
       return false
     end

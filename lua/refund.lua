@@ -8,29 +8,36 @@
 -- LOAD) and called with EVALSHA.
 --
 -- KEYS: the keys to refund, each once (a key listed twice is refunded twice),
---       rl1:{<tag>}:<algorithm>:<window_us>:<identity>.
+--       rl1:{<tag>}:<algorithm>:<window_us>:<identity>. In a Redis Cluster call, KEYS is empty and
+--       these keys lead ARGV instead, after their count (see keys_and_arguments, common.lua).
 -- ARGV: the rate table exactly as request.lua's: R (their number, at least 1), then 5 values per
 --       rate (code, L, W, B, T: see request.lua); then
 --         now           '-' for Redis's own clock (TIME), as production sends; tests pin time with
 --                       µs digits
---       then 3 values per key, in the order of KEYS:
+--       then 4 values per key, in the order of KEYS:
 --         rate          the rate the key was committed with: its position (1-based) in the table
 --         n             the hits that commit added to the key (its total, at most B; 0 refunds
 --                       nothing)
 --         committed_at  the `now` (µs) of the call that committed them
+--         debt_before   for token_bucket and gcra, how far (µs) from full the counter was just
+--                       before that commit, as its verdict told (0 is always safe; see
+--                       debt_before_us in src/limiter/algorithm/mod.rs); 0 for the others
 -- Returns: the number of keys whose state changed (integer).
---          A layout that does not add up (not 3 values per key, an invalid rate, a rate position
+--          A layout that does not add up (not 4 values per key, an invalid rate, a rate position
 --          outside the table, an n beyond its rate's B, a value that is not a whole number) is an
---          error reply, and nothing is changed. An error raised by Redis while refunding (a key of
---          another type...) is an error reply after the keys before it were refunded: a refund is
---          never retried on an error other than NOSCRIPT, since one applied twice would give back
---          hits the request never took.
+--          error reply, and nothing is changed. Every key is touched before the first is
+--          refunded, so a key the node does not own (a cluster slot that moved) fails the call
+--          before it changes anything. An error raised by Redis while refunding (a key of another type...)
+--          is an error reply after the keys before it were refunded: a refund is never retried on
+--          an error other than NOSCRIPT, since one applied twice would give back hits the request
+--          never took.
 --
 -- Whatever other requests committed in between, a refunded key is never more permissive than it
 -- would be had the reservation never happened; see `refund` in src/limiter/algorithm/mod.rs.
 
--- The call's keys and arguments as locals (see common.lua).
-local KEYS, ARGV = KEYS, ARGV
+-- The call's keys and arguments as locals (see common.lua for the cluster form, whose keys travel
+-- in ARGV).
+local KEYS, ARGV = keys_and_arguments()
 
 -- The algorithm modules by code, built on first use in this call (see the algorithm files).
 local CONSTRUCTORS = {
@@ -57,7 +64,7 @@ local function algorithm_of(code)
 end
 
 local RATE_FIELDS = 5
-local FIELDS = 3
+local FIELDS = 4
 
 -- A whole number from decimal text, below 2^53 (exact in a double), or nil.
 local function whole(text)
@@ -103,31 +110,42 @@ else
   end
 end
 
--- Every key's values are checked before the first one is refunded: 3 per key (rate, n,
--- committed_at), flat (no table per key).
+-- Every key's values are checked before the first one is refunded: 4 per key (rate, n,
+-- committed_at, debt_before), flat (no table per key).
 local refunds = {}
 for i = 1, #KEYS do
   local base = now_index + (i - 1) * FIELDS
   local rate = rates[whole(ARGV[base + 1])]
   local hits = whole(ARGV[base + 2])
   local committed_at = whole(ARGV[base + 3])
-  if not rate or not hits or hits > rate[4] or not committed_at then
+  local debt_before = whole(ARGV[base + 4])
+  if not rate or not hits or hits > rate[4] or not committed_at or not debt_before then
     return redis.error_reply('ERR ratelimitd: invalid arguments for refund ' .. i)
   end
   local at = (i - 1) * FIELDS
   refunds[at + 1] = rate
   refunds[at + 2] = hits
   refunds[at + 3] = committed_at
+  refunds[at + 4] = debt_before
 end
 
+-- Every key is touched before the first is refunded: on a cluster node, a key the node does not
+-- own (its slot moved) fails the call here, before anything changed.
+for i = 1, #KEYS do
+  redis_call('EXISTS', KEYS[i])
+end
+
+-- A key listed twice is refunded twice, each time from the state the previous refund left.
 local changed = 0
 for i = 1, #KEYS do
   local at = (i - 1) * FIELDS
-  local rate, hits, committed_at = refunds[at + 1], refunds[at + 2], refunds[at + 3]
+  local rate, hits, committed_at, debt_before = refunds[at + 1], refunds[at + 2], refunds[at + 3],
+    refunds[at + 4]
   local algorithm, limit, window, burst, interval = rate[1], rate[2], rate[3], rate[4], rate[5]
   local key = KEYS[i]
   local state = algorithm.load(key, now, window)
-  if algorithm.refund(key, state, committed_at, now, limit, window, burst, hits, interval) then
+  if algorithm.refund(key, state, committed_at, now, limit, window, burst, hits, interval,
+      debt_before) then
     changed = changed + 1
   end
 end

@@ -3,15 +3,17 @@
 -- KEYS: none of its own; request.lua and refund.lua pass one counter key,
 --       rl1:{tag}:token_bucket:<W>:<identity>.
 -- ARGV: none of its own; request.lua passes now (µs), L, W (µs), B (capacity), n (hits,
---       cumulative); refund.lua also the instant the refunded hits were committed at.
+--       cumulative); refund.lua also the instant the refunded hits were committed at and how far
+--       (µs) from full the bucket was just before.
 -- State: a string "<tokens>:<last_us>", tokens written with %.17g so the double round-trips exactly;
 --        worthless once full again (expiry: common.lua; always rewritten, as that instant depends
 --        on the rate too).
 -- Returns (evaluate): admitted (boolean), remaining (integer), reset_after_us (integer).
 -- Returns (refund): whether the key changed (boolean).
 --
--- Capacity B, refilled at L tokens per W, continuously. A refund of n committed at t0 adds
--- n - (now - t0)*L/W tokens when positive (GCRA's refund on the deficit, see token_bucket.rs).
+-- Capacity B, refilled at L tokens per W, continuously. A refund of n committed at t0 on a bucket
+-- d µs from full adds n - max(0, now - t0 - d)*L/W tokens when positive (GCRA's refund on the
+-- deficit, see token_bucket.rs).
 -- Every floating-point expression below is the Rust expression with the same operations in the
 -- same order (identical IEEE results).
 
@@ -84,7 +86,8 @@ local function new_token_bucket()
   -- Refills to t1 = max(now, t0) as evaluate does. A now before the commit's (a promoted
   -- replica's clock) counts as the commit's. A bucket already full at now is left alone; one
   -- refunded to full is deleted (as absent).
-  function token_bucket.refund(key, state, committed_at, now, limit, window, burst, hits, _interval)
+  function token_bucket.refund(key, state, committed_at, now, limit, window, burst, hits, _interval,
+      debt_before)
     if not state or state.last_us + refill_time_us(limit, window, burst - state.tokens) <= now then
       return false
     end
@@ -92,7 +95,11 @@ local function new_token_bucket()
     if at < committed_at then
       at = committed_at
     end
-    local give_back = hits - (at - committed_at) * limit / window
+    local kept = 0
+    if at - committed_at > debt_before then
+      kept = at - committed_at - debt_before
+    end
+    local give_back = hits - kept * limit / window
     if give_back <= 0 then
       return false
     end

@@ -47,6 +47,8 @@ struct Committed {
     counter: Counter,
     rate: Rate,
     hits: u64,
+    /// `algorithm::debt_before_us` of the verdict of the counter's last admitted check.
+    debt_before: u64,
 }
 
 impl Model {
@@ -58,6 +60,7 @@ impl Model {
     /// denied).
     fn decide_committing(&mut self, checks: &[Check], now: u64) -> (Vec<Verdict>, Vec<Committed>) {
         let mut admitted_hits: HashMap<Counter, (u64, Option<Rate>)> = HashMap::new();
+        let mut last_reset: HashMap<Counter, u64> = HashMap::new();
         let mut order: Vec<Counter> = Vec::new();
         let mut vetoed = false;
         let mut verdicts = Vec::new();
@@ -74,6 +77,7 @@ impl Model {
             let hits = so_far.saturating_add(check.hits);
             let verdict = algorithm::evaluate(&check.rate, self.states.get(&counter), now, hits);
             if verdict.admitted {
+                last_reset.insert(counter.clone(), verdict.reset_after_us);
                 admitted_hits.insert(counter, (hits, Some(check.rate)));
             } else if !check.shadow {
                 vetoed = true;
@@ -92,7 +96,9 @@ impl Model {
                 let state = self.states.remove(&counter);
                 let state = algorithm::commit(&rate, state, now, total);
                 self.states.insert(counter.clone(), state);
+                let reset = last_reset.get(&counter).copied().unwrap_or(0);
                 committed.push(Committed {
+                    debt_before: algorithm::debt_before_us(&rate, reset, total),
                     counter,
                     rate,
                     hits: total,
@@ -108,8 +114,14 @@ impl Model {
         let mut changed = 0;
         for commit in committed {
             let before = self.states.remove(&commit.counter);
-            let after =
-                algorithm::refund(&commit.rate, before.clone(), committed_at, now, commit.hits);
+            let after = algorithm::refund(
+                &commit.rate,
+                before.clone(),
+                committed_at,
+                now,
+                commit.hits,
+                commit.debt_before,
+            );
             if after != before {
                 changed += 1;
             }
@@ -492,6 +504,7 @@ fn refund_both(
             rate: commit.rate,
             hits: commit.hits,
             committed_at_us: reservation.committed_at,
+            debt_before_us: commit.debt_before,
         })
         .collect();
     let context = || {

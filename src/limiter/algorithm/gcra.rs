@@ -46,32 +46,37 @@ pub fn commit(rate: &Rate, state: Option<GcraState>, now_us: u64, hits: u64) -> 
     }
 }
 
-/// Takes back `hits` committed at t0 = `committed_at_us`: TAT − max(0, n·T − (t1 − t0)) with
+/// Takes back `hits` committed at t0 = `committed_at_us` on a counter whose debt (TAT − t0) was
+/// `debt_before_us` just before the reservation: TAT − max(0, n·T − max(0, t1 − t0 − debt)) with
 /// t1 = max(`now_us`, t0); `None` (delete) when that is at or before now, where it decides like an
 /// absent counter. A TAT already at or before now is left as it is (worthless already).
 ///
 /// Never more permissive. A commit of m at s maps a TAT X to max(X, s) + m·T, monotone in X. Let
-/// C₀ = max(TAT, t0) be the TAT right after the reservation had it never happened (a TAT before
-/// now decides as now) and A₀ = C₀ + n·T the one with it, δ = n·T − (t1 − t0). If δ ≤ 0 nothing is
-/// refunded, and Aₖ ≥ Cₖ after every later commit by monotonicity. If δ > 0: Aₖ ≥ A₀ ≥ t0 + n·T =
-/// t1 + δ ≥ s + δ for every later commit at s ≤ t1, so max(Aₖ − δ, s) = Aₖ − δ and, by induction
-/// from C₀ = A₀ − n·T ≤ A₀ − δ, Cₖ₊₁ = max(Cₖ, s) + m·T ≤ max(Aₖ − δ, s) + m·T ≤ Aₖ₊₁ − δ: the
-/// refunded TAT is at least the counterfactual one, and a later TAT never admits more. Exact when
-/// nothing else committed and t1 = t0 (Aₖ − δ = C₀) or the counter was idle (C₀ = t0, refunded to
-/// at most t1, like absent); otherwise stricter by at most t1 − t0 of emission. No rule that sees
-/// only the TAT can refund more: another commit at s = t1 reaches the bound exactly.
+/// C₀ = t0 + debt be the TAT right after the reservation had it never happened (a TAT before now
+/// decides as now) and A₀ = C₀ + n·T the one with it, δ = n·T − max(0, t1 − C₀) the give-back. If
+/// δ ≤ 0 nothing is refunded, and Aₖ ≥ Cₖ after every later commit by monotonicity. If δ > 0:
+/// Aₖ ≥ A₀ = max(C₀, t1) + δ ≥ s + δ for every later commit at s ≤ t1, so max(Aₖ − δ, s) = Aₖ − δ
+/// and, by induction from C₀ = A₀ − n·T ≤ A₀ − δ, Cₖ₊₁ = max(Cₖ, s) + m·T ≤ max(Aₖ − δ, s) + m·T ≤
+/// Aₖ₊₁ − δ: the refunded TAT is at least the counterfactual one, and a later TAT never admits
+/// more. Exact when nothing else committed and t1 = t0, or when the counter's debt outlasted the
+/// round trip (C₀ ≥ t1: a later commit's max(X, s) then never differs with or without the
+/// reservation); otherwise stricter by at most t1 − C₀ of emission, so a stream of refunds never
+/// pushes the TAT past the latest refund's t1. A `debt_before_us` of 0 (unknown) is always safe.
 pub fn refund(
     rate: &Rate,
     state: Option<GcraState>,
     committed_at_us: u64,
     now_us: u64,
     hits: u64,
+    debt_before_us: u64,
 ) -> Option<GcraState> {
     let state = state?;
-    let elapsed = now_us.saturating_sub(committed_at_us);
+    let kept = now_us
+        .saturating_sub(committed_at_us)
+        .saturating_sub(debt_before_us);
     let give_back = hits
         .saturating_mul(rate.emission_interval_us())
-        .saturating_sub(elapsed);
+        .saturating_sub(kept);
     if state.tat_us <= now_us || give_back == 0 {
         return Some(state);
     }
@@ -304,25 +309,25 @@ mod tests {
         let t = rate.emission_interval_us();
         let debt = GcraState { tat_us: T0 + 3 * t };
         let reserved = commit(&rate, Some(debt), T0, 4);
-        assert_eq!(refund(&rate, Some(reserved), T0, T0, 4), Some(debt));
+        assert_eq!(refund(&rate, Some(reserved), T0, T0, 4, 0), Some(debt));
         // 30 ms later the 4 hits give back 4·T − 30 ms: stricter than never reserving by 30 ms.
         assert_eq!(
-            refund(&rate, Some(reserved), T0, T0 + 30_000, 4),
+            refund(&rate, Some(reserved), T0, T0 + 30_000, 4, 0),
             Some(GcraState {
                 tat_us: debt.tat_us + 30_000
             })
         );
         // Once 4·T has passed there is nothing left to give back.
         assert_eq!(
-            refund(&rate, Some(reserved), T0, T0 + 4 * t, 4),
+            refund(&rate, Some(reserved), T0, T0 + 4 * t, 4, 0),
             Some(reserved)
         );
         // A clock behind the reservation's refunds everything.
-        assert_eq!(refund(&rate, Some(reserved), T0, T0 - 5, 4), Some(debt));
+        assert_eq!(refund(&rate, Some(reserved), T0, T0 - 5, 4, 0), Some(debt));
         // From idle, a refund one round trip later is a full bucket: the counter is deleted.
         let idle = commit(&rate, None, T0, 4);
-        assert_eq!(refund(&rate, Some(idle), T0, T0 + 30_000, 4), None);
-        assert_eq!(refund(&rate, None, T0, T0 + 30_000, 4), None);
+        assert_eq!(refund(&rate, Some(idle), T0, T0 + 30_000, 4, 0), None);
+        assert_eq!(refund(&rate, None, T0, T0 + 30_000, 4, 0), None);
     }
 
     #[test]
@@ -333,14 +338,37 @@ mod tests {
         let (t0, t1) = (T0, T0 + 50_000);
         let with = commit(&rate, Some(commit(&rate, None, t0, 4)), t1, 5);
         let without = commit(&rate, None, t1, 5);
-        assert_eq!(refund(&rate, Some(with), t0, t1, 4), Some(without));
+        assert_eq!(refund(&rate, Some(with), t0, t1, 4, 0), Some(without));
+    }
+
+    #[test]
+    fn a_debt_that_outlasts_the_round_trip_is_refunded_exactly() {
+        // 3·T of debt before 4 hits reserved at T0; refunded 30 ms later, with 5 more admitted in
+        // between: the same TAT as if only the 5 had come.
+        let rate = rate(10, Unit::Second, None);
+        let t = rate.emission_interval_us();
+        let debt = GcraState { tat_us: T0 + 3 * t };
+        let reserved = commit(&rate, Some(debt), T0, 4);
+        let later = commit(&rate, Some(reserved), T0 + 20_000, 5);
+        let without = commit(&rate, Some(debt), T0 + 20_000, 5);
+        assert_eq!(
+            refund(&rate, Some(later), T0, T0 + 30_000, 4, 3 * t),
+            Some(without)
+        );
+        // Of a debt shorter than the round trip, only what the round trip outlasted is kept.
+        assert_eq!(
+            refund(&rate, Some(reserved), T0, T0 + 30_000, 4, 10_000),
+            Some(GcraState {
+                tat_us: debt.tat_us + 20_000
+            })
+        );
     }
 
     #[test]
     fn a_refund_leaves_a_worthless_tat_alone() {
         let rate = rate(10, Unit::Second, None);
         let old = GcraState { tat_us: T0 };
-        assert_eq!(refund(&rate, Some(old), T0 - S, T0, 4), Some(old));
-        assert_eq!(refund(&rate, Some(old), T0 - S, T0 + 1, 4), Some(old));
+        assert_eq!(refund(&rate, Some(old), T0 - S, T0, 4, 0), Some(old));
+        assert_eq!(refund(&rate, Some(old), T0 - S, T0 + 1, 4, 0), Some(old));
     }
 }

@@ -146,9 +146,11 @@ pub fn commit(rate: &Rate, state: Option<State>, now_us: u64, hits: u64) -> Stat
 /// happened (the same other commits, in the same order). Refunding too little only keeps the
 /// counter stricter for a while; refunding too much would admit more than the limit. When nothing
 /// else committed in between, the result decides exactly like that counterfactual, except for
-/// token_bucket and gcra refunded later than they committed on a counter that was not full: they
-/// keep the refill of (committed_at, now] as spent, since the other commits of that span cannot
-/// be told apart from the reservation (see [`gcra::refund`]).
+/// token_bucket and gcra refunded later than they committed on a counter that was nearly full:
+/// `debt_before_us`, how far from full the counter was just before the reservation (see
+/// [`debt_before_us`]; 0 is always safe), tells how much of the refill of (committed_at, now]
+/// other commits of that span could not have lost to the cap; the rest is kept as spent (see
+/// [`gcra::refund`]). The window algorithms ignore it.
 ///
 /// `hits` is at most the burst (what one commit can add) and is not clamped. A `now_us` before
 /// `committed_at_us` (the clock of a promoted replica) counts as `committed_at_us` in the math. A
@@ -159,6 +161,7 @@ pub fn refund(
     committed_at_us: u64,
     now_us: u64,
     hits: u64,
+    debt_before_us: u64,
 ) -> Option<State> {
     let (t0, t1) = (committed_at_us, now_us);
     match (rate.algorithm(), state?) {
@@ -173,12 +176,31 @@ pub fn refund(
                 .map(State::SlidingWindowCounter)
         }
         (Algorithm::TokenBucket, State::TokenBucket(s)) => {
-            token_bucket::refund(rate, Some(s), t0, t1, hits).map(State::TokenBucket)
+            token_bucket::refund(rate, Some(s), t0, t1, hits, debt_before_us)
+                .map(State::TokenBucket)
         }
         (Algorithm::Gcra, State::Gcra(s)) => {
-            gcra::refund(rate, Some(s), t0, t1, hits).map(State::Gcra)
+            gcra::refund(rate, Some(s), t0, t1, hits, debt_before_us).map(State::Gcra)
         }
         (_, foreign) => Some(foreign),
+    }
+}
+
+/// How far from full (µs) a token_bucket or gcra counter was just before a commit of `hits`,
+/// from that commit's admitted verdict (`reset_after_us`: the time until full after it), rounded
+/// down so that a refund using it never gives back too much: gcra's is exact (the verdict is
+/// TAT − now), token_bucket's verdict is rounded up to a whole µs. 0 for the other algorithms.
+pub fn debt_before_us(rate: &Rate, reset_after_us: u64, hits: u64) -> u64 {
+    match rate.algorithm() {
+        Algorithm::Gcra => {
+            reset_after_us.saturating_sub(hits.saturating_mul(rate.emission_interval_us()))
+        }
+        Algorithm::TokenBucket => {
+            let refill_us =
+                (hits as f64 * rate.window_us() as f64 / f64::from(rate.limit())).ceil();
+            reset_after_us.saturating_sub(refill_us as u64 + 1)
+        }
+        _ => 0,
     }
 }
 
@@ -422,6 +444,11 @@ pub(crate) mod testkit {
             return None;
         }
         let idle = state.as_ref().is_none_or(|s| expires_at_us(rate, s) <= now);
+        let debt = debt_before_us(
+            rate,
+            evaluate(rate, state.as_ref(), now, hits).reset_after_us,
+            hits,
+        );
         let committed_at = now;
         let mut with = Some(commit(rate, state.clone(), now, hits));
         let mut without = state;
@@ -456,7 +483,7 @@ pub(crate) mod testkit {
             committed_at,
             refunded_at,
             hits,
-            refunded: refund(rate, with, committed_at, refunded_at, hits),
+            refunded: refund(rate, with, committed_at, refunded_at, hits, debt),
             counterfactual: without,
             others,
             idle,

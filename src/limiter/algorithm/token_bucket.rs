@@ -75,14 +75,17 @@ pub fn commit(
     }
 }
 
-/// Takes back `hits` committed at t0 = `committed_at_us`: refills to t1 = max(`now_us`, t0) as
-/// [`evaluate`] does, then adds n − (t1 − t0)·L/W tokens when that is positive; `None` (delete)
-/// when the bucket is then full. A bucket already full at now is left as it is.
+/// Takes back `hits` committed at t0 = `committed_at_us` on a bucket that was `debt_before_us`
+/// from full just before the reservation: refills to t1 = max(`now_us`, t0) as [`evaluate`] does,
+/// then adds n − max(0, t1 − t0 − debt)·L/W tokens when that is positive; `None` (delete) when the
+/// bucket is then full. A bucket already full at now is left as it is.
 ///
 /// Never more permissive: this is [`super::gcra::refund`] on the bucket's deficit. Let F be the
 /// instant the bucket is full again (tokens = B − (F − t)·L/W before it): a commit of m at s maps F
 /// to max(F, s) + m·W/L, the GCRA step with T = W/L, and adding k tokens at t1 moves F back by
-/// k·W/L, so the refund is TAT − max(0, n·T − (t1 − t0)) on F, with the same proof. The f64
+/// k·W/L, so the refund is TAT − max(0, n·T − max(0, t1 − t0 − debt)) on F, with the same proof
+/// (a debt taken from the reservation's verdict is rounded down, see
+/// [`super::debt_before_us`], which only keeps more). The f64
 /// operations are those of the script, in the same order (identical results); against the exact
 /// counterfactual they err by rounding only (an ulp of B per operation).
 pub fn refund(
@@ -91,14 +94,15 @@ pub fn refund(
     committed_at_us: u64,
     now_us: u64,
     hits: u64,
+    debt_before_us: u64,
 ) -> Option<TokenBucketState> {
     let state = state?;
     if expires_at_us(rate, &state) <= now_us {
         return Some(state);
     }
     let at = now_us.max(committed_at_us);
-    let elapsed = (at - committed_at_us) as f64;
-    let give_back = hits as f64 - elapsed * f64::from(rate.limit()) / rate.window_us() as f64;
+    let kept = (at - committed_at_us).saturating_sub(debt_before_us) as f64;
+    let give_back = hits as f64 - kept * f64::from(rate.limit()) / rate.window_us() as f64;
     if give_back <= 0.0 {
         return Some(state);
     }
@@ -338,10 +342,10 @@ mod tests {
         };
         let reserved = commit(&rate, Some(partial), T0, 4);
         assert_eq!(reserved.tokens, 2.0);
-        assert_eq!(refund(&rate, Some(reserved), T0, T0, 4), Some(partial));
+        assert_eq!(refund(&rate, Some(reserved), T0, T0, 4, 0), Some(partial));
         // 50 ms later: 0.5 tokens refilled, 3.5 given back, 6.0 at T0 + 50 ms (6.5 without).
         assert_eq!(
-            refund(&rate, Some(reserved), T0, T0 + 50_000, 4),
+            refund(&rate, Some(reserved), T0, T0 + 50_000, 4, 0),
             Some(TokenBucketState {
                 tokens: 6.0,
                 last_us: T0 + 50_000
@@ -349,16 +353,19 @@ mod tests {
         );
         // Once 4 tokens' refill has passed there is nothing left to give back.
         assert_eq!(
-            refund(&rate, Some(reserved), T0, T0 + 400_000, 4),
+            refund(&rate, Some(reserved), T0, T0 + 400_000, 4, 0),
             Some(reserved)
         );
         // A clock behind the reservation's refunds everything, at the reservation's instant.
-        assert_eq!(refund(&rate, Some(reserved), T0, T0 - 5, 4), Some(partial));
+        assert_eq!(
+            refund(&rate, Some(reserved), T0, T0 - 5, 4, 0),
+            Some(partial)
+        );
         // A full bucket is deleted, as absent.
         let idle = commit(&rate, None, T0, 4);
-        assert_eq!(refund(&rate, Some(idle), T0, T0, 4), None);
-        assert_eq!(refund(&rate, Some(idle), T0, T0 + 100_000, 4), None);
-        assert_eq!(refund(&rate, None, T0, T0, 4), None);
+        assert_eq!(refund(&rate, Some(idle), T0, T0, 4, 0), None);
+        assert_eq!(refund(&rate, Some(idle), T0, T0 + 100_000, 4, 0), None);
+        assert_eq!(refund(&rate, None, T0, T0, 4, 0), None);
     }
 
     #[test]
@@ -369,6 +376,9 @@ mod tests {
             last_us: T0,
         };
         let later = T0 + 100_000;
-        assert_eq!(refund(&rate, Some(refilled), T0, later, 1), Some(refilled));
+        assert_eq!(
+            refund(&rate, Some(refilled), T0, later, 1, 0),
+            Some(refilled)
+        );
     }
 }

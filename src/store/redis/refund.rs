@@ -5,9 +5,7 @@
 //! one call of this script, taking back what it committed for the request, so a denied request
 //! consumes nothing anywhere; `algorithm::refund` is the math, and why it never over-admits.
 
-use std::sync::LazyLock;
-
-use super::script::{RateTable, REDIS_TIME};
+use super::script::{KeyPlacement, RateTable, Script, REDIS_TIME};
 use crate::limiter::rate::Rate;
 
 /// The whole refund script: the helpers and the five algorithms of the request script, then the
@@ -28,18 +26,17 @@ pub const REFUND_SOURCE: &str = concat!(
     include_str!("../../../lua/refund.lua"),
 );
 
-/// SHA1 of [`REFUND_SOURCE`] (hex), computed once per process.
+/// The refund script, [`REFUND_SOURCE`].
+pub static REFUND: Script = Script::new(REFUND_SOURCE);
+
+/// SHA1 of [`REFUND_SOURCE`] (hex).
 pub fn refund_sha1() -> &'static str {
-    static SHA1: LazyLock<String> =
-        LazyLock::new(|| redis::Script::new(REFUND_SOURCE).get_hash().into());
-    &SHA1
+    REFUND.sha1()
 }
 
 /// `SCRIPT LOAD <refund source>`
 pub fn refund_script_load() -> redis::Cmd {
-    let mut cmd = redis::cmd("SCRIPT");
-    cmd.arg("LOAD").arg(REFUND_SOURCE);
-    cmd
+    REFUND.load_command()
 }
 
 /// What one call of the request script committed to one key for a request that is now to be
@@ -55,21 +52,37 @@ pub struct Refund {
     pub hits: u64,
     /// The `now` of the call that committed them, µs.
     pub committed_at_us: u64,
+    /// For token_bucket and gcra, how far (µs) from full the counter was just before that commit
+    /// (`algorithm::debt_before_us` of its verdict; 0 is always safe); ignored by the others.
+    pub debt_before_us: u64,
 }
 
-/// `EVALSHA <sha> <n> keys... rates... now (rate, hits, committed_at)...`: one call refunding every
+/// `EVALSHA <sha> <n> keys... rates... now (rate, hits, committed_at, debt_before)...`: one call refunding every
 /// key of `refunds` (at least one, all on one node, each once); its reply is the number of keys
 /// changed.
 /// `pinned_now_us` replaces Redis's clock (tests only). Never retry it on an error other than
 /// `NOSCRIPT`: a refund applied twice gives back hits the request never took.
 pub fn evalsha_refund(refunds: &[Refund], pinned_now_us: Option<u64>) -> redis::Cmd {
+    evalsha_refund_placed(refunds, pinned_now_us, KeyPlacement::Declared)
+}
+
+/// [`evalsha_refund`] with the keys placed as `placement` says (in ARGV for a cluster node).
+pub fn evalsha_refund_placed(
+    refunds: &[Refund],
+    pinned_now_us: Option<u64>,
+    placement: KeyPlacement,
+) -> redis::Cmd {
     let mut table = RateTable::default();
     let positions: Vec<usize> = refunds
         .iter()
         .map(|refund| table.position(refund.rate))
         .collect();
     let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(refund_sha1()).arg(refunds.len());
+    cmd.arg(refund_sha1());
+    match placement {
+        KeyPlacement::Declared => cmd.arg(refunds.len()),
+        KeyPlacement::InArguments => cmd.arg(0).arg(refunds.len()),
+    };
     for refund in refunds {
         cmd.arg(refund.key.as_str());
     }
@@ -81,7 +94,8 @@ pub fn evalsha_refund(refunds: &[Refund], pinned_now_us: Option<u64>) -> redis::
     for (refund, position) in refunds.iter().zip(positions) {
         cmd.arg(position)
             .arg(refund.hits)
-            .arg(refund.committed_at_us);
+            .arg(refund.committed_at_us)
+            .arg(refund.debt_before_us);
     }
     cmd
 }
@@ -109,6 +123,7 @@ mod tests {
             rate,
             hits,
             committed_at_us,
+            debt_before_us: committed_at_us % 1000,
         }
     }
 
@@ -156,12 +171,15 @@ mod tests {
             "1",
             "2",
             "1700000000000001",
+            "1",
             "2",
             "3",
             "1700000000000002",
+            "2",
             "1",
             "4",
             "1700000000000003",
+            "3",
         ];
         assert_eq!(
             args(&evalsha_refund(&refunds, Some(1_700_000_000_123_456))),
@@ -170,7 +188,7 @@ mod tests {
         let table = 1 + 2 * FIELDS_PER_RATE;
         assert_eq!(
             expected.len(),
-            3 + refunds.len() + table + 1 + 3 * refunds.len()
+            3 + refunds.len() + table + 1 + 4 * refunds.len()
         );
     }
 
@@ -181,6 +199,9 @@ mod tests {
         let args = args(&cmd);
         assert_eq!(args[2], "1");
         assert_eq!(args[4 + 1 + FIELDS_PER_RATE], REDIS_TIME);
-        assert_eq!(args[args.len() - 3..], ["1", "18446744073709551615", "7"]);
+        assert_eq!(
+            args[args.len() - 4..],
+            ["1", "18446744073709551615", "7", "7"]
+        );
     }
 }
