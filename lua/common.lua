@@ -19,6 +19,30 @@ local redis_call, string_format, string_match, tonumber = redis.call, string.for
 
 local U32_MAX = 4294967295
 
+-- The call's keys and arguments. A single server gets the keys declared (KEYS). A Redis Cluster
+-- call carries the keys of several slots that one node owns: Redis answers CROSSSLOT when such
+-- keys are declared, but lets a script without flags (no shebang) access them, and fails each
+-- access to a key the node does not own ('Script attempted to access a non local key'), which the
+-- request scripts meet while loading, before they write. So there KEYS is empty and ARGV starts
+-- with the key count, then the keys; the rest is the ARGV of the declared form.
+local function keys_and_arguments()
+  if #KEYS > 0 then
+    return KEYS, ARGV
+  end
+  local count = tonumber(ARGV[1])
+  if not count or count < 0 or count ~= math_floor(count) or count + 1 > #ARGV then
+    return KEYS, ARGV
+  end
+  local keys, arguments = {}, {}
+  for i = 1, count do
+    keys[i] = ARGV[i + 1]
+  end
+  for i = count + 2, #ARGV do
+    arguments[i - count - 1] = ARGV[i]
+  end
+  return keys, arguments
+end
+
 -- Rust `x as u32` for a float (saturating; NaN impossible here).
 local function as_u32(x)
   if x < 0 then

@@ -8,7 +8,8 @@
 --
 -- KEYS: the counter keys of every check of every request, request after request, in check order
 --       (repeats allowed: checks that share a counter share its key),
---       rl1:{<tag>}:<algorithm>:<window_us>:<identity>.
+--       rl1:{<tag>}:<algorithm>:<window_us>:<identity>. In a Redis Cluster call, KEYS is empty
+--       and these keys lead ARGV instead, after their count (see keys_and_arguments, common.lua).
 -- ARGV: the rates of the call first, each sent once however many checks use it: R (their number,
 --       at least 1), then 5 values per rate:
 --         code    algorithm: 0 fixed_window, 1 sliding_window_log, 2 sliding_window_counter,
@@ -24,7 +25,9 @@
 --         rate    the check's rate: its position (1-based) in the rates above
 --         n       hits, clamped by Rust to at most 2^32 (more than any B + 1)
 --         shadow  1 for a shadow-mode check (decided and counted, never vetoes), else 0
--- Returns: ONE flat array for the whole call, request after request: for each, either its k
+-- Returns: ONE flat array for the whole call: first the call's clock, the µs of the TIME it read
+--          (0 when every request pinned its time), which a refund of its writes names; then,
+--          request after request: for each, either its k
 --          verdicts as 3 values each, {admitted 0/1, remaining, reset_after_us}, in check order
 --          (integers; a reset_after_us of 2^63 or more, which only Rust's saturation produces,
 --          travels as a decimal string), or, for that request alone, ONE element: an error
@@ -41,8 +44,9 @@
 -- non-shadow check admits; then each distinct key is committed once, with the total hits of its
 -- admitted checks and the rate of its last admitted check; a key whose total is 0 is not written.
 
--- The call's keys and arguments, read several times per check, as locals (see common.lua).
-local KEYS, ARGV = KEYS, ARGV
+-- The call's keys and arguments, read several times per check, as locals (see common.lua for the
+-- cluster form, whose keys travel in ARGV).
+local KEYS, ARGV = keys_and_arguments()
 
 -- The algorithm modules by code, built on first use in this call (see the algorithm files).
 local CONSTRUCTORS = {
@@ -320,7 +324,7 @@ if key_base ~= #KEYS or requests == 0 then
 end
 
 local redis_now
-local out = {}
+local out = { 0 }
 for r = 0, requests - 1 do
   local key_index, arg_index, checks, now_arg = unpack(frames, r * FRAME + 1, r * FRAME + FRAME)
   local now
@@ -328,6 +332,7 @@ for r = 0, requests - 1 do
     if not redis_now then
       local time = redis_call('TIME')
       redis_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+      out[1] = redis_now
     end
     now = redis_now
   else

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use ratelimitd::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use ratelimitd::service::rls::StoreErrorPolicy;
 use ratelimitd::service::ResponseHeaders;
+use ratelimitd::store::redis::{HostPort, ServerAuth, Topology};
 use ratelimitd::store::{DenyCacheSettings, RedisSettings};
 use ratelimitd::{config, server};
 use tokio::net::TcpListener;
@@ -78,10 +79,41 @@ struct ServeArgs {
     /// Address of the HTTP port (/healthcheck, /metrics, /json, /rlconfig).
     #[arg(long, env = "RATELIMITD_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
-    /// Redis URL (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS). Without it,
-    /// counters live in this process only.
-    #[arg(long, env = "RATELIMITD_REDIS_URL")]
+    /// Redis URL of a single server (`redis://[user:password@]host:port[/db]`, `rediss://` for
+    /// TLS). Without it (or --redis-cluster, --redis-sentinel), counters live in this process only.
+    #[arg(long, env = "RATELIMITD_REDIS_URL", group = "redis_topology")]
     redis_url: Option<String>,
+    /// Redis Cluster seed nodes (any of its nodes; the others are discovered).
+    #[arg(long, env = "RATELIMITD_REDIS_CLUSTER", value_name = "HOST:PORT[,HOST:PORT...]", group = "redis_topology", value_delimiter = ',', value_parser = HostPort::parse)]
+    redis_cluster: Vec<HostPort>,
+    /// Sentinels watching the Redis master named MASTER_NAME.
+    #[arg(long, env = "RATELIMITD_REDIS_SENTINEL", value_name = "MASTER_NAME@HOST:PORT[,HOST:PORT...]", group = "redis_topology", value_parser = parse_sentinel)]
+    redis_sentinel: Option<(String, Vec<HostPort>)>,
+    /// ACL user of the cluster's or the Sentinel-managed servers (a --redis-url carries its own).
+    #[arg(long, env = "RATELIMITD_REDIS_USER")]
+    redis_user: Option<String>,
+    /// Password of the cluster's or the Sentinel-managed servers (a --redis-url carries its own).
+    #[arg(long, env = "RATELIMITD_REDIS_PASSWORD", hide_env_values = true)]
+    redis_password: Option<String>,
+    /// TLS to the cluster's or the Sentinel setup's servers and sentinels (a --redis-url says
+    /// `rediss://`).
+    #[arg(long, env = "RATELIMITD_REDIS_TLS")]
+    redis_tls: bool,
+    /// ACL user of the sentinels themselves.
+    #[arg(long, env = "RATELIMITD_REDIS_SENTINEL_USER")]
+    redis_sentinel_user: Option<String>,
+    /// Password of the sentinels themselves (their own requirepass).
+    #[arg(
+        long,
+        env = "RATELIMITD_REDIS_SENTINEL_PASSWORD",
+        hide_env_values = true
+    )]
+    redis_sentinel_password: Option<String>,
+    /// Replicas that must acknowledge each Redis call's writes (WAIT) before its requests are
+    /// answered, so admitted hits survive a failover; a call they do not acknowledge within
+    /// --redis-timeout is a store failure. 0: do not wait.
+    #[arg(long, env = "RATELIMITD_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    redis_wait_replicas: u32,
     /// Bound on every Redis call; a slower answer is a store failure (UNAVAILABLE).
     #[arg(long, env = "RATELIMITD_REDIS_TIMEOUT", default_value = "100ms", value_parser = humantime::parse_duration)]
     redis_timeout: Duration,
@@ -220,6 +252,13 @@ fn init_logging(format: LogFormat, filter: &str) {
 
 fn serve(args: ServeArgs) -> ExitCode {
     init_logging(args.log_format, &args.log_level);
+    let topology = match redis_topology(&args) {
+        Ok(topology) => topology,
+        Err(error) => {
+            tracing::error!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
     // Serving lane 0 and the housekeeping (HTTP, health probes, reload) share this thread; the
     // other lanes start their own (see `server::run`).
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -237,11 +276,12 @@ fn serve(args: ServeArgs) -> ExitCode {
         let http = TcpListener::bind(args.http_addr).await?;
         let settings = server::Settings {
             config_paths: args.config,
-            redis: args.redis_url.map(|url| RedisSettings {
+            redis: topology.map(|topology| RedisSettings {
                 timeout: args.redis_timeout,
                 pool_size: args.redis_pool_size,
                 tls_ca: args.redis_tls_ca.clone(),
-                ..RedisSettings::new(url)
+                wait_replicas: args.redis_wait_replicas,
+                ..RedisSettings::for_topology(topology)
             }),
             response_headers: args.response_headers,
             reload_interval: (!args.reload_interval.is_zero()).then_some(args.reload_interval),
@@ -262,6 +302,66 @@ fn serve(args: ServeArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The Redis deployment the flags name, if any. The credentials and TLS flags belong to clusters
+/// and Sentinel setups: a single server's URL carries its own, and a flag that would be ignored
+/// is refused instead.
+fn redis_topology(args: &ServeArgs) -> Result<Option<Topology>, String> {
+    let auth = ServerAuth {
+        user: args.redis_user.clone(),
+        password: args.redis_password.clone(),
+        tls: args.redis_tls,
+    };
+    let sentinel_auth = ServerAuth {
+        user: args.redis_sentinel_user.clone(),
+        password: args.redis_sentinel_password.clone(),
+        tls: args.redis_tls,
+    };
+    let refuse = |flags: &str, why: &str| Err(format!("{flags} {why}"));
+    if args.redis_sentinel.is_none()
+        && (sentinel_auth.user.is_some() || sentinel_auth.password.is_some())
+    {
+        return refuse(
+            "--redis-sentinel-user/--redis-sentinel-password",
+            "need --redis-sentinel",
+        );
+    }
+    if let Some(url) = &args.redis_url {
+        if auth != ServerAuth::default() {
+            return refuse(
+                "--redis-user/--redis-password/--redis-tls",
+                "apply to --redis-cluster and --redis-sentinel: put a single server's credentials \
+                 in its url (redis://user:password@host:port) and use rediss:// for TLS",
+            );
+        }
+        return Ok(Some(Topology::Single { url: url.clone() }));
+    }
+    if !args.redis_cluster.is_empty() {
+        return Ok(Some(Topology::Cluster {
+            seeds: args.redis_cluster.clone(),
+            auth,
+        }));
+    }
+    if let Some((master_name, sentinels)) = &args.redis_sentinel {
+        return Ok(Some(Topology::Sentinel {
+            master_name: master_name.clone(),
+            sentinels: sentinels.clone(),
+            auth,
+            sentinel_auth,
+        }));
+    }
+    if auth != ServerAuth::default() || args.redis_wait_replicas > 0 {
+        return refuse(
+            "--redis-user/--redis-password/--redis-tls/--redis-wait-replicas",
+            "need a Redis (--redis-url, --redis-cluster or --redis-sentinel)",
+        );
+    }
+    Ok(None)
+}
+
+fn parse_sentinel(text: &str) -> Result<(String, Vec<HostPort>), String> {
+    Topology::parse_sentinel(text)
 }
 
 /// Completes on SIGTERM or SIGINT.

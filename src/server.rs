@@ -166,6 +166,18 @@ pub async fn run(
                 "Redis connections found dead (connection error or timeout) and replaced.",
                 move || lost.connections_lost(),
             );
+            let refreshes = store.clone();
+            metrics.register_counter(
+                "ratelimitd_redis_slot_map_refreshes_total",
+                "Times the Redis Cluster slot map was read again (redirections, lost masters).",
+                move || refreshes.slot_map_refreshes(),
+            );
+            let refunds = store.clone();
+            metrics.register_counter(
+                "ratelimitd_redis_refunds_failed_total",
+                "Refunds of a denied cross-node request that failed: the reservation stays until its window or refill takes it back.",
+                move || refunds.refunds_failed(),
+            );
             match settings.deny_cache {
                 None => {
                     tracing::info!(

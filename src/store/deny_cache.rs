@@ -26,7 +26,10 @@
 //! - Requests with hits 0 and shadow checks never use it.
 //! - The cache is cleared on configuration reload, on any store error, when the store reports
 //!   itself unhealthy, and when the store's *epoch* changes (for Redis: the script reloads plus
-//!   the connections found dead). A Redis restart kills every connection, and the server's health
+//!   the connections found dead, and on a cluster the slot map changes and the refunds sent); a
+//!   call during which the epoch changed teaches it nothing. Refunds break the rule above (they
+//!   give back what other requests saw as consumed: a concurrent request may be denied by a
+//!   reservation that is refunded a moment later), hence the epoch. A Redis restart kills every connection, and the server's health
 //!   probe, every second, meets one of them even when every request is answered here; it then
 //!   reconnects at once, so a quick restart may show only in the epoch. After Redis loses its
 //!   counters (restart without persistence, failover to a lagging replica), stale entries may
@@ -226,14 +229,18 @@ impl<S> DenyCache<S> {
         &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
     }
 
-    fn check_epoch(&self) {
-        if let Some(epoch) = &self.epoch {
-            let now = epoch();
-            if self.seen_epoch.swap(now, Ordering::Relaxed) != now {
-                tracing::debug!("store epoch changed: deny cache cleared");
-                self.clear();
-            }
+    /// Clears the cache when the store's epoch changed since the last reading; returns the
+    /// epoch read (0 without one).
+    fn check_epoch(&self) -> u64 {
+        let Some(epoch) = &self.epoch else {
+            return 0;
+        };
+        let now = epoch();
+        if self.seen_epoch.swap(now, Ordering::Relaxed) != now {
+            tracing::debug!("store epoch changed: deny cache cleared");
+            self.clear();
         }
+        now
     }
 
     /// The local answer when every check is covered by a live entry.
@@ -318,7 +325,7 @@ impl<S: Store> Store for DenyCache<S> {
         if self.settings.max_entries == 0 {
             return self.inner.decide(checks).await;
         }
-        self.check_epoch();
+        let epoch_before = self.check_epoch();
         let sent = self.clock.now_us();
         if let Some(verdicts) = self.answer(checks, sent) {
             self.stats.hits.fetch_add(1, Ordering::Relaxed);
@@ -326,9 +333,12 @@ impl<S: Store> Store for DenyCache<S> {
         }
         match self.inner.decide(checks).await {
             Ok(verdicts) => {
-                // A store restart noticed during this very call must not leave stale entries.
-                self.check_epoch();
-                self.learn(checks, &verdicts, sent);
+                // A store restart noticed during this very call must not leave stale entries, and
+                // a denial seen while the epoch moved may be gone already (a refund on a Redis
+                // Cluster gives back what concurrent requests saw as taken): not learned.
+                if self.check_epoch() == epoch_before {
+                    self.learn(checks, &verdicts, sent);
+                }
                 Ok(verdicts)
             }
             Err(error) => {

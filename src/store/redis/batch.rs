@@ -18,7 +18,8 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::script::{decode_batch_reply, Invocation};
+use super::cluster::ClusterLane;
+use super::script::{decode_batch_reply, Invocation, DECIDE};
 use super::Shared;
 use crate::limiter::algorithm::Verdict;
 use crate::store::StoreError;
@@ -29,13 +30,21 @@ pub const MAX_BATCH_REQUESTS: usize = 128;
 /// Most checks (keys) in one script call, unless a single request has more.
 pub const MAX_BATCH_CHECKS: usize = 1024;
 
-type Answer = Result<Vec<Verdict>, StoreError>;
+pub(super) type Answer = Result<Vec<Verdict>, StoreError>;
+
+/// Where a dispatcher's calls go.
+pub(super) enum Route {
+    /// One server: each batch is one script call.
+    Server(Arc<Shared>),
+    /// A Redis Cluster: each batch is one script call per node it touches (see [`super::cluster`]).
+    Cluster(Arc<ClusterLane>),
+}
 
 /// A request waiting for a script call.
-struct Pending {
-    invocation: Invocation,
-    deadline: Instant,
-    answer: oneshot::Sender<Answer>,
+pub(super) struct Pending {
+    pub(super) invocation: Invocation,
+    pub(super) deadline: Instant,
+    pub(super) answer: oneshot::Sender<Answer>,
 }
 
 impl Pending {
@@ -62,20 +71,29 @@ impl Pending {
 /// taken in order and all have the same timeout, so each is answered by its own deadline.
 pub(super) struct Batcher {
     queue: mpsc::UnboundedSender<Pending>,
-    shared: Arc<Shared>,
+    route: Arc<Route>,
 }
 
 impl Batcher {
     /// Spawns the dispatcher on the current tokio runtime.
-    pub(super) fn start(shared: Arc<Shared>, max_in_flight: usize) -> Batcher {
+    pub(super) fn start(route: Route, timeout: Duration, max_in_flight: usize) -> Batcher {
         let (queue, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(dispatch(receiver, shared.clone(), max_in_flight.max(1)));
-        Batcher { queue, shared }
+        let route = Arc::new(route);
+        tokio::spawn(dispatch(
+            receiver,
+            route.clone(),
+            timeout,
+            max_in_flight.max(1),
+        ));
+        Batcher { queue, route }
     }
 
-    /// The connections this dispatcher calls through.
-    pub(super) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+    /// Whether the servers this dispatcher calls answer (see `RedisStore::is_healthy`).
+    pub(super) async fn is_healthy(&self, deadline: Instant) -> bool {
+        match &*self.route {
+            Route::Server(shared) => shared.ping(deadline).await,
+            Route::Cluster(lane) => lane.is_healthy(deadline).await,
+        }
     }
 
     /// Whether the dispatcher still runs (it ends with the runtime that spawned it).
@@ -100,10 +118,10 @@ impl Batcher {
 
 async fn dispatch(
     mut queue: mpsc::UnboundedReceiver<Pending>,
-    shared: Arc<Shared>,
+    route: Arc<Route>,
+    timeout: Duration,
     max_in_flight: usize,
 ) {
-    let timeout = shared.timeout;
     let mut in_flight = FuturesUnordered::new();
     let mut carried: Option<Pending> = None;
     loop {
@@ -113,7 +131,7 @@ async fn dispatch(
             first = next_live(&mut queue, &mut carried, timeout), if in_flight.len() < max_in_flight => {
                 let Some(first) = first else { break };
                 let batch = gather(first, &mut queue, &mut carried, timeout);
-                in_flight.push(call(Arc::clone(&shared), batch));
+                in_flight.push(call(Arc::clone(&route), batch));
             }
         }
     }
@@ -163,8 +181,16 @@ fn gather(
     batch
 }
 
+/// The script call(s) deciding `batch`, answering every request of it.
+async fn call(route: Arc<Route>, batch: Vec<Pending>) {
+    match &*route {
+        Route::Server(shared) => call_server(shared, batch).await,
+        Route::Cluster(lane) => lane.call(batch).await,
+    }
+}
+
 /// One script call deciding `batch`, answering every request of it.
-async fn call(shared: Arc<Shared>, batch: Vec<Pending>) {
+async fn call_server(shared: &Shared, batch: Vec<Pending>) {
     let deadline = batch
         .iter()
         .map(|pending| pending.deadline)
@@ -172,7 +198,7 @@ async fn call(shared: Arc<Shared>, batch: Vec<Pending>) {
         .unwrap_or_else(Instant::now);
     let command = super::script::evalsha(batch.iter().map(|pending| &pending.invocation));
     let replies = shared
-        .evaluate(&command, deadline)
+        .evaluate(&DECIDE, &command, deadline)
         .await
         .and_then(|reply| decode_batch_reply(reply, batch.iter().map(|p| p.invocation.checks())));
     match replies {

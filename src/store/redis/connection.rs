@@ -27,6 +27,7 @@ use redis::{
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
+use super::sentinel::MasterLocator;
 use crate::store::StoreError;
 
 /// First pause after a failed connection attempt; doubles per consecutive failure.
@@ -41,17 +42,29 @@ pub struct Conn {
     pub broken: Arc<AtomicBool>,
     /// [`Reachability::connections_lost`] when this connection was last known alive.
     alive_at_losses: u64,
+    /// The Sentinel master generation it was opened in (see [`MasterLocator::generation`]).
+    generation: u64,
 }
 
 impl Conn {
-    /// A connection just opened (so alive) through a manager sharing `reachability`.
-    pub fn new(mux: MultiplexedConnection, reachability: &Reachability) -> Conn {
+    /// A connection just opened (so alive) through `manager`.
+    pub fn new(mux: MultiplexedConnection, manager: &Manager) -> Conn {
         Conn {
             mux,
             broken: Arc::default(),
-            alive_at_losses: reachability.connections_lost(),
+            alive_at_losses: manager.reachability.connections_lost(),
+            generation: manager.generation(),
         }
     }
+}
+
+/// Where a [`Manager`] opens its connections.
+#[derive(Clone)]
+enum Target {
+    /// Always the same server.
+    Fixed(redis::Client),
+    /// The master the sentinels name at the time of each connection.
+    Sentinel(Arc<MasterLocator>),
 }
 
 #[derive(Debug, Default)]
@@ -130,7 +143,7 @@ impl Reachability {
 /// reachability record (and so the backoff).
 #[derive(Clone)]
 pub struct Manager {
-    client: redis::Client,
+    target: Target,
     config: AsyncConnectionConfig,
     reachability: Arc<Reachability>,
     /// The runtime whose task drives each connection opened (see [`Manager::driven_on`]); `None`:
@@ -145,10 +158,39 @@ impl Manager {
             // Every call is bounded by the store's own deadline instead.
             .set_response_timeout(None);
         Manager {
-            client,
+            target: Target::Fixed(client),
             config,
             reachability: Arc::default(),
             home: None,
+        }
+    }
+
+    /// A manager opening every connection to the master that `locator` finds.
+    pub fn sentinel(locator: Arc<MasterLocator>, connect_timeout: Duration) -> Manager {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(None);
+        Manager {
+            target: Target::Sentinel(locator),
+            config,
+            reachability: Arc::default(),
+            home: None,
+        }
+    }
+
+    /// The Sentinel master generation (0 for a fixed server).
+    fn generation(&self) -> u64 {
+        match &self.target {
+            Target::Fixed(_) => 0,
+            Target::Sentinel(locator) => locator.generation(),
+        }
+    }
+
+    /// A connection answered `READONLY`: the server it reaches is a replica now. With Sentinel,
+    /// every connection to it is dropped at its next check-out.
+    pub fn saw_readonly(&self) {
+        if let Target::Sentinel(locator) = &self.target {
+            locator.master_moved();
         }
     }
 
@@ -170,10 +212,21 @@ impl Manager {
 
     /// Opens a connection now, ignoring the backoff (used once at startup).
     pub async fn open(&self) -> Result<MultiplexedConnection, RedisError> {
-        let result = self
-            .client
-            .get_multiplexed_async_connection_with_config(&self.config)
-            .await;
+        let result = match &self.target {
+            Target::Fixed(client) => {
+                client
+                    .get_multiplexed_async_connection_with_config(&self.config)
+                    .await
+            }
+            Target::Sentinel(locator) => match locator.master_client().await {
+                Ok(client) => {
+                    client
+                        .get_multiplexed_async_connection_with_config(&self.config)
+                        .await
+                }
+                Err(error) => Err(error),
+            },
+        };
         self.reachability.record(&result);
         result
     }
@@ -206,7 +259,7 @@ impl bb8::ManageConnection for Manager {
                     })??
             }
         };
-        Ok(Conn::new(mux, &self.reachability))
+        Ok(Conn::new(mux, self))
     }
 
     /// Check-out test: the broken flag (a failed command sets it), and a `PING` only when
@@ -217,6 +270,12 @@ impl bb8::ManageConnection for Manager {
             return Err(RedisError::from((
                 ErrorKind::Io,
                 "connection marked broken",
+            )));
+        }
+        if conn.generation != self.generation() {
+            return Err(RedisError::from((
+                ErrorKind::Io,
+                "the sentinels named another master",
             )));
         }
         let losses = self.reachability.connections_lost();
@@ -234,7 +293,7 @@ impl bb8::ManageConnection for Manager {
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
-        conn.broken.load(Ordering::Relaxed)
+        conn.broken.load(Ordering::Relaxed) || conn.generation != self.generation()
     }
 }
 
@@ -252,19 +311,47 @@ pub fn is_connection_error(error: &RedisError) -> bool {
 /// public roots are not used. Errors name the problem but never echo the URL (it may hold a
 /// password).
 pub fn client(url: &str, tls_ca: Option<&Path>) -> Result<redis::Client, StoreError> {
+    let info = url
+        .into_connection_info()
+        .map_err(|e| StoreError::Unavailable(format!("invalid redis url: {e}")))?;
+    client_for_info(info, tls_ca)
+}
+
+/// The redis client for `info`, trusting only the CAs of `tls_ca` when given (see [`client`]).
+pub fn client_for_info(
+    info: redis::ConnectionInfo,
+    tls_ca: Option<&Path>,
+) -> Result<redis::Client, StoreError> {
     // rustls needs a process-wide crypto provider; installing it again is a harmless no-op.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let invalid = |e: RedisError| StoreError::Unavailable(format!("invalid redis url: {e}"));
-    let info = url.into_connection_info().map_err(invalid)?;
     let Some(ca_path) = tls_ca else {
         return redis::Client::open(info).map_err(invalid);
     };
     if !matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
         return Err(StoreError::Unavailable(format!(
-            "a redis TLS CA file ({}) needs a rediss:// url",
+            "a redis TLS CA file ({}) needs TLS (a rediss:// url, or --redis-tls)",
             ca_path.display()
         )));
     }
+    let pem = read_ca(ca_path)?;
+    redis::Client::build_with_tls(
+        info,
+        TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem),
+        },
+    )
+    .map_err(|e| {
+        StoreError::Unavailable(format!(
+            "cannot use the redis TLS CA file {}: {e}",
+            ca_path.display()
+        ))
+    })
+}
+
+/// The PEM bytes of a CA file, checked to hold at least one certificate.
+pub fn read_ca(ca_path: &Path) -> Result<Vec<u8>, StoreError> {
     let pem = std::fs::read(ca_path).map_err(|e| {
         StoreError::Unavailable(format!(
             "cannot read the redis TLS CA file {}: {e}",
@@ -285,19 +372,7 @@ pub fn client(url: &str, tls_ca: Option<&Path>) -> Result<redis::Client, StoreEr
             ca_path.display()
         )));
     }
-    redis::Client::build_with_tls(
-        info,
-        TlsCertificates {
-            client_tls: None,
-            root_cert: Some(pem),
-        },
-    )
-    .map_err(|e| {
-        StoreError::Unavailable(format!(
-            "cannot use the redis TLS CA file {}: {e}",
-            ca_path.display()
-        ))
-    })
+    Ok(pem)
 }
 
 /// The error of a failed first connection (bad address, TLS, credentials, database number), with

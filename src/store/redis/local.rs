@@ -12,24 +12,18 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use bb8_redis::bb8;
 use parking_lot::Mutex;
 
-use super::batch::Batcher;
-use super::connection::{Manager, Reachability};
-use super::{new_pool, ConnectionMode, Shared};
+use super::batch::{Batcher, Route};
+use super::cluster::ClusterLane;
+use super::{Backend, PoolSettings};
 
-/// What a thread needs to start its own pool and dispatcher, and the dispatchers started so far
+/// What a thread needs to start its own pools and dispatcher, and the dispatchers started so far
 /// (held here, so they stop when the store is dropped).
 pub(super) struct Locals {
     id: u64,
-    manager: Manager,
-    startup_pool: bb8::Pool<Manager>,
-    reachability: Arc<Reachability>,
-    script_reloads: Arc<AtomicU64>,
-    pool_size: u32,
-    timeout: std::time::Duration,
-    mode: ConnectionMode,
+    backend: Backend,
+    settings: PoolSettings,
     started: Mutex<Vec<Arc<Batcher>>>,
 }
 
@@ -39,24 +33,12 @@ thread_local! {
 }
 
 impl Locals {
-    pub(super) fn new(
-        manager: Manager,
-        startup_pool: bb8::Pool<Manager>,
-        script_reloads: Arc<AtomicU64>,
-        pool_size: u32,
-        timeout: std::time::Duration,
-        mode: ConnectionMode,
-    ) -> Locals {
+    pub(super) fn new(backend: Backend, settings: PoolSettings) -> Locals {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         Locals {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            reachability: manager.reachability(),
-            manager,
-            startup_pool,
-            script_reloads,
-            pool_size,
-            timeout,
-            mode,
+            backend,
+            settings,
             started: Mutex::new(Vec::new()),
         }
     }
@@ -74,7 +56,11 @@ impl Locals {
         if let Some(batcher) = found.filter(|batcher| batcher.is_running()) {
             return batcher;
         }
-        let batcher = Arc::new(Batcher::start(self.shared(), self.pool_size as usize));
+        let batcher = Arc::new(Batcher::start(
+            self.route(),
+            self.settings.timeout,
+            self.settings.pool_size as usize,
+        ));
         DISPATCHERS.with(|dispatchers| {
             let mut dispatchers = dispatchers.borrow_mut();
             // Entries of dropped stores and this store's ended dispatcher go here, off the hot path.
@@ -87,16 +73,15 @@ impl Locals {
         batcher
     }
 
-    /// A pool for this thread: one connection opened at once in the background, more on demand;
-    /// until the first is open, calls borrow the startup pool's.
-    fn shared(&self) -> Arc<Shared> {
-        Arc::new(Shared {
-            pool: new_pool(self.pool_size, self.timeout, self.manager.clone()),
-            reachability: self.reachability.clone(),
-            timeout: self.timeout,
-            mode: self.mode,
-            script_reloads: self.script_reloads.clone(),
-            fallback: Some(self.startup_pool.clone()),
-        })
+    /// Where this thread's calls go: its own pool to the one server (one connection opened at
+    /// once in the background, more on demand; until the first is open, calls borrow the startup
+    /// pool's), or its own pools to each cluster node, opened as the slot map names them.
+    fn route(&self) -> Route {
+        match &self.backend {
+            Backend::Server(server) => Route::Server(server.thread_pool(&self.settings)),
+            Backend::Cluster(cluster) => {
+                Route::Cluster(Arc::new(ClusterLane::new(cluster.clone(), &self.settings)))
+            }
+        }
     }
 }

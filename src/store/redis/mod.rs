@@ -21,11 +21,14 @@
 //!   store does not understand.
 
 mod batch;
+pub mod cluster;
 pub mod connection;
 pub mod keys;
 mod local;
 pub mod refund;
 pub mod script;
+mod sentinel;
+pub mod topology;
 mod version;
 
 use std::fmt;
@@ -39,9 +42,12 @@ use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, RedisError, Value};
 use tokio::time::{timeout_at, Instant};
 
+use self::cluster::Cluster;
 use self::connection::{connect_error, is_connection_error, Conn, Manager, Reachability};
 use self::local::Locals;
-use self::script::{script_load, sha1, Invocation};
+use self::script::{sha1, Invocation, Script, DECIDE};
+use self::sentinel::MasterLocator;
+pub use self::topology::{HostPort, ServerAuth, Topology};
 use super::{Check, Store, StoreError};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::clock::Clock;
@@ -49,28 +55,33 @@ use crate::limiter::clock::Clock;
 /// How to reach Redis.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisSettings {
-    /// `redis://[user:password@]host[:port][/db]`, `rediss://...` for TLS (a `#insecure` fragment,
-    /// `rediss://host:port/#insecure`, skips certificate verification), or
-    /// `unix:///path/to/socket[?db=N&pass=P]`.
-    pub url: String,
+    /// A single server, a cluster or a Sentinel setup (see [`Topology`]).
+    pub topology: Topology,
     /// Bound on every call: connection check-out plus the script round trip(s).
     pub timeout: Duration,
     /// Connections kept open. Each one is multiplexed (see [`ConnectionMode::Multiplexed`]), so a
     /// few carry any number of concurrent requests.
     pub pool_size: u32,
-    /// PEM file of the CA certificate(s) to trust for `rediss://` instead of the bundled public
-    /// roots (self-signed or private-CA deployments). Only valid with a `rediss://` URL.
+    /// PEM file of the CA certificate(s) to trust for TLS instead of the bundled public roots
+    /// (self-signed or private-CA deployments). Only valid with TLS (`rediss://`, or
+    /// [`ServerAuth::tls`]).
     pub tls_ca: Option<PathBuf>,
+    /// Replicas that must acknowledge each script call's writes (`WAIT`) before its requests are
+    /// answered; 0 (the default) waits for none. A call whose writes fewer replicas acknowledged
+    /// by the deadline is answered as a store failure: its admitted hits might not survive a
+    /// failover.
+    pub wait_replicas: u32,
 }
 
 /// Shows the URL without its password, so settings can be logged.
 impl fmt::Debug for RedisSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisSettings")
-            .field("url", &redacted_url(&self.url))
+            .field("topology", &self.topology)
             .field("timeout", &self.timeout)
             .field("pool_size", &self.pool_size)
             .field("tls_ca", &self.tls_ca)
+            .field("wait_replicas", &self.wait_replicas)
             .finish()
     }
 }
@@ -96,13 +107,19 @@ impl RedisSettings {
     /// Default number of (multiplexed) connections.
     pub const DEFAULT_POOL_SIZE: u32 = 4;
 
-    /// Settings for `url` with the default timeout and pool size.
+    /// Settings for the single server at `url` with the default timeout and pool size.
     pub fn new(url: impl Into<String>) -> RedisSettings {
+        RedisSettings::for_topology(Topology::Single { url: url.into() })
+    }
+
+    /// Settings for `topology` with the default timeout and pool size.
+    pub fn for_topology(topology: Topology) -> RedisSettings {
         RedisSettings {
-            url: url.into(),
+            topology,
             timeout: Self::DEFAULT_TIMEOUT,
             pool_size: Self::DEFAULT_POOL_SIZE,
             tls_ca: None,
+            wait_replicas: 0,
         }
     }
 }
@@ -131,17 +148,49 @@ pub enum ConnectionMode {
     Exclusive,
 }
 
-/// The connections and what every script call needs; shared by the store's clones and its batch
-/// dispatcher.
+/// What every pool of the store shares, whichever server it reaches.
+#[derive(Clone)]
+struct PoolSettings {
+    pool_size: u32,
+    timeout: Duration,
+    mode: ConnectionMode,
+    wait_replicas: u32,
+    script_reloads: Arc<AtomicU64>,
+}
+
+/// One server's connections (a thread's own pool, or the startup pool) and what every script call
+/// to it needs; shared by the store's clones and a batch dispatcher.
 struct Shared {
     pool: bb8::Pool<Manager>,
+    manager: Manager,
     reachability: Arc<Reachability>,
     timeout: Duration,
     mode: ConnectionMode,
+    wait_replicas: u32,
     script_reloads: Arc<AtomicU64>,
     /// Used while `pool` has no connection yet: a thread's pool starts empty, and its first
     /// calls must not wait out a connection handshake (see [`local`]).
     fallback: Option<bb8::Pool<Manager>>,
+}
+
+impl Shared {
+    /// A new pool through `manager`, borrowing from `fallback` until it has a connection.
+    fn new(
+        manager: Manager,
+        settings: &PoolSettings,
+        fallback: Option<bb8::Pool<Manager>>,
+    ) -> Shared {
+        Shared {
+            pool: new_pool(settings.pool_size, settings.timeout, manager.clone()),
+            reachability: manager.reachability(),
+            manager,
+            timeout: settings.timeout,
+            mode: settings.mode,
+            wait_replicas: settings.wait_replicas,
+            script_reloads: settings.script_reloads.clone(),
+            fallback,
+        }
+    }
 }
 
 /// A pool of at most `size` connections that opens one at once in the background (more on
@@ -157,25 +206,86 @@ fn new_pool(size: u32, timeout: std::time::Duration, manager: Manager) -> bb8::P
         .build_unchecked(manager)
 }
 
+/// A server the store has checked and loaded its scripts on: its connection manager and the
+/// startup pool, driven by the runtime that connected (threads borrow from it, see [`local`]).
+#[derive(Clone)]
+struct Server {
+    manager: Manager,
+    startup: Arc<Shared>,
+}
+
+impl Server {
+    /// Opens a first connection through `manager` by `deadline`, loads `scripts` and checks the
+    /// version, so a wrong address, password or an unreachable server fails here.
+    async fn start(
+        manager: Manager,
+        settings: &PoolSettings,
+        scripts: &[&Script],
+        connect_timeout: Duration,
+    ) -> Result<Server, StoreError> {
+        let deadline = Instant::now() + connect_timeout;
+        let timed_out = |_| StoreError::Timeout(connect_timeout);
+        let mut first = timeout_at(deadline, manager.open())
+            .await
+            .map_err(timed_out)?
+            .map_err(|e| connect_error(&e))?;
+        for script in scripts {
+            let loaded = timeout_at(deadline, load_script(&mut first, script))
+                .await
+                .map_err(timed_out)??;
+            tracing::debug!(sha1 = %loaded, "script loaded");
+        }
+        timeout_at(deadline, version::check(&mut first))
+            .await
+            .map_err(timed_out)??;
+        let manager = manager.driven_on(tokio::runtime::Handle::current());
+        let startup = Shared::new(manager.clone(), settings, None);
+        // The pool may already be filling itself; a full pool simply drops this connection.
+        let _ = startup.pool.add(Conn::new(first, &manager));
+        Ok(Server {
+            manager,
+            startup: Arc::new(startup),
+        })
+    }
+
+    /// A pool for the calling thread, borrowing the startup pool's connections until its own has
+    /// one.
+    fn thread_pool(&self, settings: &PoolSettings) -> Arc<Shared> {
+        Arc::new(Shared::new(
+            self.manager.clone(),
+            settings,
+            Some(self.startup.pool.clone()),
+        ))
+    }
+}
+
+/// What the store's calls go to.
+#[derive(Clone)]
+enum Backend {
+    /// One master: a single server, or the one Sentinel names.
+    Server(Server),
+    /// Every master of a Redis Cluster.
+    Cluster(Arc<Cluster>),
+}
+
 /// The Redis-backed [`Store`]. Cheap to clone; clones share the pool.
 #[derive(Clone)]
 pub struct RedisStore {
-    /// The startup pool: the script load at startup, and each thread's connection until its own
-    /// pool has one.
-    shared: Arc<Shared>,
+    backend: Backend,
+    settings: PoolSettings,
     /// Script calls go through the calling thread's own pool and dispatcher.
     locals: Arc<Locals>,
     pinned_clock: Option<Arc<dyn Clock>>,
+    /// Kept alive for the sentinels' announcements (see [`sentinel`]).
+    _locator: Option<Arc<MasterLocator>>,
 }
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = self.shared.pool.state();
         f.debug_struct("RedisStore")
-            .field("timeout", &self.shared.timeout)
-            .field("mode", &self.shared.mode)
-            .field("connections", &state.connections)
-            .field("idle_connections", &state.idle_connections)
+            .field("timeout", &self.settings.timeout)
+            .field("mode", &self.settings.mode)
+            .field("cluster", &matches!(self.backend, Backend::Cluster(_)))
             .field("pinned_clock", &self.pinned_clock.is_some())
             .finish()
     }
@@ -186,9 +296,9 @@ impl fmt::Debug for RedisStore {
 const STARTUP_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl RedisStore {
-    /// Connects with [`ConnectionMode::Multiplexed`]: opens a first connection and loads the
-    /// script, so a wrong URL, a wrong password or an unreachable Redis fails here, at startup.
-    /// Later outages are survived: the store reconnects by itself.
+    /// Connects with [`ConnectionMode::Multiplexed`]: opens a first connection to every master
+    /// and loads the scripts, so a wrong address, a wrong password or an unreachable Redis fails
+    /// here, at startup. Later outages are survived: the store reconnects by itself.
     pub async fn connect(settings: RedisSettings) -> Result<RedisStore, StoreError> {
         RedisStore::connect_with_mode(settings, ConnectionMode::default()).await
     }
@@ -208,53 +318,54 @@ impl RedisStore {
                 "redis pool size must be positive".into(),
             ));
         }
-        let client = connection::client(&settings.url, settings.tls_ca.as_deref())?;
-        let connect_timeout = settings.timeout.max(STARTUP_CONNECT_TIMEOUT);
-        let manager = Manager::new(client, connect_timeout);
-
-        // First connection by hand, with a startup-sized deadline, to fail fast on bad settings.
-        let deadline = Instant::now() + connect_timeout;
-        let mut first = timeout_at(deadline, manager.open())
-            .await
-            .map_err(|_| StoreError::Timeout(connect_timeout))?
-            .map_err(|e| connect_error(&e))?;
-        let loaded = timeout_at(deadline, load_script(&mut first))
-            .await
-            .map_err(|_| StoreError::Timeout(connect_timeout))??;
-        tracing::debug!(sha1 = %loaded, "rate-limit script loaded");
-        timeout_at(deadline, version::check(&mut first))
-            .await
-            .map_err(|_| StoreError::Timeout(connect_timeout))??;
-
-        let reachability = manager.reachability();
-        let pool = new_pool(
-            settings.pool_size,
-            settings.timeout,
-            manager.driven_on(tokio::runtime::Handle::current()),
-        );
-        // The pool may already be filling itself; a full pool simply drops this connection.
-        let _ = pool.add(Conn::new(first, &reachability));
-        let script_reloads = Arc::new(AtomicU64::new(0));
-        let shared = Arc::new(Shared {
-            pool,
-            reachability,
+        let pool_settings = PoolSettings {
+            pool_size: settings.pool_size,
             timeout: settings.timeout,
             mode,
-            script_reloads: script_reloads.clone(),
-            fallback: None,
-        });
-        let locals = Locals::new(
-            manager,
-            shared.pool.clone(),
-            script_reloads,
-            settings.pool_size,
-            settings.timeout,
-            mode,
-        );
+            wait_replicas: settings.wait_replicas,
+            script_reloads: Arc::new(AtomicU64::new(0)),
+        };
+        let connect_timeout = settings.timeout.max(STARTUP_CONNECT_TIMEOUT);
+        let tls_ca = settings.tls_ca.as_deref();
+        let mut locator = None;
+        let backend = match &settings.topology {
+            Topology::Single { url } => {
+                let manager = Manager::new(connection::client(url, tls_ca)?, connect_timeout);
+                Backend::Server(
+                    Server::start(manager, &pool_settings, &[&DECIDE], connect_timeout).await?,
+                )
+            }
+            Topology::Sentinel {
+                master_name,
+                sentinels,
+                auth,
+                sentinel_auth,
+            } => {
+                let found = Arc::new(MasterLocator::new(
+                    master_name,
+                    sentinels,
+                    auth,
+                    sentinel_auth,
+                    tls_ca,
+                )?);
+                found.spawn_watch();
+                let manager = Manager::sentinel(found.clone(), connect_timeout);
+                locator = Some(found);
+                Backend::Server(
+                    Server::start(manager, &pool_settings, &[&DECIDE], connect_timeout).await?,
+                )
+            }
+            Topology::Cluster { seeds, auth } => Backend::Cluster(
+                Cluster::connect(seeds, auth, tls_ca, &pool_settings, connect_timeout).await?,
+            ),
+        };
+        let locals = Locals::new(backend.clone(), pool_settings.clone());
         Ok(RedisStore {
-            shared,
+            backend,
+            settings: pool_settings,
             locals: Arc::new(locals),
             pinned_clock: None,
+            _locator: locator,
         })
     }
 
@@ -267,33 +378,64 @@ impl RedisStore {
         self
     }
 
-    /// How many times the script was reloaded after a `NOSCRIPT` (for metrics).
+    /// How many times a script was reloaded after a `NOSCRIPT` (for metrics), on every server.
     pub fn script_reloads(&self) -> u64 {
-        self.shared.script_reloads.load(Ordering::Relaxed)
+        self.settings.script_reloads.load(Ordering::Relaxed)
     }
 
     /// How many connections were found dead (a command failed at the connection level or timed
-    /// out), in every pool.
+    /// out), in every pool, to every server.
     pub fn connections_lost(&self) -> u64 {
-        self.shared.reachability.connections_lost()
+        match &self.backend {
+            Backend::Server(server) => server.startup.reachability.connections_lost(),
+            Backend::Cluster(cluster) => cluster.connections_lost(),
+        }
     }
 
     /// A number that changes whenever Redis may have lost its counters since the last reading:
-    /// script reloads plus connections found dead. A restart shows as both, but often only as the
-    /// second: when every request is answered without Redis (the deny cache), only the health
-    /// probe meets a dead connection, and it reconnects before any script call sees `NOSCRIPT`.
+    /// script reloads plus connections found dead (plus, on a cluster, slot map changes), or
+    /// given back hits that concurrent requests saw as taken (a cluster's refunds). A
+    /// restart shows as both, but often only as the second: when every request is answered
+    /// without Redis (the deny cache), only the health probe meets a dead connection, and it
+    /// reconnects before any script call sees `NOSCRIPT`.
     pub fn epoch(&self) -> u64 {
-        self.script_reloads().wrapping_add(self.connections_lost())
+        let topology_changes = match &self.backend {
+            Backend::Server(_) => 0,
+            Backend::Cluster(cluster) => cluster
+                .slot_map_changes()
+                .wrapping_add(cluster.refunds_sent()),
+        };
+        self.script_reloads()
+            .wrapping_add(self.connections_lost())
+            .wrapping_add(topology_changes)
     }
 
     /// The connection mode in use.
     pub fn mode(&self) -> ConnectionMode {
-        self.shared.mode
+        self.settings.mode
     }
 
     /// The SHA1 of the script this store calls.
     pub fn script_sha1(&self) -> &'static str {
         sha1()
+    }
+
+    /// Refunds of denied cross-node requests that failed (their reservation stays: stricter,
+    /// never more permissive); 0 off a cluster.
+    pub fn refunds_failed(&self) -> u64 {
+        match &self.backend {
+            Backend::Server(_) => 0,
+            Backend::Cluster(cluster) => cluster.refunds_failed(),
+        }
+    }
+
+    /// Times a cluster's slot map was read again (after a redirection or a lost node); 0 off a
+    /// cluster.
+    pub fn slot_map_refreshes(&self) -> u64 {
+        match &self.backend {
+            Backend::Server(_) => 0,
+            Backend::Cluster(cluster) => cluster.slot_map_refreshes(),
+        }
     }
 }
 
@@ -334,49 +476,149 @@ impl Shared {
         Ok(Lease {
             mux,
             broken,
-            reachability: &self.reachability,
+            shared: self,
             _slot: slot,
             deadline,
-            timeout: shared.timeout,
         })
     }
 
-    /// Runs a script call by `deadline`; on `NOSCRIPT` reloads the script and retries it once.
-    async fn evaluate(&self, command: &redis::Cmd, deadline: Instant) -> Result<Value, StoreError> {
-        let mut lease = self.lease(deadline).await?;
-        match lease.query(command).await? {
-            Ok(value) => Ok(value),
-            Err(error) if is_noscript(&error) => {
-                self.script_reloads.fetch_add(1, Ordering::Relaxed);
-                tracing::info!("redis lost the rate-limit script (NOSCRIPT); reloading it");
-                let loaded = lease.query(&script_load()).await?.map_err(command_error)?;
-                check_loaded_sha(&loaded)?;
-                lease.query(command).await?.map_err(command_error)
-            }
-            Err(error) => Err(command_error(error)),
-        }
+    /// Runs a call of `script` by `deadline` (see [`Shared::evaluate_raw`]).
+    async fn evaluate(
+        &self,
+        script: &Script,
+        command: &redis::Cmd,
+        deadline: Instant,
+    ) -> Result<Value, StoreError> {
+        self.evaluate_raw(script, command, false, deadline)
+            .await?
+            .map_err(command_error)
     }
+
+    /// Runs a call of `script` by `deadline`, after `ASKING` when `asking` (a cluster slot being
+    /// imported); on `NOSCRIPT` reloads the script and retries it once. With
+    /// [`RedisSettings::wait_replicas`], the call's writes must also reach that many replicas by
+    /// the deadline (`WAIT`, in the same round trip). A connection that answers `READONLY` (the
+    /// server is a replica now) is dropped at once. The outer error ends the call; the inner one
+    /// is the command's own (a cluster redirection, say), for the caller to inspect.
+    async fn evaluate_raw(
+        &self,
+        script: &Script,
+        command: &redis::Cmd,
+        asking: bool,
+        deadline: Instant,
+    ) -> Result<Result<Value, RedisError>, StoreError> {
+        let mut lease = self.lease(deadline).await?;
+        let mut reply = lease.call(command, asking, self.wait_replicas).await?;
+        if matches!(&reply, Err(error) if is_noscript(error)) {
+            self.script_reloads.fetch_add(1, Ordering::Relaxed);
+            tracing::info!("redis lost a ratelimitd script (NOSCRIPT); reloading it");
+            let loaded = lease
+                .query(&script.load_command())
+                .await?
+                .map_err(command_error)?;
+            check_loaded_sha(&loaded, script)?;
+            reply = lease.call(command, asking, self.wait_replicas).await?;
+        }
+        match &reply {
+            Ok(value) if answered_readonly(value) => lease.readonly(),
+            Err(error) if error.code() == Some("READONLY") => lease.readonly(),
+            _ => {}
+        }
+        Ok(reply)
+    }
+}
+
+/// Whether a script's reply holds a request's `READONLY` error: it ran on a replica.
+fn answered_readonly(reply: &Value) -> bool {
+    let Value::Array(values) = reply else {
+        return false;
+    };
+    values.iter().any(|value| match value {
+        Value::BulkString(text) => text.starts_with(b"READONLY"),
+        Value::SimpleString(text) => text.starts_with("READONLY"),
+        _ => false,
+    })
 }
 
 /// A connection taken for one call, with the call's deadline.
 struct Lease<'a> {
     mux: MultiplexedConnection,
     broken: Arc<std::sync::atomic::AtomicBool>,
-    reachability: &'a Reachability,
+    shared: &'a Shared,
     _slot: Option<bb8::PooledConnection<'a, Manager>>,
     deadline: Instant,
-    timeout: Duration,
 }
 
 impl Lease<'_> {
     /// Runs `cmd` before the deadline. The outer error ends the call (timeout, broken
     /// connection); the inner one is the command's own error, for the caller to inspect.
     async fn query(&mut self, cmd: &redis::Cmd) -> Result<Result<Value, RedisError>, StoreError> {
-        match timeout_at(self.deadline, cmd.query_async::<Value>(&mut self.mux)).await {
+        let result = timeout_at(self.deadline, cmd.query_async::<Value>(&mut self.mux)).await;
+        self.settle(result)
+    }
+
+    /// Runs `cmd`, after `ASKING` when `asking`, and followed in the same round trip by `WAIT
+    /// replicas <ms left>` when `replicas` is not 0; the command's reply, or a store failure when
+    /// fewer replicas acknowledged.
+    async fn call(
+        &mut self,
+        cmd: &redis::Cmd,
+        asking: bool,
+        replicas: u32,
+    ) -> Result<Result<Value, RedisError>, StoreError> {
+        if replicas == 0 && !asking {
+            return self.query(cmd).await;
+        }
+        let mut pipeline = redis::pipe();
+        if asking {
+            pipeline.cmd("ASKING").ignore();
+        }
+        pipeline.add_command(cmd.clone());
+        if replicas == 0 {
+            let result = timeout_at(
+                self.deadline,
+                pipeline.query_async::<(Value,)>(&mut self.mux),
+            )
+            .await;
+            return Ok(self.settle(result)?.map(|(reply,)| reply));
+        }
+        let left_ms = self
+            .deadline
+            .saturating_duration_since(Instant::now())
+            .as_millis()
+            .max(1);
+        pipeline.cmd("WAIT").arg(replicas).arg(left_ms as u64);
+        let result = timeout_at(
+            self.deadline,
+            pipeline.query_async::<Vec<Value>>(&mut self.mux),
+        )
+        .await;
+        let replies = match self.settle(result)? {
+            Ok(replies) => replies,
+            Err(error) => return Ok(Err(error)),
+        };
+        let mut replies = replies.into_iter();
+        let (Some(reply), Some(acknowledged)) = (replies.next(), replies.next()) else {
+            return Err(StoreError::Protocol("WAIT pipeline answered short".into()));
+        };
+        match acknowledged {
+            Value::Int(count) if count >= i64::from(replicas) => Ok(Ok(reply)),
+            Value::Int(count) => Err(StoreError::Unavailable(format!(
+                "only {count} of {replicas} redis replicas acknowledged the writes in time"
+            ))),
+            other => Err(StoreError::Protocol(format!("WAIT answered {other:?}"))),
+        }
+    }
+
+    fn settle<T>(
+        &self,
+        result: Result<Result<T, RedisError>, tokio::time::error::Elapsed>,
+    ) -> Result<Result<T, RedisError>, StoreError> {
+        match result {
             Err(_) => {
                 // A blackholed peer shows only as timeouts: replace the connection.
                 self.mark_broken();
-                Err(StoreError::Timeout(self.timeout))
+                Err(StoreError::Timeout(self.shared.timeout))
             }
             Ok(Err(error)) if is_connection_error(&error) => {
                 self.mark_broken();
@@ -386,9 +628,17 @@ impl Lease<'_> {
         }
     }
 
+    /// The server answered `READONLY`: it is a replica now. The connection is dropped at once
+    /// (and, with Sentinel, every connection to that server).
+    fn readonly(&self) {
+        tracing::warn!("redis answered READONLY: the server is a replica now; reconnecting");
+        self.mark_broken();
+        self.shared.manager.saw_readonly();
+    }
+
     /// Has the pool replace this connection.
     fn mark_broken(&self) {
-        self.reachability.mark_lost(&self.broken);
+        self.shared.reachability.mark_lost(&self.broken);
     }
 }
 
@@ -399,7 +649,7 @@ fn is_noscript(error: &RedisError) -> bool {
 
 /// A command-level error: the script or the reply is wrong (protocol) or Redis refuses to serve
 /// (out of memory, loading, read-only replica, busy...: unavailable).
-fn command_error(error: RedisError) -> StoreError {
+pub(crate) fn command_error(error: RedisError) -> StoreError {
     let protocol = matches!(
         error.kind(),
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType
@@ -411,7 +661,7 @@ fn command_error(error: RedisError) -> StoreError {
     }
 }
 
-fn check_loaded_sha(value: &Value) -> Result<(), StoreError> {
+fn check_loaded_sha(value: &Value, script: &Script) -> Result<(), StoreError> {
     let loaded = match value {
         Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
         Value::SimpleString(text) => text.clone(),
@@ -421,20 +671,24 @@ fn check_loaded_sha(value: &Value) -> Result<(), StoreError> {
             )))
         }
     };
-    if loaded.eq_ignore_ascii_case(sha1()) {
+    if loaded.eq_ignore_ascii_case(script.sha1()) {
         Ok(())
     } else {
         Err(StoreError::Protocol(format!(
             "SCRIPT LOAD returned sha1 {loaded}, expected {}",
-            sha1()
+            script.sha1()
         )))
     }
 }
 
 /// Loads the script on a fresh connection, at startup: the first command after the handshake, so
 /// its errors also tell about missing credentials or permissions.
-async fn load_script(conn: &mut MultiplexedConnection) -> Result<String, StoreError> {
-    let value = script_load()
+async fn load_script(
+    conn: &mut MultiplexedConnection,
+    script: &Script,
+) -> Result<String, StoreError> {
+    let value = script
+        .load_command()
         .query_async::<Value>(conn)
         .await
         .map_err(|e| {
@@ -460,8 +714,8 @@ async fn load_script(conn: &mut MultiplexedConnection) -> Result<String, StoreEr
                 }
             }
         })?;
-    check_loaded_sha(&value)?;
-    Ok(sha1().to_owned())
+    check_loaded_sha(&value, script)?;
+    Ok(script.sha1().to_owned())
 }
 
 impl Store for RedisStore {
@@ -471,18 +725,25 @@ impl Store for RedisStore {
         }
         let pinned = self.pinned_clock.as_ref().map(|clock| clock.now_us());
         let invocation = Invocation::new(checks, pinned);
-        let deadline = Instant::now() + self.shared.timeout;
+        let deadline = Instant::now() + self.settings.timeout;
         self.locals.dispatcher().decide(invocation, deadline).await
     }
 
-    /// A `PING` through the calling thread's pool, the one its requests use, so health and
-    /// requests see the same connections. A connection found dead (it may have idled through a
-    /// Redis restart) is replaced and the probe retried once before Redis counts as down.
+    /// A `PING` through the calling thread's pool(s), the ones its requests use, so health and
+    /// requests see the same connections: the one server, or every master of a cluster (and the
+    /// slot map must cover every slot).
     async fn is_healthy(&self) -> bool {
-        let shared = self.locals.dispatcher().shared().clone();
-        let deadline = Instant::now() + shared.timeout;
+        let deadline = Instant::now() + self.settings.timeout;
+        self.locals.dispatcher().is_healthy(deadline).await
+    }
+}
+
+impl Shared {
+    /// A `PING`. A connection found dead (it may have idled through a Redis restart) is replaced
+    /// and the probe retried once before the server counts as down.
+    async fn ping(&self, deadline: Instant) -> bool {
         for _ in 0..2 {
-            let Ok(mut lease) = shared.lease(deadline).await else {
+            let Ok(mut lease) = self.lease(deadline).await else {
                 return false;
             };
             match lease.query(&redis::cmd("PING")).await {

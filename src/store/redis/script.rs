@@ -2,7 +2,7 @@
 //! reply decoding.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
+use std::sync::OnceLock;
 
 use redis::Value;
 
@@ -45,10 +45,41 @@ pub const REDIS_TIME: &str = "-";
 /// check of the same counter with a larger burst.
 pub const MAX_HITS_SENT: u64 = u32::MAX as u64 + 1;
 
-/// SHA1 of [`SOURCE`] (hex), computed once per process.
+/// A Lua script the store calls by SHA1 (`EVALSHA`), loaded on each server it calls (`SCRIPT
+/// LOAD`) and reloaded there after `NOSCRIPT`. The hash is computed once per process, at first use.
+pub struct Script {
+    source: &'static str,
+    sha1: OnceLock<String>,
+}
+
+impl Script {
+    pub const fn new(source: &'static str) -> Script {
+        Script {
+            source,
+            sha1: OnceLock::new(),
+        }
+    }
+
+    /// The SHA1 of the source (hex).
+    pub fn sha1(&self) -> &str {
+        self.sha1
+            .get_or_init(|| redis::Script::new(self.source).get_hash().into())
+    }
+
+    /// `SCRIPT LOAD <source>`
+    pub fn load_command(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.source);
+        cmd
+    }
+}
+
+/// The request script, [`SOURCE`].
+pub static DECIDE: Script = Script::new(SOURCE);
+
+/// SHA1 of [`SOURCE`] (hex).
 pub fn sha1() -> &'static str {
-    static SHA1: LazyLock<String> = LazyLock::new(|| redis::Script::new(SOURCE).get_hash().into());
-    &SHA1
+    DECIDE.sha1()
 }
 
 /// The algorithm's code in the script's ARGV.
@@ -91,6 +122,48 @@ impl Invocation {
     pub fn checks(&self) -> usize {
         self.keys.len()
     }
+
+    /// Each check's key, in order.
+    pub fn keys(&self) -> &[String] {
+        &self.keys
+    }
+
+    /// Check `index`: its rate, the hits sent and whether it is a shadow check.
+    pub fn check(&self, index: usize) -> Option<(Rate, u64, bool)> {
+        self.checks.get(index).copied()
+    }
+
+    /// The pinned time, if any (tests only).
+    pub fn pinned_now_us(&self) -> Option<u64> {
+        self.pinned_now_us
+    }
+
+    /// The invocation of the checks at `indices` alone, in that order (a request's checks on one
+    /// cluster node).
+    pub fn part(&self, indices: &[usize]) -> Invocation {
+        Invocation {
+            keys: indices
+                .iter()
+                .filter_map(|&i| self.keys.get(i).cloned())
+                .collect(),
+            pinned_now_us: self.pinned_now_us,
+            checks: indices
+                .iter()
+                .filter_map(|&i| self.checks.get(i).copied())
+                .collect(),
+        }
+    }
+}
+
+/// Where a call's keys travel (see `keys_and_arguments` in `lua/common.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyPlacement {
+    /// Declared, as `EVALSHA`'s keys: a single server.
+    Declared,
+    /// Leading ARGV, after their count, with no key declared: a Redis Cluster node, which refuses
+    /// declared keys of several slots (CROSSSLOT) but lets the script access keys of every slot
+    /// it owns.
+    InArguments,
 }
 
 /// The distinct rates of one script call, in order of first use: each travels once, at the head
@@ -127,6 +200,14 @@ impl RateTable {
 
 /// `EVALSHA <sha> <keys> keys... rates... requests...` deciding `requests` in order, in one call.
 pub fn evalsha<'a>(requests: impl Iterator<Item = &'a Invocation> + Clone) -> redis::Cmd {
+    evalsha_placed(requests, KeyPlacement::Declared)
+}
+
+/// [`evalsha`] with the keys placed as `placement` says.
+pub fn evalsha_placed<'a>(
+    requests: impl Iterator<Item = &'a Invocation> + Clone,
+    placement: KeyPlacement,
+) -> redis::Cmd {
     let mut table = RateTable::default();
     let mut checks = Vec::new();
     for request in requests.clone() {
@@ -136,7 +217,11 @@ pub fn evalsha<'a>(requests: impl Iterator<Item = &'a Invocation> + Clone) -> re
     }
 
     let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(sha1()).arg(checks.len());
+    cmd.arg(sha1());
+    match placement {
+        KeyPlacement::Declared => cmd.arg(checks.len()),
+        KeyPlacement::InArguments => cmd.arg(0).arg(checks.len()),
+    };
     for request in requests.clone() {
         for key in &request.keys {
             cmd.arg(key.as_str());
@@ -157,11 +242,9 @@ pub fn evalsha<'a>(requests: impl Iterator<Item = &'a Invocation> + Clone) -> re
     cmd
 }
 
-/// `SCRIPT LOAD <source>`
+/// `SCRIPT LOAD <source>` of the request script.
 pub fn script_load() -> redis::Cmd {
-    let mut cmd = redis::cmd("SCRIPT");
-    cmd.arg("LOAD").arg(SOURCE);
-    cmd
+    DECIDE.load_command()
 }
 
 fn protocol(what: impl std::fmt::Display) -> StoreError {
@@ -187,20 +270,42 @@ fn unsigned(value: &Value) -> Result<u64, StoreError> {
     .ok_or_else(|| protocol(format_args!("expected a u64, got {value:?}")))
 }
 
-/// Decodes the reply of a call deciding requests of `checks[i]` checks each: the outer error
-/// fails the whole call. The reply is one flat array (see `lua/request.lua`): each request's
-/// verdicts as 3 values each, or, in their place, its own error as a single plain string (its
-/// first element is otherwise the integer admitted flag, so the two cannot be confused).
+/// What one script call answered.
+#[derive(Debug)]
+pub struct CallReply {
+    /// The Redis clock the call read (µs), 0 when every request pinned its time: the instant of
+    /// the call's writes, which a refund names.
+    pub clock_us: u64,
+    /// Each request's verdicts or its own error, in call order.
+    pub answers: Vec<Result<Vec<Verdict>, StoreError>>,
+}
+
+/// [`decode_call_reply`]'s answers alone.
 pub fn decode_batch_reply(
     value: Value,
     checks: impl ExactSizeIterator<Item = usize>,
 ) -> Result<Vec<Result<Vec<Verdict>, StoreError>>, StoreError> {
+    decode_call_reply(value, checks).map(|reply| reply.answers)
+}
+
+/// Decodes the reply of a call deciding requests of `checks[i]` checks each: the outer error
+/// fails the whole call. The reply is one flat array (see `lua/request.lua`): the call's clock,
+/// then each request's verdicts as 3 values each, or, in their place, its own error as a single
+/// plain string (its first element is otherwise the integer admitted flag, so the two cannot be
+/// confused).
+pub fn decode_call_reply(
+    value: Value,
+    checks: impl ExactSizeIterator<Item = usize>,
+) -> Result<CallReply, StoreError> {
     let Value::Array(values) = value else {
         return Err(protocol(format_args!(
             "expected an array of verdict values, got {value:?}"
         )));
     };
-    let mut rest = values.as_slice();
+    let Some((clock, mut rest)) = values.split_first() else {
+        return Err(protocol("an empty reply"));
+    };
+    let clock_us = unsigned(clock)?;
     let mut replies = Vec::with_capacity(checks.len());
     for expected in checks {
         let reply = match rest.first() {
@@ -233,7 +338,10 @@ pub fn decode_batch_reply(
             rest.len()
         )));
     }
-    Ok(replies)
+    Ok(CallReply {
+        clock_us,
+        answers: replies,
+    })
 }
 
 /// One request's error, `<CODE> <text>` as the script reports it: Redis refusing to serve
@@ -304,14 +412,25 @@ mod tests {
 
     #[test]
     fn decodes_verdicts_and_rejects_garbage() {
-        let reply = Value::Array(vec![int(1), int(4), int(1_000), int(0), int(0), int(7)]);
-        let answers = decode_batch_reply(reply, [2].into_iter()).unwrap();
+        let reply = Value::Array(vec![
+            int(9),
+            int(1),
+            int(4),
+            int(1_000),
+            int(0),
+            int(0),
+            int(7),
+        ]);
+        let decoded = decode_call_reply(reply, [2].into_iter()).unwrap();
+        assert_eq!(decoded.clock_us, 9);
+        let answers = decoded.answers;
         let verdicts = answers[0].as_ref().unwrap();
         assert!(verdicts[0].admitted && !verdicts[1].admitted);
         assert_eq!(verdicts[0].remaining, 4);
         assert_eq!(verdicts[1].reset_after_us, 7);
 
         let huge = Value::Array(vec![
+            int(0),
             int(0),
             int(0),
             Value::BulkString(b"18446744073709551615".to_vec()),
@@ -322,11 +441,12 @@ mod tests {
         let garbage = [
             Value::Okay,
             Value::Array(vec![]),
-            Value::Array(vec![int(1), int(4)]),
-            Value::Array(vec![int(1), int(-1), int(0)]),
-            Value::Array(vec![int(2), int(0), int(0)]),
-            Value::Array(vec![int(1), int(0), int(0), int(1)]),
-            Value::Array(vec![Value::Array(vec![int(1), int(0), int(0)])]),
+            Value::Array(vec![int(-1), int(1), int(0), int(0)]),
+            Value::Array(vec![int(0), int(1), int(4)]),
+            Value::Array(vec![int(0), int(1), int(-1), int(0)]),
+            Value::Array(vec![int(0), int(2), int(0), int(0)]),
+            Value::Array(vec![int(0), int(1), int(0), int(0), int(1)]),
+            Value::Array(vec![int(0), Value::Array(vec![int(1), int(0), int(0)])]),
         ];
         for reply in garbage {
             assert!(
@@ -339,6 +459,7 @@ mod tests {
     #[test]
     fn a_batch_reply_answers_each_request_on_its_own() {
         let reply = Value::Array(vec![
+            int(1_700_000_000_000_000),
             int(1),
             int(4),
             int(9),

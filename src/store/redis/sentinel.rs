@@ -43,7 +43,8 @@ impl MasterLocator {
         tls_ca: Option<&std::path::Path>,
     ) -> Result<MasterLocator, StoreError> {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let invalid = |e: RedisError| StoreError::Unavailable(format!("invalid sentinel setup: {e}"));
+        let invalid =
+            |e: RedisError| StoreError::Unavailable(format!("invalid sentinel setup: {e}"));
         let addresses = sentinels.iter().map(|sentinel| {
             if auth.tls {
                 ConnectionAddr::TcpTls {
@@ -127,7 +128,12 @@ async fn watch(locator: Weak<MasterLocator>) {
             return;
         };
         let subscribed = async {
-            let client = strong.client.lock().await.async_get_sentinel_client().await?;
+            let client = strong
+                .client
+                .lock()
+                .await
+                .async_get_sentinel_client()
+                .await?;
             let mut pubsub = client.get_async_pubsub().await?;
             pubsub.subscribe("+switch-master").await?;
             Ok::<_, RedisError>(pubsub)

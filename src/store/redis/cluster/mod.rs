@@ -57,6 +57,7 @@ pub struct Cluster {
     refreshing: tokio::sync::Mutex<()>,
     refreshes: AtomicU64,
     changes: AtomicU64,
+    refunds_sent: AtomicU64,
     refunds_failed: AtomicU64,
 }
 
@@ -82,6 +83,7 @@ impl Cluster {
             refreshing: tokio::sync::Mutex::new(()),
             refreshes: AtomicU64::new(0),
             changes: AtomicU64::new(0),
+            refunds_sent: AtomicU64::new(0),
             refunds_failed: AtomicU64::new(0),
         });
         let mut last_error = None;
@@ -203,9 +205,15 @@ impl Cluster {
         // cost a connection timeout before the next one is asked.
         let asks = candidates.iter().map(|candidate| async move {
             let server = self.server(candidate).ok()?;
-            read_slot_map(&server.startup, candidate, deadline).await.ok()
+            read_slot_map(&server.startup, candidate, deadline)
+                .await
+                .ok()
         });
-        let answers = join_all(asks).await.into_iter().flatten().collect::<Vec<_>>();
+        let answers = join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>();
         let best = answers
             .iter()
             .find(|map| map.covers_every_slot())
@@ -240,6 +248,11 @@ impl Cluster {
             .values()
             .map(|server| server.startup.reachability.connections_lost())
             .sum()
+    }
+
+    /// Refund calls sent (each gives back what concurrent requests may have seen as consumed).
+    pub fn refunds_sent(&self) -> u64 {
+        self.refunds_sent.load(Ordering::Relaxed)
     }
 
     /// Refund calls that failed, leaving a denied request's reservation on a node (stricter,

@@ -11,10 +11,12 @@ use tokio::time::Instant;
 
 use super::slots::{slot_of, SlotMap};
 use super::ClusterLane;
-use crate::limiter::algorithm::Verdict;
+use crate::limiter::algorithm::{self, Verdict};
 use crate::store::redis::batch::Pending;
 use crate::store::redis::refund::{evalsha_refund_placed, Refund, REFUND};
-use crate::store::redis::script::{decode_call_reply, evalsha_placed, Invocation, KeyPlacement, DECIDE};
+use crate::store::redis::script::{
+    decode_call_reply, evalsha_placed, Invocation, KeyPlacement, DECIDE,
+};
 use crate::store::redis::topology::HostPort;
 use crate::store::StoreError;
 
@@ -178,7 +180,12 @@ pub(super) async fn decide(lane: &ClusterLane, batch: Vec<Pending>) {
         answers.push(answer);
     }
     if !refunds.is_empty() {
-        refund(lane, refunds, batch.first().and_then(|p| p.invocation.pinned_now_us())).await;
+        refund(
+            lane,
+            refunds,
+            batch.first().and_then(|p| p.invocation.pinned_now_us()),
+        )
+        .await;
     }
     for (pending, answer) in batch.into_iter().zip(answers) {
         let _ = pending.answer.send(answer);
@@ -194,7 +201,11 @@ fn parts_by_map(
 ) -> Result<Vec<Part>, StoreError> {
     let mut parts: Vec<Part> = Vec::new();
     for &check in checks {
-        let key = invocation.keys().get(check).map(String::as_bytes).unwrap_or_default();
+        let key = invocation
+            .keys()
+            .get(check)
+            .map(String::as_bytes)
+            .unwrap_or_default();
         let slot = slot_of(key);
         let Some(master) = map.master_of(slot) else {
             return Err(StoreError::Unavailable(format!(
@@ -225,7 +236,11 @@ fn rerouted(
     let by_slot = |node: HostPort, asking: bool| {
         let mut slots: Vec<(u16, Part)> = Vec::new();
         for &check in &part.checks {
-            let key = invocation.keys().get(check).map(String::as_bytes).unwrap_or_default();
+            let key = invocation
+                .keys()
+                .get(check)
+                .map(String::as_bytes)
+                .unwrap_or_default();
             let slot = slot_of(key);
             match slots.iter_mut().find(|(s, _)| *s == slot) {
                 Some((_, part)) => part.checks.push(check),
@@ -413,7 +428,10 @@ fn merged(invocation: &Invocation, parts: &[Decided]) -> Result<Vec<Verdict>, St
 /// Whether a non-shadow check denied the request.
 fn is_vetoed(invocation: &Invocation, verdicts: &[Verdict]) -> bool {
     verdicts.iter().enumerate().any(|(check, verdict)| {
-        !verdict.admitted && invocation.check(check).is_some_and(|(_, _, shadow)| !shadow)
+        !verdict.admitted
+            && invocation
+                .check(check)
+                .is_some_and(|(_, _, shadow)| !shadow)
     })
 }
 
@@ -424,28 +442,43 @@ fn committed(invocation: &Invocation, part: &Decided) -> Option<Vec<Refund>> {
     if is_vetoed(&invocation.part(&part.checks), &part.verdicts) {
         return None;
     }
-    let mut refunds: Vec<Refund> = Vec::new();
+    let mut refunds: Vec<(Refund, u64)> = Vec::new();
     for (&check, verdict) in part.checks.iter().zip(&part.verdicts) {
-        let (Some(key), Some((rate, hits, _))) = (invocation.keys().get(check), invocation.check(check))
+        let (Some(key), Some((rate, hits, _))) =
+            (invocation.keys().get(check), invocation.check(check))
         else {
             continue;
         };
         if !verdict.admitted || hits == 0 {
             continue;
         }
-        match refunds.iter_mut().find(|refund| refund.key == *key) {
-            Some(refund) => {
+        match refunds.iter_mut().find(|(refund, _)| refund.key == *key) {
+            Some((refund, reset_after_us)) => {
                 refund.hits += hits;
                 refund.rate = rate;
+                *reset_after_us = verdict.reset_after_us;
             }
-            None => refunds.push(Refund {
-                key: key.clone(),
-                rate,
-                hits,
-                committed_at_us: part.committed_at_us,
-            }),
+            None => refunds.push((
+                Refund {
+                    key: key.clone(),
+                    rate,
+                    hits,
+                    committed_at_us: part.committed_at_us,
+                    debt_before_us: 0,
+                },
+                verdict.reset_after_us,
+            )),
         }
     }
+    let refunds: Vec<Refund> = refunds
+        .into_iter()
+        .map(|(mut refund, reset_after_us)| {
+            // The last admitted check of the key saw the request's whole total on it.
+            refund.debt_before_us =
+                algorithm::debt_before_us(&refund.rate, reset_after_us, refund.hits);
+            refund
+        })
+        .collect();
     Some(refunds).filter(|refunds| !refunds.is_empty())
 }
 
@@ -454,6 +487,9 @@ fn committed(invocation: &Invocation, part: &Decided) -> Option<Vec<Refund>> {
 async fn refund(lane: &ClusterLane, refunds: HashMap<HostPort, Vec<Refund>>, pinned: Option<u64>) {
     let deadline = Instant::now() + lane.settings.timeout;
     let calls = refunds.into_iter().map(|(node, refunds)| async move {
+        lane.cluster
+            .refunds_sent
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let command = evalsha_refund_placed(&refunds, pinned, KeyPlacement::InArguments);
         let result = match lane.link(&node) {
             Ok(link) => link.evaluate(&REFUND, &command, deadline).await.map(|_| ()),

@@ -187,7 +187,10 @@ mod tests {
             Value::Array(vec![entry(0, 10, node("h", 1)), entry(5, 20, node("h", 2))]),
             Value::Array(vec![Value::Array(vec![Value::Int(0), Value::Int(1)])]),
         ] {
-            assert!(SlotMap::from_cluster_slots(&garbage, &asked).is_err(), "{garbage:?}");
+            assert!(
+                SlotMap::from_cluster_slots(&garbage, &asked).is_err(),
+                "{garbage:?}"
+            );
         }
     }
 }
