@@ -1,4 +1,5 @@
 #![allow(dead_code)]
 
 pub mod ratelimitd;
+pub mod redis_cluster;
 pub mod redis_server;
