@@ -1,6 +1,7 @@
-//! The Redis Cluster test helper against itself: the cluster tests of the product trust
-//! `tests/common/redis_cluster.rs` to start what it claims and to really fail over, reshard and
-//! authenticate, so that is proven here with real redis-server processes.
+//! The Redis Cluster and Sentinel test helpers against themselves: the cluster and Sentinel tests
+//! of the product trust `tests/common/redis_cluster.rs` and `tests/common/redis_sentinel.rs` to
+//! start what they claim and to really fail over, reshard and authenticate, so that is proven
+//! here with real redis-server processes.
 
 mod common;
 
@@ -9,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::redis_cluster::{ClusterOptions, RedisCluster, SLOTS};
+use common::redis_sentinel::{RedisSentinel, SentinelOptions};
 use common::redis_server::{Auth, Role, TlsFiles};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -324,4 +326,96 @@ fn cluster_over_tls_with_an_acl_user() {
             redis::cmd("PING").query::<String>(&mut connection)
         });
     assert!(answer.is_err(), "plain PING answered: {answer:?}");
+}
+
+#[test]
+fn sentinel_reports_the_master_and_fails_over_to_the_replica() {
+    let sentinel = RedisSentinel::start("harness-master");
+    let [first, second] = sentinel.data_ports()[..] else {
+        panic!("two data nodes");
+    };
+    assert_eq!(sentinel.master_name(), "harness-master");
+    assert_eq!(sentinel.sentinel_addrs().split(',').count(), 3);
+    assert_eq!(sentinel.master_port(), first);
+    assert_eq!(
+        sentinel.role(second),
+        Role::Replica {
+            master_port: first,
+            link_up: true
+        }
+    );
+
+    assert_eq!(sentinel.failover(), second);
+    assert_eq!(sentinel.role(second), Role::Master);
+    for port in sentinel.sentinel_ports() {
+        let address: (String, u16) = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg("harness-master")
+            .query(&mut sentinel.connection(port))
+            .unwrap();
+        assert_eq!(address, ("127.0.0.1".to_string(), second));
+    }
+    assert_eq!(sentinel.wait_replica(first, WAIT), second);
+}
+
+#[test]
+fn sentinel_with_passwords_replaces_a_killed_master() {
+    let options = SentinelOptions {
+        password: Some("data-secret".to_string()),
+        sentinel_password: Some("sentinel-secret".to_string()),
+        tls: None,
+    };
+    let mut sentinel = RedisSentinel::start_with("guarded", &options);
+    let [first, second] = sentinel.data_ports()[..] else {
+        panic!("two data nodes");
+    };
+    for port in [first, sentinel.sentinel_ports()[0]] {
+        let pong: String = redis::cmd("PING")
+            .query(&mut sentinel.connection(port))
+            .unwrap();
+        assert_eq!(pong, "PONG");
+        let mut anonymous = sentinel
+            .node(port)
+            .try_connection_as(&Auth::none())
+            .unwrap();
+        let error = error_of(redis::cmd("INFO").query(&mut anonymous));
+        assert_eq!(error.code(), Some("NOAUTH"), "port {port}: {error}");
+    }
+
+    // Objective down needs the Sentinels to talk to each other, with the Sentinel password.
+    assert_eq!(sentinel.kill_master(), first);
+    assert_eq!(sentinel.wait_master_changed(first, WAIT), second);
+    sentinel.restart(first);
+    assert_eq!(sentinel.wait_replica(first, WAIT), second);
+}
+
+#[test]
+fn sentinel_over_tls() {
+    let options = SentinelOptions {
+        tls: Some(TlsFiles::generate()),
+        ..SentinelOptions::default()
+    };
+    let sentinel = RedisSentinel::start_with("tls-master", &options);
+    let master = sentinel.master_port();
+    assert_eq!(master, sentinel.data_ports()[0]);
+    let sentinel_port = sentinel.sentinel_ports()[0];
+    assert!(sentinel.url(sentinel_port).starts_with("rediss://"));
+    let address: (String, u16) = redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg("tls-master")
+        .query(&mut sentinel.connection(sentinel_port))
+        .unwrap();
+    assert_eq!(address.1, master);
+    let mut connection = sentinel.connection(master);
+    let _: () = redis::cmd("SET")
+        .arg("k")
+        .arg("v")
+        .query(&mut connection)
+        .unwrap();
+    let synced: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut connection)
+        .unwrap();
+    assert_eq!(synced, 1, "the replica syncs over TLS");
 }
