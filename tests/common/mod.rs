@@ -1,4 +1,6 @@
 #![allow(dead_code)]
 
 pub mod ratelimitd;
+pub mod redis_cluster;
+pub mod redis_sentinel;
 pub mod redis_server;
