@@ -30,7 +30,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve RLS v3, gRPC health and reflection, and the HTTP endpoints.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Validate configuration: print every error with file:line, exit 1 if there is any.
     Check(CheckArgs),
     /// Ask a running ratelimitd's gRPC health service; exit 0 when SERVING (for container probes).
@@ -192,7 +192,7 @@ struct CheckArgs {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Check(args) => check(&args),
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Health(args) => health(&args),
     }
 }
