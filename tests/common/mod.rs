@@ -1,5 +1,6 @@
 #![allow(dead_code)]
 
+pub mod fault_load;
 pub mod ratelimitd;
 pub mod redis_cluster;
 pub mod redis_sentinel;
