@@ -383,7 +383,8 @@ if [ "$CEILINGS" = 1 ]; then
   stop_server
 
   # (b) Redis: the store's script, loaded exactly as src/store/redis/script.rs assembles it
-  # (common.lua, the five algorithms, request.lua, joined with one newline), called with EVALSHA.
+  # (common.lua, the five algorithms, rates.lua, request.lua, joined with one newline), called
+  # with EVALSHA.
   {
     cat lua/common.lua
     printf '\n'
@@ -396,6 +397,8 @@ if [ "$CEILINGS" = 1 ]; then
     cat lua/token_bucket.lua
     printf '\n'
     cat lua/gcra.lua
+    printf '\n'
+    cat lua/rates.lua
     printf '\n'
     cat lua/request.lua
   } >"$WORK/script.lua"
