@@ -95,10 +95,21 @@ impl Snapshot {
         Snapshot {
             at: Instant::now(),
             server_us: args.server_pid.and_then(procstat::cpu_us),
-            store_us: args.store_pid.and_then(procstat::cpu_us),
+            store_us: store_cpu_us(&args.store_pid),
             client_us: procstat::self_cpu_us(),
         }
     }
+}
+
+/// The CPU time of every store process, summed; none without a PID or when one of them cannot
+/// be read (a partial sum would pass for the whole store's).
+fn store_cpu_us(pids: &[u32]) -> Option<u64> {
+    if pids.is_empty() {
+        return None;
+    }
+    pids.iter()
+        .map(|&pid| procstat::cpu_us(pid))
+        .sum::<Option<u64>>()
 }
 
 #[cfg(test)]
@@ -129,5 +140,16 @@ mod tests {
         );
         assert_eq!(tally.requests(), 5);
         assert_eq!(tally.latency_ns.len(), 5);
+    }
+
+    #[test]
+    fn store_cpu_is_summed_over_every_pid() {
+        let me = std::process::id();
+        assert_eq!(store_cpu_us(&[]), None);
+        let one = store_cpu_us(&[me]).expect("this process's CPU time");
+        let two = store_cpu_us(&[me, me]).expect("this process's CPU time, twice");
+        // The second read of each pair may be a tick later than the first.
+        assert!(two >= 2 * one, "{two} < 2 x {one}");
+        assert_eq!(store_cpu_us(&[me, u32::MAX]), None);
     }
 }
