@@ -81,6 +81,7 @@ impl Report {
             "warmup_s": args.warmup.as_secs_f64(),
             "elapsed_s": self.elapsed.as_secs_f64(),
             "requests": self.tally.requests(),
+            "warmup_requests": self.tally.warmup,
             "throughput_rps": self.throughput(),
             "ok": self.tally.ok,
             "over_limit": self.tally.over_limit,

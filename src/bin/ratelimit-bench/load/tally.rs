@@ -24,6 +24,10 @@ pub(super) struct Tally {
     /// Open loop: requests that found every slot of their connection busy at their scheduled
     /// time.
     pub(super) late: u64,
+    /// Requests sent during the warmup (not measured). The server's side counters (e.g. calls
+    /// to Redis) can only be read around the whole run, so they are divided by this plus the
+    /// measured requests.
+    pub(super) warmup: u64,
 }
 
 impl Tally {
@@ -37,6 +41,7 @@ impl Tally {
             malformed: 0,
             errors: BTreeMap::new(),
             late: 0,
+            warmup: 0,
         }
     }
 
@@ -47,6 +52,7 @@ impl Tally {
         self.unknown += other.unknown;
         self.malformed += other.malformed;
         self.late += other.late;
+        self.warmup += other.warmup;
         for (error, count) in other.errors {
             *self.errors.entry(error).or_default() += count;
         }
