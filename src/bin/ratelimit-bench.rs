@@ -20,7 +20,8 @@
 //! throughput, latency percentiles (HdrHistogram), OK / OVER_LIMIT / error counts, and the CPU
 //! time per request of the server (`--server-pid`), of a store such as redis-server
 //! (`--store-pid`, summed over every one given: the masters of a Redis Cluster) and of the load
-//! generator itself, from `/proc/PID/stat`.
+//! generator itself, from `/proc/PID/stat`, and the CPUs of the whole machine busy meanwhile
+//! (`/proc/stat`: on a shared machine other work takes cores too).
 //!
 //! `footprint` inserts keys into an in-process `MemoryStore` and reports the RSS growth per key,
 //! then how much an expiry sweep gives back. `report` turns the JSON lines of a

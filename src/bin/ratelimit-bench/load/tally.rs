@@ -94,6 +94,7 @@ pub(super) struct Snapshot {
     pub(super) server_us: Option<u64>,
     pub(super) store_us: Option<u64>,
     pub(super) client_us: Option<u64>,
+    pub(super) machine: Option<procstat::MachineCpu>,
 }
 
 impl Snapshot {
@@ -103,6 +104,7 @@ impl Snapshot {
             server_us: args.server_pid.and_then(procstat::cpu_us),
             store_us: store_cpu_us(&args.store_pid),
             client_us: procstat::self_cpu_us(),
+            machine: procstat::machine_cpu(),
         }
     }
 }
