@@ -14,7 +14,8 @@
 //! - `cluster`: the matrix load against ratelimitd on a Redis Cluster of `tags.masters` masters
 //!   (`--store-pid` of every master, so `store_cpu_us_per_request` is theirs summed), with
 //!   `evalsha_calls`, each master's `EVALSHA` count over the whole run (warmup included, counted
-//!   from `CONFIG RESETSTAT`), and `tags.cpus`, the machine's CPUs.
+//!   from `CONFIG RESETSTAT`); `machine_cpus` and `machine_cpus_busy` tell whether the cores
+//!   bounded it.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -366,12 +367,14 @@ fn load_table(out: &mut String, heading: &str, records: &[&Record]) {
 }
 
 /// What a cell's throughput was bound by. The cores: ratelimitd, the redis-servers and the load
-/// generator together kept nearly every CPU busy, so faster code anywhere would have shown.
-/// Redis: its masters were nearly a core busy each (a redis-server runs scripts on one thread),
-/// so only more masters would have. Neither: the RPCs in flight (closed loop) waited on latency.
+/// generator together kept nearly every CPU busy, so less CPU per request anywhere would have
+/// shown; shared cores: other work on the machine took what they left. Redis: its masters were
+/// nearly a core busy each (a redis-server runs one script at a time), so only more masters
+/// would have helped. Neither: the RPCs in flight (closed loop) waited on latency.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bound {
     Cores,
+    SharedCores,
     Redis,
     CoresAndRedis,
     Neither,
@@ -382,22 +385,27 @@ impl Bound {
     /// at 10 ms, and a closed loop never quite keeps every core busy.
     const SATURATED: f64 = 0.9;
 
-    /// From the CPU cores busy in total, the machine's CPUs and the cores busy per master.
-    fn of(busy: f64, cpus: f64, redis_per_master: f64) -> Bound {
+    /// From the CPUs the measured processes kept busy, those every process did (when known),
+    /// the machine's CPUs, and the cores busy per master.
+    fn of(ours: f64, machine: Option<f64>, cpus: f64, redis_per_master: f64) -> Bound {
+        let saturated = |busy: f64| busy >= Self::SATURATED * cpus;
         match (
-            busy >= Self::SATURATED * cpus,
+            saturated(ours),
+            machine.is_some_and(saturated),
             redis_per_master >= Self::SATURATED,
         ) {
-            (true, true) => Bound::CoresAndRedis,
-            (true, false) => Bound::Cores,
-            (false, true) => Bound::Redis,
-            (false, false) => Bound::Neither,
+            (true, _, true) | (false, true, true) => Bound::CoresAndRedis,
+            (true, _, false) => Bound::Cores,
+            (false, true, false) => Bound::SharedCores,
+            (false, false, true) => Bound::Redis,
+            (false, false, false) => Bound::Neither,
         }
     }
 
     fn label(self) -> &'static str {
         match self {
             Bound::Cores => "the cores",
+            Bound::SharedCores => "the cores, shared with other work",
             Bound::Redis => "Redis",
             Bound::CoresAndRedis => "the cores and Redis",
             Bound::Neither => "neither",
@@ -422,15 +430,15 @@ fn cluster_table(out: &mut String, cluster: &[&Record], matrix: &[&Record]) {
             })
             .copied()
     };
-    let cpus = cluster
+    let cpus_label = cluster
         .iter()
-        .find_map(|r| r.tag("cpus").parse::<f64>().ok());
-    let cpus_label = cpus.map_or("–".into(), |c| format!("{c:.0}"));
+        .find_map(|r| r.num(&["machine_cpus"]))
+        .map_or("–".into(), |c| format!("{c:.0}"));
     start_table(
         out,
         "Redis Cluster: masters x algorithm x descriptors (100 000 keys), beside one server",
-        &format!("| masters | algorithm | desc | req/s | p99 µs | server CPU µs/req | redis CPU µs/req (all masters) | EVALSHA calls/req per node | req/s ÷ one server | CPUs busy (of {cpus_label}) | bound by |"),
-        "lllrrrrrrrl",
+        &format!("| masters | algorithm | desc | req/s | p99 µs | server CPU µs/req | redis CPU µs/req (all masters) | EVALSHA calls/req per node | req/s ÷ one server | CPUs busy: ours / machine (of {cpus_label}) | bound by |"),
+        "rlrrrrrrrrl",
     );
     let mut bounds: Vec<(Bound, String)> = Vec::new();
     for r in cluster {
@@ -440,33 +448,37 @@ fn cluster_table(out: &mut String, cluster: &[&Record], matrix: &[&Record]) {
         let calls: Vec<String> = r
             .nums("evalsha_calls")
             .iter()
-            .map(|&c| f(ratio(Some(c), Some(sent)), 2))
+            .map(|&c| f(ratio(Some(c), Some(sent)), 3))
             .collect();
         let calls = if calls.is_empty() {
             "–".to_string()
         } else {
             calls.join(" / ")
         };
-        let busy = match (r.server_cpu(), r.store_cpu(), r.client_cpu(), r.rps()) {
+        let ours = match (r.server_cpu(), r.store_cpu(), r.client_cpu(), r.rps()) {
             (Some(server), Some(store), Some(client), Some(rps)) => {
                 Some((server + store + client) * rps / 1e6)
             }
             _ => None,
         };
+        let machine = r.num(&["machine_cpus_busy"]);
         let redis_per_master = match (r.store_cpu(), r.rps(), masters) {
             (Some(store), Some(rps), Some(m)) if m > 0.0 => Some(store * rps / 1e6 / m),
             _ => None,
         };
-        let bound = match (busy, cpus, redis_per_master) {
-            (Some(busy), Some(cpus), Some(redis)) => Some(Bound::of(busy, cpus, redis)),
+        let bound = match (ours, r.num(&["machine_cpus"]), redis_per_master) {
+            (Some(ours), Some(cpus), Some(redis)) => Some(Bound::of(ours, machine, cpus, redis)),
             _ => None,
         };
         if let Some(bound) = bound {
             bounds.push((
                 bound,
                 format!(
-                    "{}m {} {}",
-                    r.tag("masters"),
+                    "{} {} {} desc",
+                    match r.tag("masters") {
+                        "1" => "1 master".to_string(),
+                        m => format!("{m} masters"),
+                    },
                     r.tag("algorithm"),
                     r.int("descriptors")
                 ),
@@ -474,7 +486,7 @@ fn cluster_table(out: &mut String, cluster: &[&Record], matrix: &[&Record]) {
         }
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} |",
             r.tag("masters"),
             r.tag("algorithm"),
             r.int("descriptors"),
@@ -484,13 +496,15 @@ fn cluster_table(out: &mut String, cluster: &[&Record], matrix: &[&Record]) {
             f(r.store_cpu(), 1),
             calls,
             pct(ratio(r.rps(), one_server(r).and_then(Record::rps))),
-            f(busy, 2),
+            f(ours, 2),
+            f(machine, 2),
             bound.map_or("–", Bound::label),
         );
     }
     let mut summary: Vec<String> = Vec::new();
     for bound in [
         Bound::Cores,
+        Bound::SharedCores,
         Bound::CoresAndRedis,
         Bound::Redis,
         Bound::Neither,
@@ -512,7 +526,7 @@ fn cluster_table(out: &mut String, cluster: &[&Record], matrix: &[&Record]) {
     }
     let _ = writeln!(
         out,
-        "\nThroughput bound by {}. CPUs busy: (server + redis + load generator CPU per request) x req/s; the cores bound a cell when that is ≥ {:.0} % of the CPUs, Redis when the masters' CPU per master is ≥ {:.0} % of a core (one script at a time each); other processes on the machine are not counted. EVALSHA calls per request: each master's calls (INFO commandstats) over the requests of the whole run, warmup included (one call per node carries a batch of requests). One server: the redis matrix cell of this run with the same algorithm, keys and descriptors.\n",
+        "\nThroughput bound by {}. CPUs busy: ours = (server + redis + load generator CPU per request) x req/s, machine = every process's (/proc/stat); the cores bound a cell when ours is ≥ {:.0} % of the CPUs (shared with other work when only the machine's is), Redis when the masters' CPU is ≥ {:.0} % of a core per master (one script at a time each). EVALSHA calls per request: each master's calls (INFO commandstats) over the requests of the whole run, warmup included (one call per node carries a batch of requests). One server: the redis matrix cell of this run with the same algorithm, keys and descriptors.\n",
         if summary.is_empty() {
             "– (not measured)".to_string()
         } else {
@@ -825,12 +839,16 @@ mod tests {
             // 3 masters, 30 000 req/s: 61 µs of CPU per request in all = 1.83 of 2 CPUs busy;
             // the masters 0.27 core each. 10 000 requests in the whole run.
             record(
-                r#"{"tags":{"kind":"cluster","store":"cluster","algorithm":"gcra","masters":"3","cpus":"2"},"keys":100000,"descriptors":1,"requests":8000,"warmup_requests":2000,"throughput_rps":30000.0,"latency_us":{"p99":2500.0},"server_cpu_us_per_request":25.0,"store_cpu_us_per_request":27.0,"client_cpu_us_per_request":9.0,"evalsha_calls":[2100,2000,2200]}"#,
+                r#"{"tags":{"kind":"cluster","store":"cluster","algorithm":"gcra","masters":"3"},"keys":100000,"descriptors":1,"requests":8000,"warmup_requests":2000,"throughput_rps":30000.0,"latency_us":{"p99":2500.0},"server_cpu_us_per_request":25.0,"store_cpu_us_per_request":27.0,"client_cpu_us_per_request":9.0,"machine_cpus":2,"machine_cpus_busy":1.9,"evalsha_calls":[2100,2000,2205]}"#,
             ),
             // 1 master kept one core busy (Redis), the CPUs not: no single-server cell to
             // compare with (3 descriptors were not run on one server).
             record(
-                r#"{"tags":{"kind":"cluster","store":"cluster","algorithm":"gcra","masters":"1","cpus":"2"},"keys":100000,"descriptors":3,"requests":10000,"warmup_requests":0,"throughput_rps":20000.0,"latency_us":{"p99":3000.0},"server_cpu_us_per_request":10.0,"store_cpu_us_per_request":50.0,"client_cpu_us_per_request":5.0,"evalsha_calls":[2500]}"#,
+                r#"{"tags":{"kind":"cluster","store":"cluster","algorithm":"gcra","masters":"1"},"keys":100000,"descriptors":3,"requests":10000,"warmup_requests":0,"throughput_rps":20000.0,"latency_us":{"p99":3000.0},"server_cpu_us_per_request":10.0,"store_cpu_us_per_request":50.0,"client_cpu_us_per_request":5.0,"machine_cpus":2,"machine_cpus_busy":1.4,"evalsha_calls":[2500]}"#,
+            ),
+            // 1 CPU of ours busy, the machine's 2: other work took the rest.
+            record(
+                r#"{"tags":{"kind":"cluster","store":"cluster","algorithm":"fixed_window","masters":"1"},"keys":100000,"descriptors":1,"requests":10000,"warmup_requests":0,"throughput_rps":20000.0,"latency_us":{"p99":3000.0},"server_cpu_us_per_request":25.0,"store_cpu_us_per_request":20.0,"client_cpu_us_per_request":5.0,"machine_cpus":2,"machine_cpus_busy":1.95,"evalsha_calls":[1000]}"#,
             ),
         ];
         let out = render(&records);
@@ -838,20 +856,29 @@ mod tests {
             out.contains("#### Redis Cluster: masters x algorithm x descriptors (100 000 keys), beside one server"),
             "{out}"
         );
-        assert!(out.contains("| CPUs busy (of 2) | bound by |"), "{out}");
+        assert!(
+            out.contains("| CPUs busy: ours / machine (of 2) | bound by |"),
+            "{out}"
+        );
         assert!(
             out.contains(
-                "| 3 | gcra | 1 | 30000 | 2500 | 25.0 | 27.0 | 0.21 / 0.20 / 0.22 | 75 % | 1.83 | the cores |"
+                "| 3 | gcra | 1 | 30000 | 2500 | 25.0 | 27.0 | 0.210 / 0.200 / 0.221 | 75 % | 1.83 / 1.90 | the cores |"
             ),
             "{out}"
         );
         assert!(
-            out.contains("| 1 | gcra | 3 | 20000 | 3000 | 10.0 | 50.0 | 0.25 | – | 1.30 | Redis |"),
+            out.contains(
+                "| 1 | gcra | 3 | 20000 | 3000 | 10.0 | 50.0 | 0.250 | – | 1.30 / 1.40 | Redis |"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("| 1 | fixed_window | 1 | 20000 | 3000 | 25.0 | 20.0 | 0.100 | – | 1.00 / 1.95 | the cores, shared with other work |"),
             "{out}"
         );
         assert!(
             out.contains(
-                "Throughput bound by the cores in 1 of 2 (3m gcra 1); Redis in 1 of 2 (1m gcra 3)."
+                "Throughput bound by the cores in 1 of 3 (3 masters gcra 1 desc); the cores, shared with other work in 1 of 3 (1 master fixed_window 1 desc); Redis in 1 of 3 (1 master gcra 3 desc)."
             ),
             "{out}"
         );
