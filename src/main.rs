@@ -28,7 +28,6 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-#[allow(clippy::large_enum_variant)] // parsed once
 enum Command {
     /// Serve RLS v3, gRPC health and reflection, and the HTTP endpoints.
     Serve(Box<ServeArgs>),

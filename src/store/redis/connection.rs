@@ -60,7 +60,6 @@ impl Conn {
 
 /// Where a [`Manager`] opens its connections.
 #[derive(Clone)]
-#[allow(clippy::large_enum_variant)] // one per manager, read when connecting: boxing saves nothing
 enum Target {
     /// Always the same server.
     Fixed(Box<redis::Client>),

@@ -261,7 +261,6 @@ impl Server {
 
 /// What the store's calls go to.
 #[derive(Clone)]
-#[allow(clippy::large_enum_variant)] // one per store clone, matched in place: a box adds a hop
 enum Backend {
     /// One master: a single server, or the one Sentinel names.
     Server(Box<Server>),
