@@ -10,6 +10,7 @@ pub mod plan;
 pub mod rate;
 pub mod request;
 pub mod rules;
+pub mod wildcard;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use plan::{
@@ -20,3 +21,4 @@ pub use request::{Descriptor, Entry, LimitOverride, Request};
 pub use rules::{
     ConfiguredLimit, DomainRules, LimitKind, LimitedRate, RuleNode, RuleSet, Rules, WildcardRule,
 };
+pub use wildcard::Wildcard;
