@@ -6,6 +6,7 @@ pub mod check;
 pub mod clock;
 pub mod counter_key;
 pub mod matcher;
+pub mod metadata;
 pub mod plan;
 pub mod rate;
 pub mod request;
@@ -13,6 +14,7 @@ pub mod rules;
 pub mod wildcard;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use metadata::{Metadata, MetadataValue};
 pub use plan::{
     outcome, plan, Code, CurrentLimit, DescriptorOutcome, Outcome, Plan, PlanError, Resolution,
 };
