@@ -7,7 +7,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use ratelimitd::config::{parse_domain, ConfigErrors};
-use ratelimitd::limiter::{ConfiguredLimit, DomainRules, LimitKind, RuleSet, Unit};
+use ratelimitd::limiter::matcher::find_limit;
+use ratelimitd::limiter::{ConfiguredLimit, DomainRules, Entry, LimitKind, RuleSet, Unit};
 
 fn fixtures(dir: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -48,30 +49,18 @@ fn valid(file: &str) -> DomainRules {
     parse(&path).unwrap_or_else(|errors| panic!("valid/{file} must load:\n{errors}"))
 }
 
-/// The limit a request descriptor gets, walking the tree as envoyproxy/ratelimit does: per
-/// level exact value, then wildcards in config order, then key only; a limit applies only when
-/// the walk ends on the last entry.
+/// The limit a request descriptor gets, as the server's matcher walks the tree (per level exact
+/// value, then wildcards in config order, then key only; a limit applies only when the walk ends
+/// on the last entry).
 fn lookup<'r>(rules: &'r DomainRules, entries: &[(&str, &str)]) -> Option<&'r ConfiguredLimit> {
-    let mut level: &RuleSet = &rules.root;
-    for (index, (key, value)) in entries.iter().enumerate() {
-        let node = level
-            .exact
-            .get(*key)
-            .and_then(|values| values.get(*value))
-            .or_else(|| {
-                level
-                    .wildcards
-                    .iter()
-                    .find(|w| w.key == *key && value.starts_with(w.prefix.as_str()))
-                    .map(|w| &w.node)
-            })
-            .or_else(|| level.key_only.get(*key))?;
-        if index + 1 == entries.len() {
-            return node.limit.as_deref();
-        }
-        level = &node.children;
-    }
-    None
+    let entries: Vec<Entry> = entries
+        .iter()
+        .map(|(key, value)| Entry {
+            key: key.to_string(),
+            value: value.to_string(),
+        })
+        .collect();
+    find_limit(rules, &entries).map(|limit| limit.as_ref())
 }
 
 fn rate(limit: Option<&ConfiguredLimit>) -> (u32, Unit) {
@@ -180,40 +169,48 @@ fn shadow_mode_flags_the_nodes_that_set_it() {
 }
 
 #[test]
-fn prefix_wildcards_match_only_trailing_stars() {
-    let rules = valid("prefix_wildcards.yaml");
+fn wildcards_match_stars_anywhere() {
+    let rules = valid("wildcards.yaml");
+    let limit = |entries: &[(&str, &str)]| lookup(&rules, entries).map(|l| rate(Some(l)).0);
+    assert_eq!(limit(&[("object", "img")]), Some(30));
+    assert_eq!(limit(&[("object", "img_logo")]), Some(30));
+    assert_eq!(limit(&[("object", "im")]), None);
+    assert_eq!(limit(&[("plain", "img")]), Some(32));
+    assert_eq!(limit(&[("plain", "img_logo")]), None);
+    assert_eq!(limit(&[("anyvalue", "x")]), Some(34));
+    assert_eq!(limit(&[("infix", "img_v2")]), Some(36));
+    assert_eq!(limit(&[("infix", "imgv2")]), Some(36));
+    assert_eq!(limit(&[("infix", "img*v2")]), Some(36));
+    assert_eq!(limit(&[("infix", "img_v2_beta")]), None);
+    assert_eq!(limit(&[("infix", "pre_img_v2")]), None);
+    assert_eq!(limit(&[("multi", "a1b2c")]), Some(38));
+    assert_eq!(limit(&[("multi", "abc")]), Some(38));
+    assert_eq!(limit(&[("multi", "acb")]), None);
+    assert_eq!(limit(&[("multi", "a1b2")]), None);
+    assert_eq!(limit(&[("host", "img.cdn.example")]), Some(42));
+    assert_eq!(limit(&[("host", ".cdn.example")]), Some(42));
+    assert_eq!(limit(&[("host", "cdn.example")]), None);
+    assert_eq!(limit(&[("host", "edge.cdn.example")]), Some(44));
     assert_eq!(
-        rate(lookup(&rules, &[("object", "img")])),
-        (30, Unit::Minute)
+        limit(&[("tenant", "acme"), ("object", "thumb_small")]),
+        Some(40)
     );
     assert_eq!(
-        rate(lookup(&rules, &[("object", "img_logo")])),
-        (30, Unit::Minute)
+        limit(&[("tenant", "acme"), ("object", "thumb-2x-small")]),
+        Some(40)
     );
-    assert!(lookup(&rules, &[("object", "im")]).is_none());
     assert_eq!(
-        rate(lookup(&rules, &[("plain", "img")])),
-        (32, Unit::Minute)
+        limit(&[("tenant", "acme"), ("object", "thumb_large")]),
+        None
     );
-    assert!(lookup(&rules, &[("plain", "img_logo")]).is_none());
-    assert_eq!(
-        rate(lookup(&rules, &[("anyvalue", "x")])),
-        (34, Unit::Minute)
-    );
-    assert!(lookup(&rules, &[("infix", "img_v2")]).is_none());
-    assert_eq!(
-        rate(lookup(&rules, &[("infix", "img*v2")])),
-        (36, Unit::Minute)
-    );
-    assert!(lookup(&rules, &[("multi", "a1b2c")]).is_none());
-    assert_eq!(
-        rate(lookup(
-            &rules,
-            &[("tenant", "acme"), ("object", "thumb_small")]
-        )),
-        (40, Unit::Minute)
-    );
-    assert!(lookup(&rules, &[("tenant", "acme"), ("object", "img_logo")]).is_none());
+    assert_eq!(limit(&[("tenant", "acme"), ("object", "img_logo")]), None);
+    let patterns: Vec<&str> = rules
+        .root
+        .wildcards
+        .iter()
+        .map(|w| w.pattern.as_str())
+        .collect();
+    assert_eq!(patterns, ["img*", "img*v2", "a*b**c", "*.cdn.example"]);
 }
 
 #[test]

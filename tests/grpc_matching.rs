@@ -1007,26 +1007,55 @@ async fn compat_nested_limits_give_envoyproxy_limits() {
 }
 
 #[tokio::test]
-async fn compat_prefix_wildcards() {
-    let server = serve_compat("valid/prefix_wildcards.yaml");
+async fn compat_wildcards_match_stars_anywhere() {
+    let server = serve_compat("valid/wildcards.yaml");
     let mut c = server.client().await;
     let d = "assets";
-    let s = one_in(&mut c, d, &[("object", "img_logo")]).await;
-    assert_limit(&s, 30, Unit::Minute, "object=img_logo");
-    let s = one_in(&mut c, d, &[("object", "img")]).await;
-    assert_limit(&s, 30, Unit::Minute, "object=img");
-    let s = one_in(&mut c, d, &[("object", "im")]).await;
-    assert_no_limit(&s, "object=im");
-    let s = one_in(&mut c, d, &[("plain", "img")]).await;
-    assert_limit(&s, 32, Unit::Minute, "plain=img");
-    let s = one_in(&mut c, d, &[("plain", "img1")]).await;
-    assert_no_limit(&s, "plain=img1: no wildcard");
-    let s = one_in(&mut c, d, &[("anyvalue", "anything")]).await;
-    assert_limit(&s, 34, Unit::Minute, "anyvalue");
-    let s = one_in(&mut c, d, &[("tenant", "acme"), ("object", "thumb_small")]).await;
-    assert_limit(&s, 40, Unit::Minute, "nested wildcard");
-    let s = one_in(&mut c, d, &[("tenant", "acme"), ("object", "img")]).await;
-    assert_no_limit(&s, "nested: img is no thumb*");
+    let limited = [
+        (&[("object", "img_logo")][..], 30, "trailing *"),
+        (
+            &[("object", "img")],
+            30,
+            "trailing * matches the prefix alone",
+        ),
+        (&[("plain", "img")], 32, "exact"),
+        (&[("anyvalue", "anything")], 34, "key only"),
+        (&[("infix", "img_v2")], 36, "* in the middle"),
+        (&[("multi", "a1b2c")], 38, "several *"),
+        (&[("host", "img.cdn.example")], 42, "leading *"),
+        (
+            &[("host", "edge.cdn.example")],
+            44,
+            "exact beats a matching wildcard",
+        ),
+        (
+            &[("tenant", "acme"), ("object", "thumb_small")],
+            40,
+            "nested wildcard",
+        ),
+    ];
+    for (entries, rpu, what) in limited {
+        let s = one_in(&mut c, d, entries).await;
+        assert_limit(&s, rpu, Unit::Minute, what);
+    }
+    let unlimited = [
+        (&[("object", "im")][..], "object=im"),
+        (&[("plain", "img1")], "plain=img1: no wildcard"),
+        (&[("infix", "img_v2_beta")], "infix: v2 must end the value"),
+        (&[("multi", "acb")], "multi: pieces in order"),
+        (
+            &[("host", "cdn.example")],
+            "host: the dot belongs to the suffix",
+        ),
+        (
+            &[("tenant", "acme"), ("object", "img")],
+            "nested: img is no thumb*small",
+        ),
+    ];
+    for (entries, what) in unlimited {
+        let s = one_in(&mut c, d, entries).await;
+        assert_no_limit(&s, what);
+    }
 }
 
 #[tokio::test]

@@ -16,7 +16,8 @@ pub mod wildcard;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use metadata::{Metadata, MetadataValue};
 pub use plan::{
-    outcome, plan, Code, CurrentLimit, DescriptorOutcome, Outcome, Plan, PlanError, Resolution,
+    outcome, plan, plan_with, response_metadata, Code, CurrentLimit, DescriptorOutcome,
+    Enforcement, Modes, Outcome, Plan, PlanError, Resolution, ResponseMetadata,
 };
 pub use rate::{Algorithm, Rate, RateError, Unit};
 pub use request::{Descriptor, Entry, LimitOverride, Request};
