@@ -48,11 +48,17 @@ const LIMITED_ONLY_FIELDS: &[&str] = &[
     "unit_multiplier",
 ];
 
-/// A file's validated rules and where its `domain` value is (for errors that span files).
+/// Identity of a descriptor within its level: its key and, unless key-only, its value.
+pub type DescriptorId = (String, Option<String>);
+
+/// A file's validated rules and where its `domain` value and top-level descriptors are (for
+/// errors that span files).
 #[derive(Debug)]
 pub struct ParsedDomain {
     pub rules: DomainRules,
     pub domain_pos: Pos,
+    /// Position and field path of each top-level descriptor.
+    pub top_level: HashMap<DescriptorId, (Pos, String)>,
 }
 
 /// Validates one file's tree and builds its rules; on failure returns every error found, in
@@ -160,9 +166,10 @@ impl Checker<'_> {
         };
         let mut root_set = RuleSet::default();
         let prefix = domain.as_ref().map_or("", |(name, _)| name.as_str());
-        if let Some(entry) = fields.get("descriptors") {
-            self.descriptors(&entry.value, "descriptors", prefix, &mut root_set);
-        }
+        let top_level = match fields.get("descriptors") {
+            Some(entry) => self.descriptors(&entry.value, "descriptors", prefix, &mut root_set),
+            None => HashMap::new(),
+        };
         let (domain, domain_pos) = domain?;
         Some(ParsedDomain {
             rules: DomainRules {
@@ -170,6 +177,7 @@ impl Checker<'_> {
                 root: root_set,
             },
             domain_pos,
+            top_level,
         })
     }
 
@@ -356,24 +364,32 @@ impl Checker<'_> {
         }
     }
 
-    fn descriptors(&mut self, node: &Node, path: &str, parent: &str, set: &mut RuleSet) {
+    /// Reads one level's list into `set`; returns where each of its descriptors is.
+    fn descriptors(
+        &mut self,
+        node: &Node,
+        path: &str,
+        parent: &str,
+        set: &mut RuleSet,
+    ) -> HashMap<DescriptorId, (Pos, String)> {
+        let mut seen = HashMap::new();
         let items = match &node.value {
             Value::Seq(items) => items,
-            _ if is_null(node) => return,
+            _ if is_null(node) => return seen,
             _ => {
                 self.error(
                     node.pos,
                     path,
                     format!("must be a list of descriptors, found {}", describe(node)),
                 );
-                return;
+                return seen;
             }
         };
-        let mut seen = HashMap::new();
         for (index, item) in items.iter().enumerate() {
             let item_path = format!("{path}[{index}]");
             self.descriptor(item, &item_path, parent, set, &mut seen);
         }
+        seen
     }
 
     fn descriptor(
@@ -382,7 +398,7 @@ impl Checker<'_> {
         path: &str,
         parent: &str,
         set: &mut RuleSet,
-        seen: &mut HashMap<(String, Option<String>), Pos>,
+        seen: &mut HashMap<DescriptorId, (Pos, String)>,
     ) {
         let Some(fields) = self.fields(item, path, "a descriptor", DESCRIPTOR_FIELDS) else {
             return;
@@ -472,7 +488,7 @@ impl Checker<'_> {
                     Some(value) => format!("key `{key}` and value `{value}`"),
                     None => format!("key `{key}` without a value"),
                 };
-                let line = first.get().line;
+                let line = first.get().0.line;
                 self.error(
                     item.pos,
                     path,
@@ -481,7 +497,7 @@ impl Checker<'_> {
                 return;
             }
             Entry::Vacant(slot) => {
-                slot.insert(item.pos);
+                slot.insert((item.pos, path.to_string()));
             }
         }
         match value {
