@@ -343,9 +343,15 @@ pub fn outcome(plan: &Plan, verdicts: &[Verdict]) -> Outcome {
                     reset_after_us: 0,
                 });
                 if !v.admitted {
+                    // An OK status over the limit says 0 remaining, as envoyproxy/ratelimit's
+                    // shadow and quota statuses do, whatever the hits it asked for.
+                    let remaining = match enforcement {
+                        Enforcement::Enforced => v.remaining,
+                        Enforcement::Shadow | Enforcement::Quota => 0,
+                    };
                     return DescriptorOutcome {
                         current_limit: Some(limit.clone()),
-                        limit_remaining: v.remaining,
+                        limit_remaining: remaining,
                         duration_until_reset_us: Some(v.reset_after_us),
                         ..over(*enforcement)
                     };
@@ -546,6 +552,15 @@ mod tests {
         }
     }
 
+    /// Denied with room left: the hits asked for were more than what remains.
+    fn denied_with(remaining: u32) -> Verdict {
+        Verdict {
+            admitted: false,
+            remaining,
+            reset_after_us: 5,
+        }
+    }
+
     #[test]
     fn replaced_limit_is_ignored_when_the_replacing_one_matches() {
         let plan = plan(
@@ -680,6 +695,15 @@ mod tests {
         assert_eq!(out.statuses[0].code, Code::Ok);
         assert!(out.statuses[0].quota_violated && !out.statuses[0].shadow_denied);
         assert_eq!(out.statuses[0].limit_remaining, 0);
+        let out = outcome(&plan, &[denied_with(4), denied_with(2)]);
+        assert_eq!(
+            out.statuses[0].limit_remaining, 0,
+            "OK over the limit: 0 remaining"
+        );
+        assert_eq!(
+            out.statuses[1].limit_remaining, 2,
+            "OVER_LIMIT: what is left"
+        );
         let facts = response_metadata(&plan, &out);
         assert!(facts.quota_mode_enabled);
         assert_eq!(facts.quota_violations, vec![0]);
