@@ -1,6 +1,7 @@
 //! envoyproxy/ratelimit's own configuration fixtures, which are not part of this repository:
-//! its invalid files are rejected with the line and reason expected, and its valid files, served
-//! as they are, give the limits envoyproxy/ratelimit gives them.
+//! its invalid files are rejected with the line and reason expected, and its valid and later/
+//! files, served as they are (later/'s merged where upstream merges them), give the limits,
+//! shared counters and dynamic metadata envoyproxy/ratelimit gives them.
 //!
 //! Every test is ignored by the test command: `scripts/compat-check.sh [DIR]` runs them with
 //! `RATELIMITD_COMPAT_DIR=DIR` (the directory that holds `valid/` and `invalid/`) after checking
