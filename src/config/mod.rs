@@ -5,6 +5,7 @@
 //! this module finds the files and assembles the domains.
 
 mod error;
+mod limits;
 pub mod reload;
 mod schema;
 mod yaml;
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 use crate::limiter;
 
 pub use error::{ConfigError, ConfigErrors};
+pub use limits::Limits;
 
 use yaml::Pos;
 
@@ -38,7 +40,7 @@ pub fn load(paths: &[PathBuf]) -> Result<limiter::Rules, ConfigErrors> {
                 continue;
             }
         };
-        let parsed = match parse_file(&file, &text) {
+        let parsed = match parse_file(&file, &text, Limits::DEFAULT_MAX_ALIAS_BYTES) {
             Ok(parsed) => parsed,
             Err(file_errors) => {
                 errors.extend(file_errors);
@@ -73,22 +75,36 @@ pub fn load(paths: &[PathBuf]) -> Result<limiter::Rules, ConfigErrors> {
 /// Parses one file's text (used by [`load`] and by tests). `origin` is the file name used in
 /// errors. Returns every error found in the file, in source order.
 pub fn parse_domain(origin: &Path, text: &str) -> Result<limiter::DomainRules, ConfigErrors> {
-    parse_file(origin, text)
+    parse_file(origin, text, Limits::DEFAULT_MAX_ALIAS_BYTES)
         .map(|parsed| parsed.rules)
         .map_err(ConfigErrors)
 }
 
-fn parse_file(origin: &Path, text: &str) -> Result<schema::ParsedDomain, Vec<ConfigError>> {
-    let root = yaml::parse(text).map_err(|error| {
-        vec![ConfigError {
-            file: origin.to_path_buf(),
-            line: error.pos.line,
-            column: error.pos.column,
-            field: "yaml".to_string(),
-            message: format!("invalid YAML: {}", error.message),
-        }]
-    })?;
+fn parse_file(
+    origin: &Path,
+    text: &str,
+    max_alias_bytes: u64,
+) -> Result<schema::ParsedDomain, Vec<ConfigError>> {
+    let root =
+        yaml::parse(text, max_alias_bytes).map_err(|error| vec![yaml_error(origin, error)])?;
     schema::domain_rules(origin, &root)
+}
+
+/// A YAML error as a configuration error. The alias budget's message stands alone; others are
+/// the parser's, marked as such.
+fn yaml_error(origin: &Path, error: yaml::SyntaxError) -> ConfigError {
+    let message = if error.alias_budget {
+        error.message
+    } else {
+        format!("invalid YAML: {}", error.message)
+    };
+    ConfigError {
+        file: origin.to_path_buf(),
+        line: error.pos.line,
+        column: error.pos.column,
+        field: "yaml".to_string(),
+        message,
+    }
 }
 
 /// The files named by `paths`, in order, each directory expanded to its configuration files
