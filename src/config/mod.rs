@@ -1,13 +1,16 @@
 //! YAML configuration: files and directories to validated [`limiter::Rules`], with every error
 //! reported as `file:line:column: field: message`.
 //!
-//! [`yaml`] builds a positioned YAML tree, [`schema`] validates it into one domain's rules, and
-//! this module finds the files and assembles the domains.
+//! [`file`] reads one file within the [`Limits`], [`yaml`] builds a positioned YAML tree,
+//! [`schema`] validates it into one domain's rules, and this module finds the files and assembles
+//! the domains. [`reload`] watches them.
 
 mod error;
+mod file;
 mod limits;
 pub mod reload;
 mod schema;
+mod stats;
 mod yaml;
 
 use std::collections::HashMap;
@@ -18,76 +21,129 @@ use crate::limiter;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use limits::Limits;
+pub use stats::{ConfigLimit, LoadStats};
 
 use yaml::Pos;
 
-/// Loads every path: a file, or a directory whose top-level `*.yaml`/`*.yml` files are loaded
-/// (sorted by name; names starting with `.` are skipped so Kubernetes ConfigMap `..data`
-/// directories are ignored; symlinks are followed).
-///
-/// Collects all errors from all files (does not stop at the first). One domain per file; the
-/// same domain in two files is an error naming both files. A directory without configuration
-/// files contributes no domains.
+/// Loads every path with the default [`Limits`] (see [`Loader::load`]).
 pub fn load(paths: &[PathBuf]) -> Result<limiter::Rules, ConfigErrors> {
-    let mut errors = Vec::new();
-    let mut rules = limiter::Rules::default();
-    let mut origins: HashMap<String, (PathBuf, Pos)> = HashMap::new();
-    for file in config_files(paths, &mut errors) {
-        let text = match fs::read_to_string(&file) {
-            Ok(text) => text,
-            Err(error) => {
-                errors.push(file_error(&file, format!("cannot read file: {error}")));
-                continue;
-            }
-        };
-        let parsed = match parse_file(&file, &text, Limits::DEFAULT_MAX_ALIAS_BYTES) {
-            Ok(parsed) => parsed,
-            Err(file_errors) => {
-                errors.extend(file_errors);
-                continue;
-            }
-        };
-        let domain = parsed.rules.domain.clone();
-        if let Some((first_file, first_pos)) = origins.get(&domain) {
-            errors.push(ConfigError {
-                file: file.clone(),
-                line: parsed.domain_pos.line,
-                column: parsed.domain_pos.column,
-                field: "domain".to_string(),
-                message: format!(
-                    "domain `{domain}` is already defined in {}:{}",
-                    first_file.display(),
-                    first_pos.line
-                ),
-            });
-            continue;
+    Loader::new(Limits::default()).load(paths)
+}
+
+/// Loads configurations within its [`Limits`], counting what it does in its [`LoadStats`].
+#[derive(Debug, Default)]
+pub struct Loader {
+    limits: Limits,
+    stats: LoadStats,
+}
+
+impl Loader {
+    pub fn new(limits: Limits) -> Loader {
+        Loader {
+            limits,
+            stats: LoadStats::default(),
         }
-        origins.insert(domain.clone(), (file, parsed.domain_pos));
-        rules.domains.insert(domain, parsed.rules);
     }
-    if errors.is_empty() {
-        Ok(rules)
-    } else {
-        Err(ConfigErrors(errors))
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// What this loader (and the change checks using it) did so far.
+    pub fn stats(&self) -> &LoadStats {
+        &self.stats
+    }
+
+    /// Loads every path: a file, or a directory whose top-level `*.yaml`/`*.yml` files are
+    /// loaded (sorted by name; names starting with `.` are skipped so Kubernetes ConfigMap
+    /// `..data` directories are ignored; symlinks are followed; subdirectories are not read).
+    ///
+    /// Collects all errors from all files (does not stop at the first). One domain per file; the
+    /// same domain in two files is an error naming both files. A directory without configuration
+    /// files contributes no domains. A configuration file that is not a regular file (a FIFO, a
+    /// device, a socket, or a symlink to one), or is larger than [`Limits::max_file_bytes`], is an
+    /// error naming it, like an unreadable file: it may hold limits the operator expects, so the
+    /// configuration is not loaded without it. Neither is ever opened.
+    pub fn load(&self, paths: &[PathBuf]) -> Result<limiter::Rules, ConfigErrors> {
+        let mut errors = Vec::new();
+        let mut rules = limiter::Rules::default();
+        let mut origins: HashMap<String, (PathBuf, Pos)> = HashMap::new();
+        for file in config_files(paths, &mut errors) {
+            let text = match self.read_text(&file) {
+                Ok(text) => text,
+                Err(error) => {
+                    errors.push(file_error(&file, error.to_string()));
+                    continue;
+                }
+            };
+            let parsed = match self.parse_file(&file, &text) {
+                Ok(parsed) => parsed,
+                Err(file_errors) => {
+                    errors.extend(file_errors);
+                    continue;
+                }
+            };
+            let domain = parsed.rules.domain.clone();
+            if let Some((first_file, first_pos)) = origins.get(&domain) {
+                errors.push(ConfigError {
+                    file: file.clone(),
+                    line: parsed.domain_pos.line,
+                    column: parsed.domain_pos.column,
+                    field: "domain".to_string(),
+                    message: format!(
+                        "domain `{domain}` is already defined in {}:{}",
+                        first_file.display(),
+                        first_pos.line
+                    ),
+                });
+                continue;
+            }
+            origins.insert(domain.clone(), (file, parsed.domain_pos));
+            rules.domains.insert(domain, parsed.rules);
+        }
+        if errors.is_empty() {
+            Ok(rules)
+        } else {
+            Err(ConfigErrors(errors))
+        }
+    }
+
+    fn read_text(&self, path: &Path) -> Result<String, file::FileError> {
+        let result = file::read_text(path, self.limits.max_file_bytes);
+        match &result {
+            Ok(_) | Err(file::FileError::NotUtf8) => self.stats.record_read(),
+            Err(error) => {
+                if let Some(limit) = error.limit() {
+                    self.stats.record_rejection(limit.into());
+                }
+            }
+        }
+        result
+    }
+
+    fn parse_file(
+        &self,
+        origin: &Path,
+        text: &str,
+    ) -> Result<schema::ParsedDomain, Vec<ConfigError>> {
+        self.stats.record_parse();
+        let root = yaml::parse(text, self.limits.max_alias_bytes).map_err(|error| {
+            if error.alias_budget {
+                self.stats.record_rejection(ConfigLimit::AliasBytes);
+            }
+            vec![yaml_error(origin, error)]
+        })?;
+        schema::domain_rules(origin, &root)
     }
 }
 
-/// Parses one file's text (used by [`load`] and by tests). `origin` is the file name used in
-/// errors. Returns every error found in the file, in source order.
+/// Parses one file's text with the default [`Limits`] (for tests and benchmarks). `origin` is the
+/// file name used in errors. Returns every error found in the file, in source order.
 pub fn parse_domain(origin: &Path, text: &str) -> Result<limiter::DomainRules, ConfigErrors> {
-    parse_file(origin, text, Limits::DEFAULT_MAX_ALIAS_BYTES)
+    Loader::default()
+        .parse_file(origin, text)
         .map(|parsed| parsed.rules)
         .map_err(ConfigErrors)
-}
-
-fn parse_file(
-    origin: &Path,
-    text: &str,
-    max_alias_bytes: u64,
-) -> Result<schema::ParsedDomain, Vec<ConfigError>> {
-    let root =
-        yaml::parse(text, max_alias_bytes).map_err(|error| vec![yaml_error(origin, error)])?;
-    schema::domain_rules(origin, &root)
 }
 
 /// A YAML error as a configuration error. The alias budget's message stands alone; others are

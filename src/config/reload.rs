@@ -6,13 +6,13 @@
 //! is simple and robust where file-system events are not: a Kubernetes ConfigMap update swaps the
 //! `..data` symlink to a new directory atomically (every file changes at once, mtimes may not), an
 //! editor may replace a file by renaming, a file may be rewritten within the same second with
-//! the same length. Configuration files are small, so hashing them every second costs nothing.
+//! the same length. Files are read as [`super::load`] reads them: only regular files, within the
+//! size cap, without blocking.
 //!
 //! A reload validates everything first ([`super::load`]); only a configuration without errors
 //! replaces the running one, by one atomic pointer swap: requests in flight keep the rules they
 //! started with. A broken configuration leaves the running one in place; its fingerprint is
 //! remembered so the same broken content is reported once, not every poll.
-use std::fs;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -20,7 +20,7 @@ use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
-use super::{config_files, load, ConfigErrors};
+use super::{config_files, file, load, ConfigErrors, Limits};
 use crate::limiter::Rules;
 
 /// Digest of the configuration files' names and contents.
@@ -42,8 +42,8 @@ pub fn fingerprint(paths: &[PathBuf]) -> Fingerprint {
         hasher.update(b"file\0");
         hasher.update(file.to_string_lossy().as_bytes());
         hasher.update(b"\0");
-        match fs::read(file) {
-            Ok(content) => {
+        match file::read(file, Limits::DEFAULT_MAX_FILE_BYTES) {
+            Ok((content, _)) => {
                 hasher.update((content.len() as u64).to_le_bytes());
                 hasher.update(Sha256::digest(&content));
             }
@@ -137,6 +137,8 @@ impl Reloader {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     const GOOD: &str = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
