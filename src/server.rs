@@ -13,7 +13,7 @@ use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::reload::{self, ReloadOutcome, Reloader};
+use crate::config::reload::{ReloadOutcome, Reloader};
 use crate::config::{self, ConfigErrors};
 use crate::limiter::Rules;
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
@@ -123,18 +123,16 @@ pub async fn run(
     http: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    // Fingerprint first: a change made while loading is noticed at the first check.
-    let loaded_from = reload::fingerprint(&settings.config_paths);
-    let rules = config::load(&settings.config_paths)?;
-    let domains = rules.domains.len();
-    let metrics = Arc::new(Metrics::new(settings.near_limit_ratio));
-    metrics.register_rules(&rules);
-    let rules = Arc::new(ArcSwap::from_pointee(rules));
-    let reloader = Arc::new(Reloader::new(
+    let loader = Arc::new(config::Loader::new(config::Limits::default()));
+    let reloader = Arc::new(Reloader::start(
         settings.config_paths.clone(),
-        rules.clone(),
-        loaded_from,
-    ));
+        loader.clone(),
+    )?);
+    let rules = reloader.rules().clone();
+    let domains = rules.load().domains.len();
+    let metrics = Arc::new(Metrics::new(settings.near_limit_ratio));
+    metrics.register_rules(&rules.load());
+    metrics.register_config_loader(loader);
     let mut context = Context {
         rules,
         reloader,

@@ -83,6 +83,11 @@ pub struct Stamp {
     changed: Option<SystemTime>,
 }
 
+/// How long after its last change a stamp is trusted to tell a change: some file systems keep
+/// timestamps in whole seconds (or two), so a second write within that time may leave the stamp
+/// as it was.
+const TIMESTAMP_GRANULARITY: Duration = Duration::from_secs(2);
+
 impl Stamp {
     fn of(metadata: &Metadata) -> Stamp {
         #[cfg(unix)]
@@ -108,6 +113,29 @@ impl Stamp {
             modified: metadata.modified().ok(),
             changed: None,
         }
+    }
+
+    /// Whether the file's last change is far enough before `now` for an unchanged stamp to mean
+    /// unchanged content (see [`TIMESTAMP_GRANULARITY`]).
+    pub fn settled(&self, now: SystemTime) -> bool {
+        let last = self.modified.max(self.changed);
+        last.and_then(|last| now.duration_since(last).ok())
+            .is_some_and(|age| age > TIMESTAMP_GRANULARITY)
+    }
+
+    /// The stamp's fields as bytes, for digests.
+    pub fn to_bytes(self) -> Vec<u8> {
+        let nanos = |time: Option<SystemTime>| {
+            time.and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos())
+        };
+        let mut bytes = Vec::with_capacity(56);
+        bytes.extend(self.device.to_le_bytes());
+        bytes.extend(self.inode.to_le_bytes());
+        bytes.extend(self.size.to_le_bytes());
+        bytes.extend(nanos(self.modified).to_le_bytes());
+        bytes.extend(nanos(self.changed).to_le_bytes());
+        bytes
     }
 }
 
@@ -284,6 +312,17 @@ mod tests {
             read(dir.path(), 1 << 20),
             Err(FileError::NotRegular("a directory"))
         ));
+    }
+
+    #[test]
+    fn a_stamp_settles_once_its_file_is_older_than_the_timestamp_granularity() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.yaml");
+        fs::write(&path, "domain: a\n").unwrap();
+        let stamp = stat(&path).unwrap();
+        let now = SystemTime::now();
+        assert!(!stamp.settled(now));
+        assert!(stamp.settled(now + TIMESTAMP_GRANULARITY + Duration::from_secs(1)));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 mod error;
 mod file;
+mod fingerprint;
 mod limits;
 pub mod reload;
 mod schema;

@@ -22,8 +22,9 @@
 //! kept per rule; the hits of any further descriptor count under `descriptor="_other"`.
 //!
 //! Also: the request latency histogram, requests by result, store errors by kind, answers given
-//! by the store-failure policy, configuration reloads, and the counters other components expose
-//! (Redis script reloads, deny-cache hits), read when scraped.
+//! by the store-failure policy, configuration reloads, what loading configurations did (files
+//! read and parsed, files refused by a configuration limit), and the counters other components
+//! expose (Redis script reloads, deny-cache hits), read when scraped.
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,6 +33,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::config::{ConfigLimit, Loader};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::{Code, ConfiguredLimit, Outcome, Plan, Request, Resolution, RuleSet, Rules};
 use crate::store::StoreError;
@@ -162,6 +164,8 @@ pub struct Metrics {
     reloads_failed: AtomicU64,
     last_reload_ok: AtomicBool,
     last_success_unix: AtomicU64,
+    /// The loader of the running configuration, whose counters are rendered.
+    config_loader: Mutex<Option<Arc<Loader>>>,
     externals: Mutex<Vec<External>>,
 }
 
@@ -200,6 +204,7 @@ impl Metrics {
             reloads_failed: AtomicU64::new(0),
             last_reload_ok: AtomicBool::new(true),
             last_success_unix: AtomicU64::new(unix_now()),
+            config_loader: Mutex::new(None),
             externals: Mutex::new(Vec::new()),
         }
     }
@@ -345,6 +350,11 @@ impl Metrics {
             .position(|r| *r == result)
             .unwrap_or(0);
         self.requests[index].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Renders the counters of `loader` (files read, parsed, refused by a configuration limit).
+    pub fn register_config_loader(&self, loader: Arc<Loader>) {
+        *self.config_loader.lock() = Some(loader);
     }
 
     pub fn record_store_error(&self, error: &StoreError) {
@@ -517,6 +527,10 @@ impl Metrics {
             self.last_success_unix.load(Ordering::Relaxed)
         );
 
+        if let Some(loader) = self.config_loader.lock().as_ref() {
+            render_config_loader(&mut out, loader);
+        }
+
         for external in self.externals.lock().iter() {
             family(&mut out, external.name, external.help, external.kind);
             let _ = writeln!(out, "{} {}", external.name, (external.read)());
@@ -598,6 +612,46 @@ impl Metrics {
                 let _ = writeln!(out, "}} {}", values[i]);
             }
         }
+    }
+}
+
+fn render_config_loader(out: &mut String, loader: &Loader) {
+    let stats = loader.stats();
+    family(
+        out,
+        "ratelimitd_config_file_reads_total",
+        "Configuration files read, to load them or to see whether they changed (unchanged files are not read).",
+        "counter",
+    );
+    let _ = writeln!(
+        out,
+        "ratelimitd_config_file_reads_total {}",
+        stats.files_read()
+    );
+    family(
+        out,
+        "ratelimitd_config_file_parses_total",
+        "Configuration files parsed (each load, at startup, on a change or SIGHUP, parses the files it reads).",
+        "counter",
+    );
+    let _ = writeln!(
+        out,
+        "ratelimitd_config_file_parses_total {}",
+        stats.files_parsed()
+    );
+    family(
+        out,
+        "ratelimitd_config_limit_rejections_total",
+        "Configuration files refused by a configuration limit (file_bytes, file_type, alias_bytes), at each load that met them.",
+        "counter",
+    );
+    for limit in ConfigLimit::ALL {
+        let _ = writeln!(
+            out,
+            "ratelimitd_config_limit_rejections_total{{limit=\"{}\"}} {}",
+            limit.label(),
+            stats.rejected(limit)
+        );
     }
 }
 
