@@ -175,6 +175,28 @@ struct ServeArgs {
     /// Log filter (tracing-subscriber syntax, e.g. `info` or `ratelimitd=debug`).
     #[arg(long, env = "RATELIMITD_LOG_LEVEL", default_value = "info")]
     log_level: String,
+    #[command(flatten)]
+    config_limits: ConfigLimitArgs,
+}
+
+/// Bounds on configuration files, for `serve` (at startup and every reload) and `check` alike.
+#[derive(clap::Args)]
+struct ConfigLimitArgs {
+    /// Largest configuration file, in bytes (checked before the file is opened).
+    #[arg(long, env = "RATELIMITD_MAX_CONFIG_FILE_BYTES", default_value_t = config::Limits::DEFAULT_MAX_FILE_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+    max_config_file_bytes: u64,
+    /// Most bytes of scalars the YAML aliases (`*name`) of one file may add when expanded.
+    #[arg(long, env = "RATELIMITD_MAX_CONFIG_ALIAS_BYTES", default_value_t = config::Limits::DEFAULT_MAX_ALIAS_BYTES)]
+    max_config_alias_bytes: u64,
+}
+
+impl ConfigLimitArgs {
+    fn limits(&self) -> config::Limits {
+        config::Limits {
+            max_file_bytes: self.max_config_file_bytes,
+            max_alias_bytes: self.max_config_alias_bytes,
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -187,6 +209,8 @@ struct CheckArgs {
         value_delimiter = ','
     )]
     config: Vec<PathBuf>,
+    #[command(flatten)]
+    config_limits: ConfigLimitArgs,
 }
 
 fn main() -> ExitCode {
@@ -223,7 +247,7 @@ fn health(args: &HealthArgs) -> ExitCode {
 }
 
 fn check(args: &CheckArgs) -> ExitCode {
-    match config::load(&args.config) {
+    match config::Loader::new(args.config_limits.limits()).load(&args.config) {
         Ok(rules) => {
             let limits = rules.limits().len();
             println!(
@@ -292,6 +316,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             }),
             near_limit_ratio: args.near_limit_ratio,
             lanes: args.threads.map_or_else(server::default_lanes, usize::from),
+            config_limits: args.config_limits.limits(),
         };
         server::run(settings, grpc, http, shutdown_signal()).await
     });

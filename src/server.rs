@@ -56,6 +56,8 @@ pub struct Settings {
     /// Serving lanes: threads serving gRPC connections, each with its own current-thread runtime
     /// (see [`lanes`]); lane 0 is the runtime `run` is called on.
     pub lanes: usize,
+    /// Bounds on configuration files (size, alias expansion).
+    pub config_limits: config::Limits,
 }
 
 impl Settings {
@@ -72,6 +74,7 @@ impl Settings {
             deny_cache: Some(DenyCacheSettings::default()),
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
             lanes: default_lanes(),
+            config_limits: config::Limits::default(),
         }
     }
 }
@@ -123,7 +126,7 @@ pub async fn run(
     http: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let loader = Arc::new(config::Loader::new(config::Limits::default()));
+    let loader = Arc::new(config::Loader::new(settings.config_limits));
     let reloader = Arc::new(Reloader::start(
         settings.config_paths.clone(),
         loader.clone(),

@@ -1,4 +1,5 @@
 #![allow(dead_code)]
 
+pub mod hostile_config;
 pub mod ratelimitd;
 pub mod redis_server;
