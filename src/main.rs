@@ -213,6 +213,10 @@ struct CheckArgs {
     config_limits: ConfigLimitArgs,
 }
 
+/// How long exit waits for blocking work still running (a reload reading files) once serving
+/// has stopped; such work must never keep the process alive.
+const BLOCKING_WORK_GRACE: Duration = Duration::from_secs(1);
+
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Check(args) => check(&args),
@@ -320,6 +324,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         };
         server::run(settings, grpc, http, shutdown_signal()).await
     });
+    runtime.shutdown_timeout(BLOCKING_WORK_GRACE);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
