@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use ratelimitd::limiter::RequestLimits;
 use ratelimitd::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use ratelimitd::service::rls::StoreErrorPolicy;
 use ratelimitd::service::ResponseHeaders;
@@ -176,7 +177,33 @@ struct ServeArgs {
     #[arg(long, env = "RATELIMITD_LOG_LEVEL", default_value = "info")]
     log_level: String,
     #[command(flatten)]
+    request_limits: RequestLimitArgs,
+    #[command(flatten)]
     config_limits: ConfigLimitArgs,
+}
+
+/// What one request may carry; a request beyond it is refused with INVALID_ARGUMENT.
+#[derive(clap::Args)]
+struct RequestLimitArgs {
+    /// Most descriptors in one request (at most 1024, the checks of one Redis call).
+    #[arg(long, env = "RATELIMITD_MAX_DESCRIPTORS", default_value_t = RequestLimits::DEFAULT_MAX_DESCRIPTORS as u32, value_parser = clap::value_parser!(u32).range(1..=RequestLimits::MAX_DESCRIPTORS_CEILING as i64))]
+    max_descriptors: u32,
+    /// Most entries in one descriptor.
+    #[arg(long, env = "RATELIMITD_MAX_DESCRIPTOR_ENTRIES", default_value_t = RequestLimits::DEFAULT_MAX_ENTRIES as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    max_descriptor_entries: u32,
+    /// Longest key, and longest value, of a descriptor entry, in bytes.
+    #[arg(long, env = "RATELIMITD_MAX_ENTRY_BYTES", default_value_t = RequestLimits::DEFAULT_MAX_ENTRY_BYTES as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    max_entry_bytes: u32,
+}
+
+impl RequestLimitArgs {
+    fn limits(&self) -> RequestLimits {
+        RequestLimits {
+            max_descriptors: self.max_descriptors as usize,
+            max_entries: self.max_descriptor_entries as usize,
+            max_entry_bytes: self.max_entry_bytes as usize,
+        }
+    }
 }
 
 /// Bounds on configuration files, for `serve` (at startup and every reload) and `check` alike.
@@ -320,6 +347,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             }),
             near_limit_ratio: args.near_limit_ratio,
             lanes: args.threads.map_or_else(server::default_lanes, usize::from),
+            request_limits: args.request_limits.limits(),
             config_limits: args.config_limits.limits(),
         };
         server::run(settings, grpc, http, shutdown_signal()).await

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::reload::{ReloadOutcome, Reloader};
 use crate::config::{self, ConfigErrors};
-use crate::limiter::Rules;
+use crate::limiter::{RequestLimits, Rules};
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::service::http::{self, HttpState};
@@ -56,6 +56,8 @@ pub struct Settings {
     /// Serving lanes: threads serving gRPC connections, each with its own current-thread runtime
     /// (see [`lanes`]); lane 0 is the runtime `run` is called on.
     pub lanes: usize,
+    /// What one request may carry (descriptors, entries, entry bytes).
+    pub request_limits: RequestLimits,
     /// Bounds on configuration files (size, alias expansion).
     pub config_limits: config::Limits,
 }
@@ -74,6 +76,7 @@ impl Settings {
             deny_cache: Some(DenyCacheSettings::default()),
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
             lanes: default_lanes(),
+            request_limits: RequestLimits::default(),
             config_limits: config::Limits::default(),
         }
     }
@@ -116,6 +119,7 @@ struct Context {
     /// Called after a reload changed the rules (clears the deny cache).
     on_rules_changed: Box<dyn Fn() + Send + Sync>,
     lanes: usize,
+    request_limits: RequestLimits,
 }
 
 /// Loads the configuration, builds the store and serves until `shutdown` completes. Then health
@@ -145,6 +149,7 @@ pub async fn run(
         on_store_error: settings.on_store_error,
         on_rules_changed: Box::new(|| {}),
         lanes: settings.lanes,
+        request_limits: settings.request_limits,
     };
     match settings.redis {
         None => {
@@ -239,7 +244,8 @@ async fn serve<S: Store>(
     let edge = RateLimitEdge::new(context.rules.clone(), store.clone())
         .with_response_headers(context.headers)
         .with_metrics(context.metrics.clone())
-        .with_store_error_policy(context.on_store_error);
+        .with_store_error_policy(context.on_store_error)
+        .with_request_limits(context.request_limits);
     let edge = Arc::new(edge);
 
     let stopping = CancellationToken::new();

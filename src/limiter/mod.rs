@@ -9,6 +9,7 @@ pub mod matcher;
 pub mod plan;
 pub mod rate;
 pub mod request;
+pub mod request_limits;
 pub mod rules;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -17,6 +18,7 @@ pub use plan::{
 };
 pub use rate::{Algorithm, Rate, RateError, Unit};
 pub use request::{Descriptor, Entry, LimitOverride, Request};
+pub use request_limits::{LimitExceeded, RequestLimit, RequestLimits};
 pub use rules::{
     ConfiguredLimit, DomainRules, LimitKind, LimitedRate, RuleNode, RuleSet, Rules, WildcardRule,
 };

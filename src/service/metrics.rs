@@ -21,10 +21,11 @@
 //! [`DETAILED_LABEL_MAX_BYTES`]). At most [`DETAILED_METRIC_CAP`] distinct descriptor labels are
 //! kept per rule; the hits of any further descriptor count under `descriptor="_other"`.
 //!
-//! Also: the request latency histogram, requests by result, store errors by kind, answers given
-//! by the store-failure policy, configuration reloads, what loading configurations did (files
-//! read and parsed, files refused by a configuration limit), and the counters other components
-//! expose (Redis script reloads, deny-cache hits), read when scraped.
+//! Also: the request latency histogram, requests by result, requests refused by a request limit,
+//! store errors by kind, answers given by the store-failure policy, configuration reloads, what
+//! loading configurations did (files read and parsed, files refused by a configuration limit),
+//! and the counters other components expose (Redis script reloads, deny-cache hits), read when
+//! scraped.
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,7 +36,9 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::config::{ConfigLimit, Loader};
 use crate::limiter::algorithm::Verdict;
-use crate::limiter::{Code, ConfiguredLimit, Outcome, Plan, Request, Resolution, RuleSet, Rules};
+use crate::limiter::{
+    Code, ConfiguredLimit, Outcome, Plan, Request, RequestLimit, Resolution, RuleSet, Rules,
+};
 use crate::store::StoreError;
 
 /// Most distinct `descriptor` label values kept per `detailed_metric` rule.
@@ -157,6 +160,8 @@ pub struct Metrics {
     rules: RwLock<HashMap<String, HashMap<String, Arc<RuleStats>>>>,
     latency: Histogram,
     requests: [AtomicU64; 4],
+    /// Requests refused by each of [`RequestLimit::ALL`].
+    request_limits: [AtomicU64; 3],
     store_errors: [AtomicU64; 3],
     policy: Mutex<&'static str>,
     policy_answers: AtomicU64,
@@ -197,6 +202,7 @@ impl Metrics {
             rules: RwLock::new(HashMap::new()),
             latency: Histogram::new(),
             requests: Default::default(),
+            request_limits: Default::default(),
             store_errors: Default::default(),
             policy: Mutex::new("unavailable"),
             policy_answers: AtomicU64::new(0),
@@ -352,6 +358,15 @@ impl Metrics {
         self.requests[index].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A request refused because it exceeded `limit`.
+    pub fn record_request_limit(&self, limit: RequestLimit) {
+        let index = RequestLimit::ALL
+            .iter()
+            .position(|l| *l == limit)
+            .unwrap_or(0);
+        self.request_limits[index].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Renders the counters of `loader` (files read, parsed, refused by a configuration limit).
     pub fn register_config_loader(&self, loader: Arc<Loader>) {
         *self.config_loader.lock() = Some(loader);
@@ -457,6 +472,21 @@ impl Metrics {
                 out,
                 "ratelimitd_requests_total{{result=\"{}\"}} {}",
                 result.label(),
+                counter.load(Ordering::Relaxed)
+            );
+        }
+
+        family(
+            &mut out,
+            "ratelimitd_request_limit_rejections_total",
+            "Requests refused with INVALID_ARGUMENT for exceeding a request limit (descriptors, entries, entry_bytes).",
+            "counter",
+        );
+        for (limit, counter) in RequestLimit::ALL.iter().zip(&self.request_limits) {
+            let _ = writeln!(
+                out,
+                "ratelimitd_request_limit_rejections_total{{limit=\"{}\"}} {}",
+                limit.label(),
                 counter.load(Ordering::Relaxed)
             );
         }

@@ -9,11 +9,11 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use tonic::{Code as GrpcCode, Request, Response, Status};
 
-use super::convert::{request_from_proto, response_to_proto};
+use super::convert::{request_from_proto, response_to_proto, Refused};
 use super::headers::ResponseHeaders;
 use super::metrics::{Metrics, RequestResult};
 use crate::limiter::algorithm::Verdict;
-use crate::limiter::{outcome, plan, Rules};
+use crate::limiter::{outcome, plan, RequestLimits, Rules};
 use crate::proto::rls::rate_limit_response::Code as ProtoCode;
 use crate::proto::rls::rate_limit_service_server::RateLimitService;
 use crate::proto::rls::{RateLimitRequest, RateLimitResponse};
@@ -73,6 +73,8 @@ pub struct RateLimitEdge<S> {
     headers: ResponseHeaders,
     metrics: Option<Arc<Metrics>>,
     on_store_error: StoreErrorPolicy,
+    /// What one request may carry; a request beyond it is refused before it is converted.
+    limits: RequestLimits,
     /// Store-error warnings are logged at most once per second, with the count of the others.
     warnings: WarnThrottle,
 }
@@ -119,8 +121,16 @@ impl<S: Store> RateLimitEdge<S> {
             headers: ResponseHeaders::None,
             metrics: None,
             on_store_error: StoreErrorPolicy::Unavailable,
+            limits: RequestLimits::default(),
             warnings: WarnThrottle::new(),
         }
+    }
+
+    /// Refuses requests beyond `limits` with `INVALID_ARGUMENT` (default:
+    /// [`RequestLimits::default`]).
+    pub fn with_request_limits(mut self, limits: RequestLimits) -> RateLimitEdge<S> {
+        self.limits = limits;
+        self
     }
 
     /// Adds rate-limit headers of `style` to every response (`response_headers_to_add`).
@@ -171,7 +181,12 @@ impl<S: Store> RateLimitEdge<S> {
     }
 
     async fn decide_timed(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
-        let request = request_from_proto(request)?;
+        let request = request_from_proto(request, &self.limits).map_err(|refused| {
+            if let (Refused::Limit(exceeded), Some(metrics)) = (&refused, &self.metrics) {
+                metrics.record_request_limit(exceeded.limit());
+            }
+            Status::from(refused)
+        })?;
         let rules = self.rules.load();
         let plan = plan(&rules, &request).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let (verdicts, from_store) = if plan.checks.is_empty() {
