@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use ratelimitd::limiter::Modes;
+use ratelimitd::limiter::{Modes, RequestLimits};
 use ratelimitd::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use ratelimitd::service::rls::StoreErrorPolicy;
 use ratelimitd::service::ResponseHeaders;
@@ -192,6 +192,54 @@ struct ServeArgs {
     /// Log filter (tracing-subscriber syntax, e.g. `info` or `ratelimitd=debug`).
     #[arg(long, env = "RATELIMITD_LOG_LEVEL", default_value = "info")]
     log_level: String,
+    #[command(flatten)]
+    request_limits: RequestLimitArgs,
+    #[command(flatten)]
+    config_limits: ConfigLimitArgs,
+}
+
+/// What one request may carry; a request beyond it is refused with INVALID_ARGUMENT.
+#[derive(clap::Args)]
+struct RequestLimitArgs {
+    /// Most descriptors in one request (at most 1024, the checks of one Redis call).
+    #[arg(long, env = "RATELIMITD_MAX_DESCRIPTORS", default_value_t = RequestLimits::DEFAULT_MAX_DESCRIPTORS as u32, value_parser = clap::value_parser!(u32).range(1..=RequestLimits::MAX_DESCRIPTORS_CEILING as i64))]
+    max_descriptors: u32,
+    /// Most entries in one descriptor.
+    #[arg(long, env = "RATELIMITD_MAX_DESCRIPTOR_ENTRIES", default_value_t = RequestLimits::DEFAULT_MAX_ENTRIES as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    max_descriptor_entries: u32,
+    /// Longest key, and longest value, of a descriptor entry, in bytes.
+    #[arg(long, env = "RATELIMITD_MAX_ENTRY_BYTES", default_value_t = RequestLimits::DEFAULT_MAX_ENTRY_BYTES as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    max_entry_bytes: u32,
+}
+
+impl RequestLimitArgs {
+    fn limits(&self) -> RequestLimits {
+        RequestLimits {
+            max_descriptors: self.max_descriptors as usize,
+            max_entries: self.max_descriptor_entries as usize,
+            max_entry_bytes: self.max_entry_bytes as usize,
+        }
+    }
+}
+
+/// Bounds on configuration files, for `serve` (at startup and every reload) and `check` alike.
+#[derive(clap::Args)]
+struct ConfigLimitArgs {
+    /// Largest configuration file, in bytes (checked before the file is opened).
+    #[arg(long, env = "RATELIMITD_MAX_CONFIG_FILE_BYTES", default_value_t = config::Limits::DEFAULT_MAX_FILE_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+    max_config_file_bytes: u64,
+    /// Most bytes of scalars the YAML aliases (`*name`) of one file may add when expanded.
+    #[arg(long, env = "RATELIMITD_MAX_CONFIG_ALIAS_BYTES", default_value_t = config::Limits::DEFAULT_MAX_ALIAS_BYTES)]
+    max_config_alias_bytes: u64,
+}
+
+impl ConfigLimitArgs {
+    fn limits(&self) -> config::Limits {
+        config::Limits {
+            max_file_bytes: self.max_config_file_bytes,
+            max_alias_bytes: self.max_config_alias_bytes,
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -207,7 +255,13 @@ struct CheckArgs {
     /// Merge configuration files that name the same domain, as `serve --merge-domain-config`.
     #[arg(long, env = "RATELIMITD_MERGE_DOMAIN_CONFIG")]
     merge_domain_config: bool,
+    #[command(flatten)]
+    config_limits: ConfigLimitArgs,
 }
+
+/// How long exit waits for blocking work still running (a reload reading files) once serving
+/// has stopped; such work must never keep the process alive.
+const BLOCKING_WORK_GRACE: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
     match Cli::parse().command {
@@ -246,7 +300,10 @@ fn check(args: &CheckArgs) -> ExitCode {
     let options = config::LoadOptions {
         merge_domains: args.merge_domain_config,
     };
-    match config::load_with(&args.config, options) {
+    match config::Loader::new(args.config_limits.limits())
+        .with_options(options)
+        .load(&args.config)
+    {
         Ok(rules) => {
             let limits = rules.limits().len();
             println!(
@@ -323,9 +380,12 @@ fn serve(args: ServeArgs) -> ExitCode {
             load: config::LoadOptions {
                 merge_domains: args.merge_domain_config,
             },
+            request_limits: args.request_limits.limits(),
+            config_limits: args.config_limits.limits(),
         };
         server::run(settings, grpc, http, shutdown_signal()).await
     });
+    runtime.shutdown_timeout(BLOCKING_WORK_GRACE);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

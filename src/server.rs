@@ -13,9 +13,9 @@ use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::reload::{self, ReloadOutcome, Reloader};
+use crate::config::reload::{ReloadOutcome, Reloader};
 use crate::config::{self, ConfigErrors, LoadOptions};
-use crate::limiter::{Modes, Rules};
+use crate::limiter::{Modes, RequestLimits, Rules};
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::service::http::{self, HttpState};
@@ -64,6 +64,10 @@ pub struct Settings {
     pub response_dynamic_metadata: bool,
     /// How configuration files of the same domain combine (merged or refused).
     pub load: LoadOptions,
+    /// What one request may carry (descriptors, entries, entry bytes).
+    pub request_limits: RequestLimits,
+    /// Bounds on configuration files (size, alias expansion).
+    pub config_limits: config::Limits,
 }
 
 impl Settings {
@@ -83,6 +87,8 @@ impl Settings {
             modes: Modes::default(),
             response_dynamic_metadata: false,
             load: LoadOptions::default(),
+            request_limits: RequestLimits::default(),
+            config_limits: config::Limits::default(),
         }
     }
 }
@@ -126,6 +132,7 @@ struct Context {
     lanes: usize,
     modes: Modes,
     response_dynamic_metadata: bool,
+    request_limits: RequestLimits,
 }
 
 /// Loads the configuration, builds the store and serves until `shutdown` completes. Then health
@@ -136,17 +143,16 @@ pub async fn run(
     http: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    // Fingerprint first: a change made while loading is noticed at the first check.
-    let loaded_from = reload::fingerprint(&settings.config_paths);
-    let rules = config::load_with(&settings.config_paths, settings.load)?;
-    let domains = rules.domains.len();
+    let loader = Arc::new(config::Loader::new(settings.config_limits).with_options(settings.load));
+    let reloader = Arc::new(Reloader::start(
+        settings.config_paths.clone(),
+        loader.clone(),
+    )?);
+    let rules = reloader.rules().clone();
+    let domains = rules.load().domains.len();
     let metrics = Arc::new(Metrics::new(settings.near_limit_ratio));
-    metrics.register_rules(&rules);
-    let rules = Arc::new(ArcSwap::from_pointee(rules));
-    let reloader = Arc::new(
-        Reloader::new(settings.config_paths.clone(), rules.clone(), loaded_from)
-            .with_options(settings.load),
-    );
+    metrics.register_rules(&rules.load());
+    metrics.register_config_loader(loader);
     let mut context = Context {
         rules,
         reloader,
@@ -158,6 +164,7 @@ pub async fn run(
         lanes: settings.lanes,
         modes: settings.modes,
         response_dynamic_metadata: settings.response_dynamic_metadata,
+        request_limits: settings.request_limits,
     };
     match settings.redis {
         None => {
@@ -254,7 +261,8 @@ async fn serve<S: Store>(
         .with_metrics(context.metrics.clone())
         .with_store_error_policy(context.on_store_error)
         .with_modes(context.modes)
-        .with_dynamic_metadata(context.response_dynamic_metadata);
+        .with_dynamic_metadata(context.response_dynamic_metadata)
+        .with_request_limits(context.request_limits);
     let edge = Arc::new(edge);
 
     let stopping = CancellationToken::new();

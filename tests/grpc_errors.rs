@@ -21,8 +21,14 @@ use tonic::Status;
 use tonic_health::pb::health_check_response::ServingStatus;
 
 fn serve() -> Ratelimitd {
+    serve_with(&[])
+}
+
+fn serve_with(args: &[&str]) -> Ratelimitd {
     let matching = fixture("serve/matching.yaml");
-    Ratelimitd::start(&["--config", matching.to_str().unwrap()])
+    let mut full = vec!["--config", matching.to_str().unwrap()];
+    full.extend_from_slice(args);
+    Ratelimitd::start(&full)
 }
 
 /// The process is running, reports SERVING, and decides a normal request correctly.
@@ -208,7 +214,8 @@ async fn odd_overrides_and_flags_never_crash() {
 
 #[tokio::test]
 async fn one_mebibyte_value_is_answered() {
-    let mut server = serve();
+    // Above the default --max-entry-bytes (8 KiB), which refuses such values whole.
+    let mut server = serve_with(&["--max-entry-bytes", "2097152"]);
     let mut c = server.client().await;
     let big = "v".repeat(1 << 20);
 

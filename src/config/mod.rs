@@ -1,12 +1,17 @@
 //! YAML configuration: files and directories to validated [`limiter::Rules`], with every error
 //! reported as `file:line:column: field: message`.
 //!
-//! [`yaml`] builds a positioned YAML tree, [`schema`] validates it into one domain's rules, and
-//! this module finds the files and assembles the domains.
+//! [`file`] reads one file within the [`Limits`], [`yaml`] builds a positioned YAML tree,
+//! [`schema`] validates it into one domain's rules, and this module finds the files and assembles
+//! the domains. [`reload`] watches them.
 
 mod error;
+mod file;
+mod fingerprint;
+mod limits;
 pub mod reload;
 mod schema;
+mod stats;
 mod yaml;
 
 use std::collections::HashMap;
@@ -16,6 +21,8 @@ use std::path::{Path, PathBuf};
 use crate::limiter;
 
 pub use error::{ConfigError, ConfigErrors};
+pub use limits::Limits;
+pub use stats::{ConfigLimit, LoadStats};
 
 use schema::DescriptorId;
 use yaml::Pos;
@@ -30,88 +37,160 @@ pub struct LoadOptions {
     pub merge_domains: bool,
 }
 
-/// Loads every path: a file, or a directory whose top-level `*.yaml`/`*.yml` files are loaded
-/// (sorted by name; names starting with `.` are skipped so Kubernetes ConfigMap `..data`
-/// directories are ignored; symlinks are followed).
-///
-/// Collects all errors from all files (does not stop at the first). One domain per file; the
-/// same domain in two files is an error naming both files. A directory without configuration
-/// files contributes no domains.
+/// Loads every path with the default [`Limits`] and [`LoadOptions`] (see [`Loader::load`]).
 pub fn load(paths: &[PathBuf]) -> Result<limiter::Rules, ConfigErrors> {
-    load_with(paths, LoadOptions::default())
+    Loader::new(Limits::default()).load(paths)
 }
 
 /// [`load`], with the same domain in several files merged or refused as `options` says.
 pub fn load_with(paths: &[PathBuf], options: LoadOptions) -> Result<limiter::Rules, ConfigErrors> {
-    let mut errors = Vec::new();
-    let mut rules = limiter::Rules::default();
-    let mut origins: HashMap<String, Origin> = HashMap::new();
-    for file in config_files(paths, &mut errors) {
-        let text = match fs::read_to_string(&file) {
-            Ok(text) => text,
-            Err(error) => {
-                errors.push(file_error(&file, format!("cannot read file: {error}")));
-                continue;
-            }
-        };
-        let parsed = match parse_file(&file, &text) {
-            Ok(parsed) => parsed,
-            Err(file_errors) => {
-                errors.extend(file_errors);
-                continue;
-            }
-        };
-        let domain = parsed.rules.domain.clone();
-        let Some(origin) = origins.get_mut(&domain) else {
-            origins.insert(
-                domain.clone(),
-                Origin {
-                    file: file.clone(),
-                    domain_pos: parsed.domain_pos,
-                    top_level: parsed
-                        .top_level
-                        .into_iter()
-                        .map(|(id, (pos, _))| (id, (file.clone(), pos)))
-                        .collect(),
-                },
-            );
-            rules.domains.insert(domain, parsed.rules);
-            continue;
-        };
-        if !options.merge_domains {
-            errors.push(ConfigError {
-                file: file.clone(),
-                line: parsed.domain_pos.line,
-                column: parsed.domain_pos.column,
-                field: "domain".to_string(),
-                message: format!(
-                    "domain `{domain}` is already defined in {}:{} (--merge-domain-config merges \
-                     the files of one domain)",
-                    origin.file.display(),
-                    origin.domain_pos.line
-                ),
-            });
-            continue;
-        }
-        let clashes = merge_clashes(&file, &parsed.top_level, &origin.top_level);
-        if !clashes.is_empty() {
-            errors.extend(clashes);
-            continue;
-        }
-        origin.top_level.extend(
-            parsed
-                .top_level
-                .into_iter()
-                .map(|(id, (pos, _))| (id, (file.clone(), pos))),
-        );
-        if let Some(merged) = rules.domains.get_mut(&domain) {
-            merge_level(&mut merged.root, parsed.rules.root);
+    Loader::new(Limits::default())
+        .with_options(options)
+        .load(paths)
+}
+
+/// Loads configurations within its [`Limits`], counting what it does in its [`LoadStats`].
+#[derive(Debug, Default)]
+pub struct Loader {
+    limits: Limits,
+    options: LoadOptions,
+    stats: LoadStats,
+}
+
+impl Loader {
+    pub fn new(limits: Limits) -> Loader {
+        Loader {
+            limits,
+            options: LoadOptions::default(),
+            stats: LoadStats::default(),
         }
     }
-    if errors.is_empty() {
-        Ok(rules)
-    } else {
-        Err(ConfigErrors(errors))
+
+    /// This loader, bringing files together as `options` says.
+    pub fn with_options(mut self, options: LoadOptions) -> Loader {
+        self.options = options;
+        self
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// What this loader (and the change checks using it) did so far.
+    pub fn stats(&self) -> &LoadStats {
+        &self.stats
+    }
+
+    /// Loads every path: a file, or a directory whose top-level `*.yaml`/`*.yml` files are
+    /// loaded (sorted by name; names starting with `.` are skipped so Kubernetes ConfigMap
+    /// `..data` directories are ignored; symlinks are followed; subdirectories are not read).
+    ///
+    /// Collects all errors from all files (does not stop at the first). One domain per file; the
+    /// same domain in two files is an error naming both files, unless
+    /// [`LoadOptions::merge_domains`] merges them. A directory without configuration
+    /// files contributes no domains. A configuration file that is not a regular file (a FIFO, a
+    /// device, a socket, or a symlink to one), or is larger than [`Limits::max_file_bytes`], is an
+    /// error naming it, like an unreadable file: it may hold limits the operator expects, so the
+    /// configuration is not loaded without it. Neither is ever opened.
+    pub fn load(&self, paths: &[PathBuf]) -> Result<limiter::Rules, ConfigErrors> {
+        let mut errors = Vec::new();
+        let mut rules = limiter::Rules::default();
+        let mut origins: HashMap<String, Origin> = HashMap::new();
+        for file in config_files(paths, &mut errors) {
+            let text = match self.read_text(&file) {
+                Ok(text) => text,
+                Err(error) => {
+                    errors.push(file_error(&file, error.to_string()));
+                    continue;
+                }
+            };
+            let parsed = match self.parse_file(&file, &text) {
+                Ok(parsed) => parsed,
+                Err(file_errors) => {
+                    errors.extend(file_errors);
+                    continue;
+                }
+            };
+            let domain = parsed.rules.domain.clone();
+            let Some(origin) = origins.get_mut(&domain) else {
+                origins.insert(
+                    domain.clone(),
+                    Origin {
+                        file: file.clone(),
+                        domain_pos: parsed.domain_pos,
+                        top_level: parsed
+                            .top_level
+                            .into_iter()
+                            .map(|(id, (pos, _))| (id, (file.clone(), pos)))
+                            .collect(),
+                    },
+                );
+                rules.domains.insert(domain, parsed.rules);
+                continue;
+            };
+            if !self.options.merge_domains {
+                errors.push(ConfigError {
+                    file: file.clone(),
+                    line: parsed.domain_pos.line,
+                    column: parsed.domain_pos.column,
+                    field: "domain".to_string(),
+                    message: format!(
+                        "domain `{domain}` is already defined in {}:{} (--merge-domain-config \
+                         merges the files of one domain)",
+                        origin.file.display(),
+                        origin.domain_pos.line
+                    ),
+                });
+                continue;
+            }
+            let clashes = merge_clashes(&file, &parsed.top_level, &origin.top_level);
+            if !clashes.is_empty() {
+                errors.extend(clashes);
+                continue;
+            }
+            origin.top_level.extend(
+                parsed
+                    .top_level
+                    .into_iter()
+                    .map(|(id, (pos, _))| (id, (file.clone(), pos))),
+            );
+            if let Some(merged) = rules.domains.get_mut(&domain) {
+                merge_level(&mut merged.root, parsed.rules.root);
+            }
+        }
+        if errors.is_empty() {
+            Ok(rules)
+        } else {
+            Err(ConfigErrors(errors))
+        }
+    }
+
+    fn read_text(&self, path: &Path) -> Result<String, file::FileError> {
+        let result = file::read_text(path, self.limits.max_file_bytes);
+        match &result {
+            Ok(_) | Err(file::FileError::NotUtf8) => self.stats.record_read(),
+            Err(error) => {
+                if let Some(limit) = error.limit() {
+                    self.stats.record_rejection(limit.into());
+                }
+            }
+        }
+        result
+    }
+
+    fn parse_file(
+        &self,
+        origin: &Path,
+        text: &str,
+    ) -> Result<schema::ParsedDomain, Vec<ConfigError>> {
+        self.stats.record_parse();
+        let root = yaml::parse(text, self.limits.max_alias_bytes).map_err(|error| {
+            if error.alias_budget {
+                self.stats.record_rejection(ConfigLimit::AliasBytes);
+            }
+            vec![yaml_error(origin, error)]
+        })?;
+        schema::domain_rules(origin, &root)
     }
 }
 
@@ -164,25 +243,30 @@ fn merge_level(into: &mut limiter::RuleSet, more: limiter::RuleSet) {
     into.key_only.extend(more.key_only);
 }
 
-/// Parses one file's text (used by [`load`] and by tests). `origin` is the file name used in
-/// errors. Returns every error found in the file, in source order.
+/// Parses one file's text with the default [`Limits`] (for tests and benchmarks). `origin` is the
+/// file name used in errors. Returns every error found in the file, in source order.
 pub fn parse_domain(origin: &Path, text: &str) -> Result<limiter::DomainRules, ConfigErrors> {
-    parse_file(origin, text)
+    Loader::default()
+        .parse_file(origin, text)
         .map(|parsed| parsed.rules)
         .map_err(ConfigErrors)
 }
 
-fn parse_file(origin: &Path, text: &str) -> Result<schema::ParsedDomain, Vec<ConfigError>> {
-    let root = yaml::parse(text).map_err(|error| {
-        vec![ConfigError {
-            file: origin.to_path_buf(),
-            line: error.pos.line,
-            column: error.pos.column,
-            field: "yaml".to_string(),
-            message: format!("invalid YAML: {}", error.message),
-        }]
-    })?;
-    schema::domain_rules(origin, &root)
+/// A YAML error as a configuration error. The alias budget's message stands alone; others are
+/// the parser's, marked as such.
+fn yaml_error(origin: &Path, error: yaml::SyntaxError) -> ConfigError {
+    let message = if error.alias_budget {
+        error.message
+    } else {
+        format!("invalid YAML: {}", error.message)
+    };
+    ConfigError {
+        file: origin.to_path_buf(),
+        line: error.pos.line,
+        column: error.pos.column,
+        field: "yaml".to_string(),
+        message,
+    }
 }
 
 /// The files named by `paths`, in order, each directory expanded to its configuration files

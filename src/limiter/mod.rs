@@ -10,6 +10,7 @@ pub mod metadata;
 pub mod plan;
 pub mod rate;
 pub mod request;
+pub mod request_limits;
 pub mod rules;
 pub mod wildcard;
 
@@ -21,6 +22,7 @@ pub use plan::{
 };
 pub use rate::{Algorithm, Rate, RateError, Unit};
 pub use request::{Descriptor, Entry, LimitOverride, Request};
+pub use request_limits::{LimitExceeded, RequestLimit, RequestLimits};
 pub use rules::{
     ConfiguredLimit, DomainRules, LimitKind, LimitedRate, RuleNode, RuleSet, Rules, WildcardRule,
 };

@@ -5,7 +5,8 @@ use prost_types::Duration;
 use tonic::Status;
 
 use crate::limiter::{
-    Code, CurrentLimit, Descriptor, Entry, LimitOverride, Outcome, Request, Unit,
+    Code, CurrentLimit, Descriptor, Entry, LimitExceeded, LimitOverride, Outcome, Request,
+    RequestLimits, Unit,
 };
 use crate::proto::common::RateLimitDescriptor;
 use crate::proto::envoy::r#type::v3::RateLimitUnit;
@@ -14,26 +15,48 @@ use crate::proto::rls::rate_limit_response::{
 };
 use crate::proto::rls::{RateLimitRequest, RateLimitResponse};
 
-/// Validates and converts a request. Rejects an empty domain, no descriptors, an entry with an
-/// empty key, an override whose unit is UNKNOWN (or out of range) or whose multiplier is 0, and
-/// negative hits (refunds are not supported).
-pub fn request_from_proto(request: RateLimitRequest) -> Result<Request, Status> {
+/// Why a request is refused with `INVALID_ARGUMENT`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// Beyond one of the [`RequestLimits`].
+    #[error(transparent)]
+    Limit(#[from] LimitExceeded),
+    /// Not a valid request.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl From<Refused> for Status {
+    fn from(refused: Refused) -> Status {
+        Status::invalid_argument(refused.to_string())
+    }
+}
+
+/// Validates and converts a request. Rejects an empty domain, no descriptors, more descriptors,
+/// entries or entry bytes than `limits` accept (counted before anything is converted), an entry
+/// with an empty key, an override whose unit is UNKNOWN (or out of range) or whose multiplier is
+/// 0, and negative hits (refunds are not supported).
+pub fn request_from_proto(
+    request: RateLimitRequest,
+    limits: &RequestLimits,
+) -> Result<Request, Refused> {
     if request.domain.is_empty() {
-        return Err(Status::invalid_argument(
-            "rate limit domain must not be empty",
+        return Err(Refused::Invalid(
+            "rate limit domain must not be empty".to_string(),
         ));
     }
     if request.descriptors.is_empty() {
-        return Err(Status::invalid_argument(
-            "rate limit descriptor list must not be empty",
+        return Err(Refused::Invalid(
+            "rate limit descriptor list must not be empty".to_string(),
         ));
     }
+    check_limits(&request, limits)?;
     let descriptors = request
         .descriptors
         .into_iter()
         .enumerate()
         .map(|(index, descriptor)| descriptor_from_proto(index, descriptor))
-        .collect::<Result<Vec<_>, Status>>()?;
+        .collect::<Result<Vec<_>, Refused>>()?;
     Ok(Request {
         domain: request.domain,
         descriptors,
@@ -41,12 +64,24 @@ pub fn request_from_proto(request: RateLimitRequest) -> Result<Request, Status> 
     })
 }
 
+/// Every count and length `limits` bound, in request order, the first one exceeded reported.
+fn check_limits(request: &RateLimitRequest, limits: &RequestLimits) -> Result<(), LimitExceeded> {
+    limits.check_descriptors(request.descriptors.len())?;
+    for (index, descriptor) in request.descriptors.iter().enumerate() {
+        limits.check_entries(index, descriptor.entries.len())?;
+        for (position, entry) in descriptor.entries.iter().enumerate() {
+            limits.check_entry(index, position, &entry.key, &entry.value)?;
+        }
+    }
+    Ok(())
+}
+
 fn descriptor_from_proto(
     index: usize,
     descriptor: RateLimitDescriptor,
-) -> Result<Descriptor, Status> {
+) -> Result<Descriptor, Refused> {
     if descriptor.is_negative_hits {
-        return Err(Status::invalid_argument(format!(
+        return Err(Refused::Invalid(format!(
             "descriptor {index}: negative hits (is_negative_hits) are not supported"
         )));
     }
@@ -56,7 +91,7 @@ fn descriptor_from_proto(
         .enumerate()
         .map(|(position, entry)| {
             if entry.key.is_empty() {
-                Err(Status::invalid_argument(format!(
+                Err(Refused::Invalid(format!(
                     "descriptor {index}: entry {position} has an empty key"
                 )))
             } else {
@@ -66,7 +101,7 @@ fn descriptor_from_proto(
                 })
             }
         })
-        .collect::<Result<Vec<_>, Status>>()?;
+        .collect::<Result<Vec<_>, Refused>>()?;
     let limit_override = descriptor
         .limit
         .map(|limit| {
@@ -74,7 +109,7 @@ fn descriptor_from_proto(
                 .ok()
                 .and_then(unit_from_proto)
                 .ok_or_else(|| {
-                    Status::invalid_argument(format!(
+                    Refused::Invalid(format!(
                         "descriptor {index}: limit override unit {} is not one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR",
                         limit.unit
                     ))
@@ -82,7 +117,7 @@ fn descriptor_from_proto(
             let unit_multiplier = match limit.unit_multiplier {
                 None => 1,
                 Some(0) => {
-                    return Err(Status::invalid_argument(format!(
+                    return Err(Refused::Invalid(format!(
                         "descriptor {index}: limit override unit_multiplier must be positive"
                     )))
                 }
@@ -431,5 +466,93 @@ mod dynamic_metadata_tests {
         let mut keys: Vec<&str> = s.fields.keys().map(String::as_str).collect();
         keys.sort_unstable();
         assert_eq!(keys, ["descriptors", "domain", "quotaModeEnabled"]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::RequestLimit;
+    use crate::proto::common::rate_limit_descriptor::Entry as ProtoEntry;
+
+    fn descriptor(entries: usize, value: &str) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: (0..entries)
+                .map(|i| ProtoEntry {
+                    key: format!("k{i}"),
+                    value: value.to_string(),
+                })
+                .collect(),
+            ..RateLimitDescriptor::default()
+        }
+    }
+
+    fn request(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+        RateLimitRequest {
+            domain: "d".to_string(),
+            descriptors,
+            hits_addend: 0,
+        }
+    }
+
+    fn refused_limit(result: Result<Request, Refused>) -> (RequestLimit, String) {
+        match result {
+            Err(Refused::Limit(exceeded)) => (exceeded.limit(), exceeded.to_string()),
+            other => panic!("expected a limit refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn requests_at_every_limit_are_converted() {
+        let limits = RequestLimits {
+            max_descriptors: 3,
+            max_entries: 2,
+            max_entry_bytes: 4,
+        };
+        let converted =
+            request_from_proto(request(vec![descriptor(2, "vvvv"); 3]), &limits).unwrap();
+        assert_eq!(converted.descriptors.len(), 3);
+    }
+
+    #[test]
+    fn requests_beyond_a_limit_are_refused_with_the_numbers() {
+        let limits = RequestLimits::default();
+        let (limit, message) = refused_limit(request_from_proto(
+            request(vec![descriptor(1, "v"); 100_000]),
+            &limits,
+        ));
+        assert_eq!(limit, RequestLimit::Descriptors);
+        assert_eq!(
+            message,
+            "request has 100000 descriptors; at most 64 are accepted (--max-descriptors)"
+        );
+
+        let (limit, message) = refused_limit(request_from_proto(
+            request(vec![descriptor(1, "v"), descriptor(33, "v")]),
+            &limits,
+        ));
+        assert_eq!(limit, RequestLimit::Entries);
+        assert_eq!(
+            message,
+            "descriptor 1 has 33 entries; at most 32 are accepted (--max-descriptor-entries)"
+        );
+
+        let (limit, message) = refused_limit(request_from_proto(
+            request(vec![descriptor(1, &"v".repeat(8193))]),
+            &limits,
+        ));
+        assert_eq!(limit, RequestLimit::EntryBytes);
+        assert_eq!(
+            message,
+            "descriptor 0: entry 0 has a value of 8193 bytes; at most 8192 are accepted (--max-entry-bytes)"
+        );
+    }
+
+    #[test]
+    fn refusals_are_invalid_argument() {
+        let status = Status::from(Refused::Invalid("no".to_string()));
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        let refused = request_from_proto(request(Vec::new()), &RequestLimits::default());
+        assert!(matches!(refused, Err(Refused::Invalid(_))));
     }
 }

@@ -21,9 +21,11 @@
 //! [`DETAILED_LABEL_MAX_BYTES`]). At most [`DETAILED_METRIC_CAP`] distinct descriptor labels are
 //! kept per rule; the hits of any further descriptor count under `descriptor="_other"`.
 //!
-//! Also: the request latency histogram, requests by result, store errors by kind, answers given
-//! by the store-failure policy, configuration reloads, and the counters other components expose
-//! (Redis script reloads, deny-cache hits), read when scraped.
+//! Also: the request latency histogram, requests by result, requests refused by a request limit,
+//! store errors by kind, answers given by the store-failure policy, configuration reloads, what
+//! loading configurations did (files read and parsed, files refused by a configuration limit),
+//! and the counters other components expose (Redis script reloads, deny-cache hits), read when
+//! scraped.
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,8 +34,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::config::{ConfigLimit, Loader};
 use crate::limiter::algorithm::Verdict;
-use crate::limiter::{Code, ConfiguredLimit, Outcome, Plan, Request, Resolution, RuleSet, Rules};
+use crate::limiter::{
+    Code, ConfiguredLimit, Outcome, Plan, Request, RequestLimit, Resolution, RuleSet, Rules,
+};
 use crate::store::StoreError;
 
 /// Most distinct `descriptor` label values kept per `detailed_metric` rule.
@@ -155,6 +160,8 @@ pub struct Metrics {
     rules: RwLock<HashMap<String, HashMap<String, Arc<RuleStats>>>>,
     latency: Histogram,
     requests: [AtomicU64; 4],
+    /// Requests refused by each of [`RequestLimit::ALL`].
+    request_limits: [AtomicU64; 3],
     store_errors: [AtomicU64; 3],
     policy: Mutex<&'static str>,
     policy_answers: AtomicU64,
@@ -162,6 +169,8 @@ pub struct Metrics {
     reloads_failed: AtomicU64,
     last_reload_ok: AtomicBool,
     last_success_unix: AtomicU64,
+    /// The loader of the running configuration, whose counters are rendered.
+    config_loader: Mutex<Option<Arc<Loader>>>,
     externals: Mutex<Vec<External>>,
 }
 
@@ -193,6 +202,7 @@ impl Metrics {
             rules: RwLock::new(HashMap::new()),
             latency: Histogram::new(),
             requests: Default::default(),
+            request_limits: Default::default(),
             store_errors: Default::default(),
             policy: Mutex::new("unavailable"),
             policy_answers: AtomicU64::new(0),
@@ -200,6 +210,7 @@ impl Metrics {
             reloads_failed: AtomicU64::new(0),
             last_reload_ok: AtomicBool::new(true),
             last_success_unix: AtomicU64::new(unix_now()),
+            config_loader: Mutex::new(None),
             externals: Mutex::new(Vec::new()),
         }
     }
@@ -348,6 +359,20 @@ impl Metrics {
         self.requests[index].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A request refused because it exceeded `limit`.
+    pub fn record_request_limit(&self, limit: RequestLimit) {
+        let index = RequestLimit::ALL
+            .iter()
+            .position(|l| *l == limit)
+            .unwrap_or(0);
+        self.request_limits[index].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Renders the counters of `loader` (files read, parsed, refused by a configuration limit).
+    pub fn register_config_loader(&self, loader: Arc<Loader>) {
+        *self.config_loader.lock() = Some(loader);
+    }
+
     pub fn record_store_error(&self, error: &StoreError) {
         let index = STORE_ERROR_KINDS
             .iter()
@@ -454,6 +479,21 @@ impl Metrics {
 
         family(
             &mut out,
+            "ratelimitd_request_limit_rejections_total",
+            "Requests refused with INVALID_ARGUMENT for exceeding a request limit (descriptors, entries, entry_bytes).",
+            "counter",
+        );
+        for (limit, counter) in RequestLimit::ALL.iter().zip(&self.request_limits) {
+            let _ = writeln!(
+                out,
+                "ratelimitd_request_limit_rejections_total{{limit=\"{}\"}} {}",
+                limit.label(),
+                counter.load(Ordering::Relaxed)
+            );
+        }
+
+        family(
+            &mut out,
             "ratelimitd_store_errors_total",
             "Store calls that failed, by kind (timeout, unavailable, protocol).",
             "counter",
@@ -517,6 +557,10 @@ impl Metrics {
             "ratelimitd_config_last_reload_success_timestamp_seconds {}",
             self.last_success_unix.load(Ordering::Relaxed)
         );
+
+        if let Some(loader) = self.config_loader.lock().as_ref() {
+            render_config_loader(&mut out, loader);
+        }
 
         for external in self.externals.lock().iter() {
             family(&mut out, external.name, external.help, external.kind);
@@ -599,6 +643,46 @@ impl Metrics {
                 let _ = writeln!(out, "}} {}", values[i]);
             }
         }
+    }
+}
+
+fn render_config_loader(out: &mut String, loader: &Loader) {
+    let stats = loader.stats();
+    family(
+        out,
+        "ratelimitd_config_file_reads_total",
+        "Configuration files read, to load them or to see whether they changed (unchanged files are not read).",
+        "counter",
+    );
+    let _ = writeln!(
+        out,
+        "ratelimitd_config_file_reads_total {}",
+        stats.files_read()
+    );
+    family(
+        out,
+        "ratelimitd_config_file_parses_total",
+        "Configuration files parsed (each load, at startup, on a change or SIGHUP, parses the files it reads).",
+        "counter",
+    );
+    let _ = writeln!(
+        out,
+        "ratelimitd_config_file_parses_total {}",
+        stats.files_parsed()
+    );
+    family(
+        out,
+        "ratelimitd_config_limit_rejections_total",
+        "Configuration files refused by a configuration limit (file_bytes, file_type, alias_bytes), at each load that met them.",
+        "counter",
+    );
+    for limit in ConfigLimit::ALL {
+        let _ = writeln!(
+            out,
+            "ratelimitd_config_limit_rejections_total{{limit=\"{}\"}} {}",
+            limit.label(),
+            stats.rejected(limit)
+        );
     }
 }
 

@@ -9,11 +9,11 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use tonic::{Code as GrpcCode, Request, Response, Status};
 
-use super::convert::{dynamic_metadata, request_from_proto, response_to_proto};
+use super::convert::{dynamic_metadata, request_from_proto, response_to_proto, Refused};
 use super::headers::ResponseHeaders;
 use super::metrics::{Metrics, RequestResult};
 use crate::limiter::algorithm::Verdict;
-use crate::limiter::{outcome, plan_with, response_metadata, Modes, Rules};
+use crate::limiter::{outcome, plan_with, response_metadata, Modes, RequestLimits, Rules};
 use crate::proto::rls::rate_limit_response::Code as ProtoCode;
 use crate::proto::rls::rate_limit_service_server::RateLimitService;
 use crate::proto::rls::{RateLimitRequest, RateLimitResponse};
@@ -78,6 +78,8 @@ pub struct RateLimitEdge<S> {
     /// Fill `dynamic_metadata` in every response (envoyproxy/ratelimit's
     /// `RESPONSE_DYNAMIC_METADATA`).
     dynamic_metadata: bool,
+    /// What one request may carry; a request beyond it is refused before it is converted.
+    limits: RequestLimits,
     /// Store-error warnings are logged at most once per second, with the count of the others.
     warnings: WarnThrottle,
 }
@@ -126,6 +128,7 @@ impl<S: Store> RateLimitEdge<S> {
             on_store_error: StoreErrorPolicy::Unavailable,
             modes: Modes::default(),
             dynamic_metadata: false,
+            limits: RequestLimits::default(),
             warnings: WarnThrottle::new(),
         }
     }
@@ -139,6 +142,13 @@ impl<S: Store> RateLimitEdge<S> {
     /// Fills every response's `dynamic_metadata` as envoyproxy/ratelimit does.
     pub fn with_dynamic_metadata(mut self, enabled: bool) -> RateLimitEdge<S> {
         self.dynamic_metadata = enabled;
+        self
+    }
+
+    /// Refuses requests beyond `limits` with `INVALID_ARGUMENT` (default:
+    /// [`RequestLimits::default`]).
+    pub fn with_request_limits(mut self, limits: RequestLimits) -> RateLimitEdge<S> {
+        self.limits = limits;
         self
     }
 
@@ -190,7 +200,12 @@ impl<S: Store> RateLimitEdge<S> {
     }
 
     async fn decide_timed(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
-        let request = request_from_proto(request)?;
+        let request = request_from_proto(request, &self.limits).map_err(|refused| {
+            if let (Refused::Limit(exceeded), Some(metrics)) = (&refused, &self.metrics) {
+                metrics.record_request_limit(exceeded.limit());
+            }
+            Status::from(refused)
+        })?;
         let rules = self.rules.load();
         let plan = plan_with(&rules, &request, self.modes)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
