@@ -8,6 +8,7 @@ pub mod http;
 pub mod json;
 pub mod metrics;
 pub mod rls;
+pub mod throttle;
 
 pub use headers::ResponseHeaders;
 pub use health::Health;
