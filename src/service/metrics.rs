@@ -22,8 +22,9 @@
 //! kept per rule; the hits of any further descriptor count under `descriptor="_other"`.
 //!
 //! Also: the request latency histogram, requests by result, store errors by kind, answers given
-//! by the store-failure policy, configuration reloads, and the counters other components expose
-//! (Redis script reloads, deny-cache hits), read when scraped.
+//! by the store-failure policy, configuration reloads, what the transport limits refused or closed
+//! (by [`Limited`]), accept errors by port, and the counters other components expose (Redis
+//! script reloads, deny-cache hits, open connections), read when scraped.
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,6 +33,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 
+use super::limited::{Limited, Port};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::{Code, ConfiguredLimit, Outcome, Plan, Request, Resolution, RuleSet, Rules};
 use crate::store::StoreError;
@@ -162,6 +164,8 @@ pub struct Metrics {
     reloads_failed: AtomicU64,
     last_reload_ok: AtomicBool,
     last_success_unix: AtomicU64,
+    limited: [AtomicU64; Limited::ALL.len()],
+    accept_errors: [AtomicU64; Port::ALL.len()],
     externals: Mutex<Vec<External>>,
 }
 
@@ -200,6 +204,8 @@ impl Metrics {
             reloads_failed: AtomicU64::new(0),
             last_reload_ok: AtomicBool::new(true),
             last_success_unix: AtomicU64::new(unix_now()),
+            limited: Default::default(),
+            accept_errors: Default::default(),
             externals: Mutex::new(Vec::new()),
         }
     }
@@ -376,6 +382,22 @@ impl Metrics {
         self.last_reload_ok.store(success, Ordering::Relaxed);
     }
 
+    /// A transport limit stepped in.
+    pub fn record_limited(&self, limited: Limited) {
+        self.limited[limited.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How often `limited` stepped in so far.
+    pub fn limited(&self, limited: Limited) -> u64 {
+        self.limited[limited.index()].load(Ordering::Relaxed)
+    }
+
+    /// Accepting a connection on `port` failed (out of descriptors, and the like).
+    pub fn record_accept_error(&self, port: Port) {
+        let index = Port::ALL.iter().position(|p| *p == port).unwrap_or(0);
+        self.accept_errors[index].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Adds a counter read from `read` when scraped (`name` should end in `_total`).
     pub fn register_counter(
         &self,
@@ -516,6 +538,35 @@ impl Metrics {
             "ratelimitd_config_last_reload_success_timestamp_seconds {}",
             self.last_success_unix.load(Ordering::Relaxed)
         );
+
+        family(
+            &mut out,
+            "ratelimitd_transport_limited_total",
+            "Calls, messages and connections a transport limit refused or closed, by limit (see the README's Limits and hardening).",
+            "counter",
+        );
+        for (limited, counter) in Limited::ALL.iter().zip(&self.limited) {
+            let _ = writeln!(
+                out,
+                "ratelimitd_transport_limited_total{{limit=\"{}\"}} {}",
+                limited.label(),
+                counter.load(Ordering::Relaxed)
+            );
+        }
+        family(
+            &mut out,
+            "ratelimitd_accept_errors_total",
+            "Failed accepts (e.g. out of file descriptors), by port; each is followed by a backoff.",
+            "counter",
+        );
+        for (port, counter) in Port::ALL.iter().zip(&self.accept_errors) {
+            let _ = writeln!(
+                out,
+                "ratelimitd_accept_errors_total{{port=\"{}\"}} {}",
+                port.label(),
+                counter.load(Ordering::Relaxed)
+            );
+        }
 
         for external in self.externals.lock().iter() {
             family(&mut out, external.name, external.help, external.kind);

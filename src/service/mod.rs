@@ -6,6 +6,7 @@ pub mod headers;
 pub mod health;
 pub mod http;
 pub mod json;
+pub mod limited;
 pub mod metrics;
 pub mod rls;
 pub mod throttle;
