@@ -12,6 +12,7 @@ use ratelimitd::service::rls::StoreErrorPolicy;
 use ratelimitd::service::ResponseHeaders;
 use ratelimitd::store::redis::{HostPort, ServerAuth, Topology};
 use ratelimitd::store::{DenyCacheSettings, RedisSettings};
+use ratelimitd::server::open_files;
 use ratelimitd::{config, server};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
@@ -252,6 +253,7 @@ fn init_logging(format: LogFormat, filter: &str) {
 
 fn serve(args: ServeArgs) -> ExitCode {
     init_logging(args.log_format, &args.log_level);
+    open_files::raise_to_hard_limit();
     let topology = match redis_topology(&args) {
         Ok(topology) => topology,
         Err(error) => {

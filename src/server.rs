@@ -3,6 +3,7 @@
 //! [`run`] takes already-bound listeners so tests can bind port 0 and read the real ports.
 
 mod lanes;
+pub mod open_files;
 
 use std::future::Future;
 use std::path::PathBuf;
