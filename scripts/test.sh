@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The Redis tests start their own redis-server processes (they need the binary, not a service);
-# the TLS tests make a throwaway CA with the openssl CLI.
+# the TLS tests make a throwaway CA with the openssl CLI. The Redis Cluster tests create clusters
+# with redis-cli (redis-tools), and the Sentinel tests run `redis-server --sentinel`: Debian's
+# redis-sentinel package adds only a redis-sentinel symlink and a system service, not needed here.
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
     sudo="sudo"

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use ratelimitd::limiter::Modes;
 use ratelimitd::server::limits::{self, Limits};
 use ratelimitd::server::open_files;
 use ratelimitd::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
@@ -32,7 +33,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve RLS v3, gRPC health and reflection, and the HTTP endpoints.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Validate configuration: print every error with file:line, exit 1 if there is any.
     Check(CheckArgs),
     /// Ask a running ratelimitd's gRPC health service; exit 0 when SERVING (for container probes).
@@ -162,6 +163,22 @@ struct ServeArgs {
     /// `ratelimitd_near_limit_total` metric (envoyproxy/ratelimit's NEAR_LIMIT_RATIO).
     #[arg(long, env = "RATELIMITD_NEAR_LIMIT_RATIO", default_value_t = DEFAULT_NEAR_LIMIT_RATIO, value_parser = parse_ratio)]
     near_limit_ratio: f64,
+    /// Global shadow mode: every limit is decided and counted but none denies; `overall_code` is
+    /// always OK while each status keeps what its limit decided.
+    #[arg(long, env = "RATELIMITD_SHADOW_MODE")]
+    shadow_mode: bool,
+    /// Global quota mode: every limit is in quota mode (over the limit its status stays OK and
+    /// the descriptor is listed in the dynamic metadata's `quotaModeViolations`).
+    #[arg(long, env = "RATELIMITD_QUOTA_MODE")]
+    quota_mode: bool,
+    /// Fill every response's `dynamic_metadata` (domain, descriptors, quota-mode violations and
+    /// the matched rules' `metadata`), as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA.
+    #[arg(long, env = "RATELIMITD_RESPONSE_DYNAMIC_METADATA")]
+    response_dynamic_metadata: bool,
+    /// Merge configuration files that name the same domain (a top-level descriptor defined in
+    /// two of them is an error); without it, a domain in two files is an error.
+    #[arg(long, env = "RATELIMITD_MERGE_DOMAIN_CONFIG")]
+    merge_domain_config: bool,
     /// Threads serving gRPC connections, each with its own single-threaded runtime (connections
     /// are dealt out in turn). Default: the CPUs this process may run on.
     #[arg(long, env = "RATELIMITD_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
@@ -299,12 +316,15 @@ struct CheckArgs {
         value_delimiter = ','
     )]
     config: Vec<PathBuf>,
+    /// Merge configuration files that name the same domain, as `serve --merge-domain-config`.
+    #[arg(long, env = "RATELIMITD_MERGE_DOMAIN_CONFIG")]
+    merge_domain_config: bool,
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Check(args) => check(&args),
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Health(args) => health(&args),
     }
 }
@@ -335,7 +355,10 @@ fn health(args: &HealthArgs) -> ExitCode {
 }
 
 fn check(args: &CheckArgs) -> ExitCode {
-    match config::load(&args.config) {
+    let options = config::LoadOptions {
+        merge_domains: args.merge_domain_config,
+    };
+    match config::load_with(&args.config, options) {
         Ok(rules) => {
             let limits = rules.limits().len();
             println!(
@@ -406,6 +429,14 @@ fn serve(args: ServeArgs) -> ExitCode {
             near_limit_ratio: args.near_limit_ratio,
             lanes: args.threads.map_or_else(server::default_lanes, usize::from),
             limits: args.limits.limits(),
+            modes: Modes {
+                shadow_mode: args.shadow_mode,
+                quota_mode: args.quota_mode,
+            },
+            response_dynamic_metadata: args.response_dynamic_metadata,
+            load: config::LoadOptions {
+                merge_domains: args.merge_domain_config,
+            },
         };
         server::run(settings, grpc, http, shutdown_signal()).await
     });

@@ -31,8 +31,8 @@ use self::http_port::HttpLimits;
 pub use self::limits::Limits;
 
 use crate::config::reload::{self, ReloadOutcome, Reloader};
-use crate::config::{self, ConfigErrors};
-use crate::limiter::Rules;
+use crate::config::{self, ConfigErrors, LoadOptions};
+use crate::limiter::{Modes, Rules};
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::service::http::HttpState;
@@ -72,6 +72,14 @@ pub struct Settings {
     pub lanes: usize,
     /// What clients may make the ports hold (streams, bytes, connections, time).
     pub limits: Limits,
+    /// Global shadow mode (`shadow_mode`: no limit denies, `overall_code` is always OK) and
+    /// quota mode (`quota_mode`: every limit in quota mode).
+    pub modes: Modes,
+    /// Fill every response's `dynamic_metadata` (envoyproxy/ratelimit's
+    /// `RESPONSE_DYNAMIC_METADATA`).
+    pub response_dynamic_metadata: bool,
+    /// How configuration files of the same domain combine (merged or refused).
+    pub load: LoadOptions,
 }
 
 impl Settings {
@@ -89,6 +97,9 @@ impl Settings {
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
             lanes: default_lanes(),
             limits: Limits::default(),
+            modes: Modes::default(),
+            response_dynamic_metadata: false,
+            load: LoadOptions::default(),
         }
     }
 }
@@ -131,6 +142,8 @@ struct Context {
     on_rules_changed: Box<dyn Fn() + Send + Sync>,
     lanes: usize,
     limits: Limits,
+    modes: Modes,
+    response_dynamic_metadata: bool,
 }
 
 /// Loads the configuration, builds the store and serves until `shutdown` completes. Then health
@@ -143,16 +156,15 @@ pub async fn run(
 ) -> Result<(), ServerError> {
     // Fingerprint first: a change made while loading is noticed at the first check.
     let loaded_from = reload::fingerprint(&settings.config_paths);
-    let rules = config::load(&settings.config_paths)?;
+    let rules = config::load_with(&settings.config_paths, settings.load)?;
     let domains = rules.domains.len();
     let metrics = Arc::new(Metrics::new(settings.near_limit_ratio));
     metrics.register_rules(&rules);
     let rules = Arc::new(ArcSwap::from_pointee(rules));
-    let reloader = Arc::new(Reloader::new(
-        settings.config_paths.clone(),
-        rules.clone(),
-        loaded_from,
-    ));
+    let reloader = Arc::new(
+        Reloader::new(settings.config_paths.clone(), rules.clone(), loaded_from)
+            .with_options(settings.load),
+    );
     let mut context = Context {
         rules,
         reloader,
@@ -163,6 +175,8 @@ pub async fn run(
         on_rules_changed: Box::new(|| {}),
         lanes: settings.lanes,
         limits: settings.limits.clone(),
+        modes: settings.modes,
+        response_dynamic_metadata: settings.response_dynamic_metadata,
     };
     match settings.redis {
         None => {
@@ -257,7 +271,9 @@ async fn serve<S: Store>(
     let edge = RateLimitEdge::new(context.rules.clone(), store.clone())
         .with_response_headers(context.headers)
         .with_metrics(context.metrics.clone())
-        .with_store_error_policy(context.on_store_error);
+        .with_store_error_policy(context.on_store_error)
+        .with_modes(context.modes)
+        .with_dynamic_metadata(context.response_dynamic_metadata);
     let edge = Arc::new(edge);
 
     let stopping = CancellationToken::new();

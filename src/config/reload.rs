@@ -20,7 +20,7 @@ use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
-use super::{config_files, load, ConfigErrors};
+use super::{config_files, load_with, ConfigErrors, LoadOptions};
 use crate::limiter::Rules;
 
 /// Digest of the configuration files' names and contents.
@@ -74,6 +74,8 @@ pub enum ReloadOutcome {
 pub struct Reloader {
     paths: Vec<PathBuf>,
     rules: Arc<ArcSwap<Rules>>,
+    /// How the files come together, as at startup.
+    options: LoadOptions,
     /// Fingerprint of the last configuration tried (applied or rejected).
     last: Mutex<Fingerprint>,
 }
@@ -85,8 +87,15 @@ impl Reloader {
         Reloader {
             paths,
             rules,
+            options: LoadOptions::default(),
             last: Mutex::new(loaded_from),
         }
+    }
+
+    /// Loads with `options` (those the running rules were loaded with).
+    pub fn with_options(mut self, options: LoadOptions) -> Self {
+        self.options = options;
+        self
     }
 
     pub fn paths(&self) -> &[PathBuf] {
@@ -109,7 +118,7 @@ impl Reloader {
     pub fn reload(&self) -> ReloadOutcome {
         let before = fingerprint(&self.paths);
         *self.last.lock() = before;
-        match load(&self.paths) {
+        match load_with(&self.paths, self.options) {
             Ok(rules) => {
                 let domains = rules.domains.len();
                 let limits = rules.limits().len();
@@ -149,7 +158,7 @@ mod tests {
         fs::write(&file, GOOD).unwrap();
         let paths = vec![dir.path().to_path_buf()];
         let print = fingerprint(&paths);
-        let rules = Arc::new(ArcSwap::from_pointee(load(&paths).unwrap()));
+        let rules = Arc::new(ArcSwap::from_pointee(crate::config::load(&paths).unwrap()));
         let reloader = Reloader::new(paths.clone(), rules.clone(), print);
         assert!(reloader.reload_if_changed().is_none());
 

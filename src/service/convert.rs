@@ -173,3 +173,263 @@ pub fn response_to_proto(outcome: &Outcome) -> RateLimitResponse {
         ..RateLimitResponse::default()
     }
 }
+
+/// The response's `dynamic_metadata` as envoyproxy/ratelimit fills it when
+/// `RESPONSE_DYNAMIC_METADATA` is on (Envoy stores it under the filter's namespace,
+/// `envoy.filters.http.ratelimit`, for access logs and later filters):
+///
+/// - `domain`: the request's domain;
+/// - `descriptors`: per request descriptor, `entries` as `"key=value"` strings, and when set its
+///   `limit` override (in protobuf text form, `requests_per_unit:N unit:UNIT`) and `hitsAddend`;
+/// - `hitsAddend`: the request's, when not 0;
+/// - `quotaModeEnabled`: always; `quotaModeViolations`: the indices of the descriptors over a
+///   quota-mode limit, when there are any;
+/// - `metadata`: the merged `metadata` of the rules of the admitted descriptors, when any.
+///
+/// Numbers are doubles, as `google.protobuf.Value` has no integers.
+pub fn dynamic_metadata(
+    request: &Request,
+    facts: &crate::limiter::ResponseMetadata,
+) -> prost_types::Struct {
+    use prost_types::value::Kind;
+    use prost_types::{ListValue, Struct, Value};
+
+    fn value(kind: Kind) -> Value {
+        Value { kind: Some(kind) }
+    }
+    fn text(text: String) -> Value {
+        value(Kind::StringValue(text))
+    }
+    fn list(values: Vec<Value>) -> Value {
+        value(Kind::ListValue(ListValue { values }))
+    }
+
+    let descriptors = request
+        .descriptors
+        .iter()
+        .map(|descriptor| {
+            let mut fields = std::collections::BTreeMap::new();
+            let entries = descriptor
+                .entries
+                .iter()
+                .map(|entry| text(format!("{}={}", entry.key, entry.value)))
+                .collect();
+            fields.insert("entries".to_string(), list(entries));
+            if let Some(over) = &descriptor.limit_override {
+                let mut limit = format!(
+                    "requests_per_unit:{} unit:{}",
+                    over.requests_per_unit,
+                    over.unit.as_str().to_ascii_uppercase()
+                );
+                if over.unit_multiplier != 1 {
+                    limit.push_str(&format!(
+                        " unit_multiplier:{{value:{}}}",
+                        over.unit_multiplier
+                    ));
+                }
+                fields.insert("limit".to_string(), text(limit));
+            }
+            if let Some(hits) = descriptor.hits_addend {
+                fields.insert(
+                    "hitsAddend".to_string(),
+                    value(Kind::NumberValue(hits as f64)),
+                );
+            }
+            value(Kind::StructValue(Struct { fields }))
+        })
+        .collect();
+
+    let mut fields = std::collections::BTreeMap::new();
+    fields.insert("domain".to_string(), text(request.domain.clone()));
+    fields.insert("descriptors".to_string(), list(descriptors));
+    if request.hits_addend != 0 {
+        fields.insert(
+            "hitsAddend".to_string(),
+            value(Kind::NumberValue(f64::from(request.hits_addend))),
+        );
+    }
+    fields.insert(
+        "quotaModeEnabled".to_string(),
+        value(Kind::BoolValue(facts.quota_mode_enabled)),
+    );
+    if !facts.quota_violations.is_empty() {
+        let indices = facts
+            .quota_violations
+            .iter()
+            .map(|&index| value(Kind::NumberValue(index as f64)))
+            .collect();
+        fields.insert("quotaModeViolations".to_string(), list(indices));
+    }
+    if !facts.metadata.is_empty() {
+        fields.insert(
+            "metadata".to_string(),
+            value(Kind::StructValue(metadata_struct(&facts.metadata))),
+        );
+    }
+    Struct { fields }
+}
+
+/// Domain metadata as a `google.protobuf.Struct`.
+fn metadata_struct(metadata: &crate::limiter::Metadata) -> prost_types::Struct {
+    use crate::limiter::MetadataValue;
+    use prost_types::value::Kind;
+    use prost_types::{ListValue, Struct, Value};
+
+    fn convert(item: &MetadataValue) -> Value {
+        let kind = match item {
+            MetadataValue::Null => Kind::NullValue(0),
+            MetadataValue::Bool(flag) => Kind::BoolValue(*flag),
+            MetadataValue::Number(number) => Kind::NumberValue(number.0),
+            MetadataValue::String(text) => Kind::StringValue(text.clone()),
+            MetadataValue::List(items) => Kind::ListValue(ListValue {
+                values: items.iter().map(convert).collect(),
+            }),
+            MetadataValue::Map(map) => Kind::StructValue(metadata_struct(map)),
+        };
+        Value { kind: Some(kind) }
+    }
+    Struct {
+        fields: metadata
+            .iter()
+            .map(|(key, item)| (key.clone(), convert(item)))
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod dynamic_metadata_tests {
+    use prost_types::value::Kind;
+
+    use super::*;
+    use crate::limiter::metadata::Number;
+    use crate::limiter::{Metadata, MetadataValue, ResponseMetadata};
+
+    fn kind(value: Option<&prost_types::Value>) -> Option<&Kind> {
+        value.and_then(|v| v.kind.as_ref())
+    }
+
+    #[test]
+    fn layout_follows_envoyproxy_ratelimit() {
+        let request = Request {
+            domain: "d".into(),
+            descriptors: vec![
+                Descriptor {
+                    entries: vec![
+                        Entry {
+                            key: "a".into(),
+                            value: "1".into(),
+                        },
+                        Entry {
+                            key: "b".into(),
+                            value: "".into(),
+                        },
+                    ],
+                    limit_override: Some(LimitOverride {
+                        requests_per_unit: 10,
+                        unit: Unit::Second,
+                        unit_multiplier: 1,
+                    }),
+                    hits_addend: Some(3),
+                },
+                Descriptor {
+                    entries: vec![Entry {
+                        key: "q".into(),
+                        value: "x".into(),
+                    }],
+                    limit_override: None,
+                    hits_addend: None,
+                },
+            ],
+            hits_addend: 5,
+        };
+        let facts = ResponseMetadata {
+            quota_mode_enabled: true,
+            quota_violations: vec![1],
+            metadata: Metadata::from([
+                ("name".to_string(), MetadataValue::String("svc".into())),
+                (
+                    "nested".to_string(),
+                    MetadataValue::Map(Metadata::from([(
+                        "n".to_string(),
+                        MetadataValue::Number(Number(2.0)),
+                    )])),
+                ),
+            ]),
+        };
+        let s = dynamic_metadata(&request, &facts);
+        assert_eq!(
+            kind(s.fields.get("domain")),
+            Some(&Kind::StringValue("d".into()))
+        );
+        assert_eq!(
+            kind(s.fields.get("hitsAddend")),
+            Some(&Kind::NumberValue(5.0))
+        );
+        assert_eq!(
+            kind(s.fields.get("quotaModeEnabled")),
+            Some(&Kind::BoolValue(true))
+        );
+        let Some(Kind::ListValue(violations)) = kind(s.fields.get("quotaModeViolations")) else {
+            panic!("quotaModeViolations: {s:?}");
+        };
+        assert_eq!(
+            kind(violations.values.first()),
+            Some(&Kind::NumberValue(1.0))
+        );
+        let Some(Kind::ListValue(descriptors)) = kind(s.fields.get("descriptors")) else {
+            panic!("descriptors: {s:?}");
+        };
+        let Some(Kind::StructValue(first)) = kind(descriptors.values.first()) else {
+            panic!("descriptor 0: {s:?}");
+        };
+        let Some(Kind::ListValue(entries)) = kind(first.fields.get("entries")) else {
+            panic!("entries: {first:?}");
+        };
+        let entries: Vec<_> = entries.values.iter().map(|v| v.kind.clone()).collect();
+        assert_eq!(
+            entries,
+            [
+                Some(Kind::StringValue("a=1".into())),
+                Some(Kind::StringValue("b=".into()))
+            ]
+        );
+        assert_eq!(
+            kind(first.fields.get("limit")),
+            Some(&Kind::StringValue(
+                "requests_per_unit:10 unit:SECOND".into()
+            ))
+        );
+        assert_eq!(
+            kind(first.fields.get("hitsAddend")),
+            Some(&Kind::NumberValue(3.0))
+        );
+        let Some(Kind::StructValue(second)) = kind(descriptors.values.get(1)) else {
+            panic!("descriptor 1: {s:?}");
+        };
+        assert_eq!(second.fields.len(), 1, "entries only: {second:?}");
+        let Some(Kind::StructValue(metadata)) = kind(s.fields.get("metadata")) else {
+            panic!("metadata: {s:?}");
+        };
+        assert_eq!(
+            kind(metadata.fields.get("name")),
+            Some(&Kind::StringValue("svc".into()))
+        );
+        let Some(Kind::StructValue(nested)) = kind(metadata.fields.get("nested")) else {
+            panic!("nested: {metadata:?}");
+        };
+        assert_eq!(kind(nested.fields.get("n")), Some(&Kind::NumberValue(2.0)));
+    }
+
+    #[test]
+    fn empty_facts_leave_out_violations_and_metadata() {
+        let request = Request {
+            domain: "d".into(),
+            descriptors: vec![],
+            hits_addend: 0,
+        };
+        let s = dynamic_metadata(&request, &ResponseMetadata::default());
+        let mut keys: Vec<&str> = s.fields.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["descriptors", "domain", "quotaModeEnabled"]);
+    }
+}

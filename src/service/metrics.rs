@@ -10,7 +10,7 @@
 //! | `ratelimitd_total_hits_total` | matched the rule (every hit) |
 //! | `ratelimitd_within_limit_total` | was answered OK (near-limit hits included) |
 //! | `ratelimitd_near_limit_total` | was admitted and left less than `1 − near_limit_ratio` of the capacity: hits whose position in the capacity is above `floor(capacity × ratio)` |
-//! | `ratelimitd_over_limit_total` | was over the limit (shadow-mode ones included) |
+//! | `ratelimitd_over_limit_total` | was over the limit (shadow- and quota-mode ones included) |
 //! | `ratelimitd_shadow_mode_total` | was over a shadow-mode limit (answered OK) |
 //!
 //! A descriptor with a client override and no configured rule counts under `rule="(override)"`.
@@ -321,7 +321,8 @@ impl Metrics {
                 counters = &stats.plain;
             }
             Counters::add(&counters.total, hits);
-            let over = status.code == Code::OverLimit || status.shadow_denied;
+            let over =
+                status.code == Code::OverLimit || status.shadow_denied || status.quota_violated;
             if over {
                 Counters::add(&counters.over, hits);
                 if status.shadow_denied {
@@ -627,7 +628,7 @@ impl Metrics {
             ),
             (
                 "ratelimitd_over_limit_total",
-                "Hits over the limit (shadow-mode ones included).",
+                "Hits over the limit (shadow- and quota-mode ones included).",
             ),
             (
                 "ratelimitd_shadow_mode_total",

@@ -8,12 +8,12 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use tonic::{Code as GrpcCode, Request, Response, Status};
 
-use super::convert::{request_from_proto, response_to_proto};
+use super::convert::{dynamic_metadata, request_from_proto, response_to_proto};
 use super::headers::ResponseHeaders;
 use super::metrics::{Metrics, RequestResult};
 use super::throttle::WarnThrottle;
 use crate::limiter::algorithm::Verdict;
-use crate::limiter::{outcome, plan, Rules};
+use crate::limiter::{outcome, plan_with, response_metadata, Modes, Rules};
 use crate::proto::rls::rate_limit_response::Code as ProtoCode;
 use crate::proto::rls::rate_limit_service_server::RateLimitService;
 use crate::proto::rls::{RateLimitRequest, RateLimitResponse};
@@ -73,6 +73,11 @@ pub struct RateLimitEdge<S> {
     headers: ResponseHeaders,
     metrics: Option<Arc<Metrics>>,
     on_store_error: StoreErrorPolicy,
+    /// Global shadow and quota mode.
+    modes: Modes,
+    /// Fill `dynamic_metadata` in every response (envoyproxy/ratelimit's
+    /// `RESPONSE_DYNAMIC_METADATA`).
+    dynamic_metadata: bool,
     /// Store-error warnings are logged at most once per second, with the count of the others.
     warnings: WarnThrottle,
 }
@@ -85,8 +90,22 @@ impl<S: Store> RateLimitEdge<S> {
             headers: ResponseHeaders::None,
             metrics: None,
             on_store_error: StoreErrorPolicy::Unavailable,
+            modes: Modes::default(),
+            dynamic_metadata: false,
             warnings: WarnThrottle::new(),
         }
+    }
+
+    /// Global shadow mode (no limit denies) and quota mode (every limit in quota mode).
+    pub fn with_modes(mut self, modes: Modes) -> RateLimitEdge<S> {
+        self.modes = modes;
+        self
+    }
+
+    /// Fills every response's `dynamic_metadata` as envoyproxy/ratelimit does.
+    pub fn with_dynamic_metadata(mut self, enabled: bool) -> RateLimitEdge<S> {
+        self.dynamic_metadata = enabled;
+        self
     }
 
     /// Adds rate-limit headers of `style` to every response (`response_headers_to_add`).
@@ -139,7 +158,8 @@ impl<S: Store> RateLimitEdge<S> {
     async fn decide_timed(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
         let request = request_from_proto(request)?;
         let rules = self.rules.load();
-        let plan = plan(&rules, &request).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let plan = plan_with(&rules, &request, self.modes)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let (verdicts, from_store) = if plan.checks.is_empty() {
             (Vec::new(), true)
         } else {
@@ -153,6 +173,10 @@ impl<S: Store> RateLimitEdge<S> {
             metrics.record_decision(&request, &plan, from_store.then_some(&verdicts), &outcome);
         }
         let mut response = response_to_proto(&outcome);
+        if self.dynamic_metadata {
+            let facts = response_metadata(&plan, &outcome);
+            response.dynamic_metadata = Some(dynamic_metadata(&request, &facts));
+        }
         self.headers.apply(&request, &mut response);
         Ok(response)
     }

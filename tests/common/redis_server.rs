@@ -10,25 +10,110 @@
 //! <free>`), with a throwaway CA and server certificate made by the `openssl` CLI; its `url()` is
 //! `rediss://` and its `client()` trusts that CA. A redis-server built without TLS, or a missing
 //! `openssl`, fails these tests with a clear message: they never skip either.
+//!
+//! `RedisServer::start_options(ServerOptions { .. })` is the general form the cluster and Sentinel
+//! helpers (`redis_cluster`, `redis_sentinel`) build on: a config file that `CONFIG REWRITE` and
+//! Sentinel can rewrite, Sentinel mode, a free cluster bus port. Ports come from [`free_port`]:
+//! below the kernel's ephemeral range, so outgoing connections never take them, and never the
+//! same twice in one test process, so tests running in parallel threads cannot pick each other's.
 
+use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
 /// How long a server may take to answer its first PING.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a connection made by [`RedisServer::try_connection_as`] waits to connect, and then for
+/// each reply: a frozen or dead server fails a poll instead of hanging it.
+const POLL_IO_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The port of the cluster bus relative to the client port (Redis's default `cluster-port`).
+pub const CLUSTER_BUS_OFFSET: u16 = 10000;
+
 pub struct RedisServer {
     port: u16,
     child: Option<Child>,
+    /// Frozen by [`RedisServer::pause`].
+    paused: bool,
     dir: tempfile::TempDir,
-    /// Options appended to the command line.
-    extra: Vec<String>,
-    /// Serve TLS only, with these files.
-    tls: Option<TlsFiles>,
+    options: ServerOptions,
+}
+
+/// How to start a [`RedisServer`]: what [`RedisServer::start_with`] and
+/// [`RedisServer::start_tls`] take, plus what clusters and Sentinels need.
+#[derive(Clone, Debug, Default)]
+pub struct ServerOptions {
+    /// Options appended to the command line (`--requirepass`, `secret`, ...).
+    pub extra: Vec<String>,
+    /// Serve TLS only (`--port 0 --tls-port <port>`), with these files.
+    pub tls: Option<TlsFiles>,
+    /// The initial contents of `redis.conf` in the server's directory, passed as the first
+    /// argument. A server with a config file can `CONFIG REWRITE` it (Sentinel does after
+    /// `REPLICAOF`), and a restart reads the rewritten file back, as a deployed server would.
+    pub config_file: Option<String>,
+    /// Run as a Sentinel (`--sentinel`); needs `config_file`, where Sentinel saves its state.
+    pub sentinel: bool,
+    /// Pick a port at most 55535 whose cluster bus port (port + 10000) is free as well.
+    pub cluster_bus: bool,
+}
+
+/// Credentials for a connection: a password for the default user, or a user and its password.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Auth {
+    pub user: Option<String>,
+    pub password: Option<String>,
+}
+
+impl Auth {
+    /// No credentials.
+    pub fn none() -> Auth {
+        Auth::default()
+    }
+
+    /// The default user's password (`requirepass`).
+    pub fn password(password: &str) -> Auth {
+        Auth {
+            user: None,
+            password: Some(password.to_string()),
+        }
+    }
+
+    /// An ACL user and its password.
+    pub fn user(user: &str, password: &str) -> Auth {
+        Auth {
+            user: Some(user.to_string()),
+            password: Some(password.to_string()),
+        }
+    }
+
+    /// `user:password@`, `:password@` or nothing, percent-encoded for a URL.
+    fn userinfo(&self) -> String {
+        match (&self.user, &self.password) {
+            (None, None) => String::new(),
+            (user, password) => format!(
+                "{}:{}@",
+                percent_encode(user.as_deref().unwrap_or("")),
+                percent_encode(password.as_deref().unwrap_or(""))
+            ),
+        }
+    }
+}
+
+/// A server's replication role as it reports it (`INFO replication`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    Master,
+    /// `role:slave`: the port of its master on 127.0.0.1, and whether the link is up.
+    Replica {
+        master_port: u16,
+        link_up: bool,
+    },
 }
 
 impl RedisServer {
@@ -40,30 +125,49 @@ impl RedisServer {
     /// [`RedisServer::start`] with `extra` options appended (`--requirepass secret`, ...). A
     /// server that requires a password counts as up when it answers PING with `NOAUTH`.
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        RedisServer::launch(extra, None)
+        RedisServer::start_options(ServerOptions {
+            extra: extra.iter().map(|arg| arg.to_string()).collect(),
+            ..ServerOptions::default()
+        })
     }
 
     /// A server that speaks TLS only (`--port 0 --tls-port <free>`), with the certificate and key
     /// of `tls` and no client certificates required, plus `extra` options. Panics with a clear
     /// message if redis-server lacks TLS support.
     pub fn start_tls(tls: &TlsFiles, extra: &[&str]) -> RedisServer {
-        RedisServer::launch(extra, Some(tls.clone()))
+        RedisServer::start_options(ServerOptions {
+            extra: extra.iter().map(|arg| arg.to_string()).collect(),
+            tls: Some(tls.clone()),
+            ..ServerOptions::default()
+        })
     }
 
-    fn launch(extra: &[&str], tls: Option<TlsFiles>) -> RedisServer {
+    /// Starts a server as `options` say, on a free port, and waits until it answers PING
+    /// (`NOAUTH` counts). Panics with redis-server's output if it cannot start.
+    pub fn start_options(options: ServerOptions) -> RedisServer {
+        assert!(
+            !options.sentinel || options.config_file.is_some(),
+            "a Sentinel needs a config file (ServerOptions::config_file)"
+        );
         let dir = tempfile::tempdir().expect("temporary directory for redis-server");
+        if let Some(config) = &options.config_file {
+            std::fs::write(dir.path().join("redis.conf"), config).expect("write redis.conf");
+        }
         let mut server = RedisServer {
             port: 0,
             child: None,
+            paused: false,
             dir,
-            extra: extra.iter().map(|arg| arg.to_string()).collect(),
-            tls,
+            options,
         };
-        // A port just released by the OS may be taken by someone else before redis binds it:
-        // try a few.
+        // Another process may bind the port between the check and redis: try a few.
         let mut last_error = String::new();
         for _ in 0..5 {
-            server.port = free_port();
+            server.port = if server.options.cluster_bus {
+                free_cluster_port()
+            } else {
+                free_port()
+            };
             match server.spawn() {
                 Ok(()) => return server,
                 Err(error) => last_error = error,
@@ -74,17 +178,32 @@ impl RedisServer {
 
     /// `redis://127.0.0.1:<port>/`, or `rediss://127.0.0.1:<port>/` for a TLS server.
     pub fn url(&self) -> String {
-        let scheme = if self.tls.is_some() {
+        self.url_as(&Auth::none())
+    }
+
+    /// [`RedisServer::url`] with credentials: `redis://user:password@127.0.0.1:<port>/`.
+    pub fn url_as(&self, auth: &Auth) -> String {
+        let scheme = if self.options.tls.is_some() {
             "rediss"
         } else {
             "redis"
         };
-        format!("{scheme}://127.0.0.1:{}/", self.port)
+        format!("{scheme}://{}127.0.0.1:{}/", auth.userinfo(), self.port)
     }
 
     /// The TLS files of a server started with [`RedisServer::start_tls`].
     pub fn tls(&self) -> Option<&TlsFiles> {
-        self.tls.as_ref()
+        self.options.tls.as_ref()
+    }
+
+    /// The server's directory: its log, `redis.conf`, `nodes.conf`...
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The server's log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
     pub fn port(&self) -> u16 {
@@ -99,7 +218,7 @@ impl RedisServer {
 
     /// A client for `url` (credentials, database...), trusting the test CA of a TLS server.
     pub fn client_for(&self, url: &str) -> redis::Client {
-        match &self.tls {
+        match &self.options.tls {
             Some(tls) => tls.client(url),
             None => redis::Client::open(url).expect("redis url"),
         }
@@ -112,15 +231,72 @@ impl RedisServer {
             .expect("connect to the test redis-server")
     }
 
+    /// A synchronous connection authenticated with `auth`; panics if it fails.
+    pub fn connection_as(&self, auth: &Auth) -> redis::Connection {
+        self.client_for(&self.url_as(auth))
+            .get_connection()
+            .unwrap_or_else(|error| {
+                panic!("connect to the redis-server on port {}: {error}", self.port)
+            })
+    }
+
+    /// A connection authenticated with `auth` for polling: it fails instead of hanging, after a
+    /// couple of seconds, when the server is down, frozen or refuses the credentials.
+    pub fn try_connection_as(&self, auth: &Auth) -> Result<redis::Connection, String> {
+        let connection = self
+            .client_for(&self.url_as(auth))
+            .get_connection_with_timeout(POLL_IO_TIMEOUT)
+            .map_err(|error| format!("port {}: {error}", self.port))?;
+        connection
+            .set_read_timeout(Some(POLL_IO_TIMEOUT))
+            .and_then(|()| connection.set_write_timeout(Some(POLL_IO_TIMEOUT)))
+            .map_err(|error| format!("port {}: {error}", self.port))?;
+        Ok(connection)
+    }
+
+    /// Runs `command` on a fresh [`RedisServer::try_connection_as`] connection.
+    pub fn query_as<T: redis::FromRedisValue>(
+        &self,
+        auth: &Auth,
+        command: &redis::Cmd,
+    ) -> Result<T, String> {
+        let mut connection = self.try_connection_as(auth)?;
+        command
+            .query(&mut connection)
+            .map_err(|error| format!("port {}: {error}", self.port))
+    }
+
+    /// The replication role the server reports in `INFO replication`.
+    pub fn role_as(&self, auth: &Auth) -> Result<Role, String> {
+        let info: String = self.query_as(auth, redis::cmd("INFO").arg("replication"))?;
+        match info_field(&info, "role") {
+            Some("master") => Ok(Role::Master),
+            Some("slave") => Ok(Role::Replica {
+                master_port: info_field(&info, "master_port")
+                    .and_then(|port| port.parse().ok())
+                    .ok_or_else(|| format!("port {}: no master_port in {info}", self.port))?,
+                link_up: info_field(&info, "master_link_status") == Some("up"),
+            }),
+            _ => Err(format!("port {}: no role in {info}", self.port)),
+        }
+    }
+
+    /// Started, not killed and not paused: expected to answer.
+    pub fn is_live(&self) -> bool {
+        self.child.is_some() && !self.paused
+    }
+
     /// Kills the server (SIGKILL) and waits for it to exit. Its data is gone (no persistence).
     pub fn kill(&mut self) {
+        self.paused = false;
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
     }
 
-    /// Kills the server if it runs, then starts a fresh one on the same port.
+    /// Kills the server if it runs, then starts a fresh one on the same port, in the same
+    /// directory (a cluster node keeps its `nodes.conf`, a server its rewritten `redis.conf`).
     pub fn restart(&mut self) {
         self.kill();
         let deadline = Instant::now() + START_TIMEOUT;
@@ -143,11 +319,13 @@ impl RedisServer {
     /// Freezes the server (SIGSTOP): connections stay open but nothing answers.
     pub fn pause(&mut self) {
         self.signal("-STOP");
+        self.paused = true;
     }
 
     /// Thaws a server frozen by [`RedisServer::pause`] (SIGCONT).
     pub fn resume(&mut self) {
         self.signal("-CONT");
+        self.paused = false;
     }
 
     fn signal(&mut self, signal: &str) {
@@ -182,8 +360,15 @@ impl RedisServer {
         let _ = std::fs::remove_file(&log);
         let stderr = std::fs::File::create(self.stderr_path()).expect("redis-server stderr file");
         let mut command = Command::new("redis-server");
+        // redis-server takes a config file only as its first argument.
+        if self.options.config_file.is_some() {
+            command.arg(self.dir.path().join("redis.conf"));
+        }
+        if self.options.sentinel {
+            command.arg("--sentinel");
+        }
         command.args(["--bind", "127.0.0.1"]);
-        match &self.tls {
+        match &self.options.tls {
             None => {
                 command.arg("--port").arg(self.port.to_string());
             }
@@ -206,7 +391,7 @@ impl RedisServer {
             .arg(self.dir.path())
             .arg("--logfile")
             .arg(&log)
-            .args(&self.extra)
+            .args(&self.options.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -222,7 +407,7 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            let up = match &self.tls {
+            let up = match &self.options.tls {
                 None => ping(self.port),
                 Some(tls) => tls_ping(tls, self.port),
             };
@@ -233,7 +418,7 @@ impl RedisServer {
                 self.child = None;
                 let log = std::fs::read_to_string(&log).unwrap_or_default();
                 let stderr = std::fs::read_to_string(self.stderr_path()).unwrap_or_default();
-                if self.tls.is_some() && stderr.contains("tls-port") {
+                if self.options.tls.is_some() && stderr.contains("tls-port") {
                     panic!(
                         "redis-server does not support TLS (it rejects --tls-port): the TLS tests \
                          need a redis-server built with TLS, such as Debian's redis-server 7; \
@@ -264,14 +449,104 @@ impl Drop for RedisServer {
     }
 }
 
-fn free_port() -> u16 {
-    loop {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-        let port = listener.local_addr().expect("local address").port();
-        if port != 6379 {
+/// Ports handed out by [`free_port`] and [`free_cluster_port`] in this process.
+static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+
+/// The lowest port [`free_port`] picks.
+const LOWEST_PORT: u16 = 10000;
+
+/// A free port of 127.0.0.1, never 6379, never one this process handed out before (another test
+/// thread may be about to bind it). It lies below the kernel's ephemeral range, so no outgoing
+/// connection takes it between this check and the server's bind, nor while a server is down for
+/// a restart. Another process may still bind it first: callers retry on a bind failure.
+pub fn free_port() -> u16 {
+    free_port_where(false)
+}
+
+/// [`free_port`], also for the cluster bus port (port + 10000), which is free too and counts as
+/// handed out.
+pub fn free_cluster_port() -> u16 {
+    free_port_where(true)
+}
+
+/// The first port of the kernel's ephemeral range (Linux's default when unreadable).
+fn ephemeral_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
+}
+
+fn free_port_where(with_bus: bool) -> u16 {
+    let bus_offset = if with_bus { CLUSTER_BUS_OFFSET } else { 0 };
+    // Both ports below the ephemeral range if it leaves room, else anywhere below 65536.
+    let below = ephemeral_start().saturating_sub(bus_offset);
+    let high = if below > LOWEST_PORT + 1000 {
+        below
+    } else {
+        u16::MAX - bus_offset
+    };
+    let mut handed_out = HANDED_OUT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let handed_out = handed_out.get_or_insert_with(HashSet::new);
+    let bindable = |port: u16| {
+        port != 6379
+            && !handed_out.contains(&port)
+            && TcpListener::bind(("127.0.0.1", port)).is_ok()
+    };
+    for _ in 0..10_000 {
+        let port = rand::random_range(LOWEST_PORT..high);
+        if bindable(port) && (!with_bus || bindable(port + bus_offset)) {
+            handed_out.insert(port);
+            if with_bus {
+                handed_out.insert(port + bus_offset);
+            }
             return port;
         }
     }
+    panic!("no free port on 127.0.0.1 in {LOWEST_PORT}..{high} after 10000 tries");
+}
+
+/// The value of `field` in `INFO` output (`role:master` gives `master` for `role`).
+pub fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|line| {
+        line.strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(str::trim)
+    })
+}
+
+/// Calls `probe` every 50 ms until it returns `Ok`, for at most `timeout`; then panics with
+/// `what` and the last error. The bounded wait under every topology check of these helpers.
+pub fn wait_for<T>(
+    timeout: Duration,
+    what: &str,
+    mut probe: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match probe() {
+            Ok(value) => return value,
+            Err(error) if Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}: {error}")
+            }
+            Err(_) => thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters (for URL credentials).
+fn percent_encode(text: &str) -> String {
+    let mut encoded = String::new();
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            encoded.push(byte as char);
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
 }
 
 /// Whether a Redis answers PING on 127.0.0.1:`port` (raw RESP, no client library involved):
@@ -311,11 +586,16 @@ fn tls_ping(tls: &TlsFiles, port: u16) -> bool {
 
 /// A throwaway PKI made with the `openssl` CLI: a CA, and a server certificate it signs for
 /// `127.0.0.1` and `localhost`. The files live as long as any clone.
+///
+/// The certificate is good for client authentication too: nodes of a TLS cluster
+/// (`tls-cluster yes`) always ask each other for a client certificate on the cluster bus,
+/// whatever `tls-auth-clients` says, and present their own `tls-cert-file`.
 #[derive(Clone, Debug)]
 pub struct TlsFiles {
     /// The CA certificate (PEM).
     pub ca: PathBuf,
-    /// The server certificate (PEM), for IP 127.0.0.1 and DNS localhost.
+    /// The server certificate (PEM), for IP 127.0.0.1 and DNS localhost, usable as a client
+    /// certificate too.
     pub cert: PathBuf,
     /// The server's private key (PEM).
     pub key: PathBuf,
@@ -339,7 +619,7 @@ subjectKeyIdentifier = hash
 [server]
 basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = serverAuth
+extendedKeyUsage = serverAuth, clientAuth
 subjectAltName = IP:127.0.0.1, DNS:localhost
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid

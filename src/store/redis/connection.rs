@@ -62,7 +62,7 @@ impl Conn {
 #[derive(Clone)]
 enum Target {
     /// Always the same server.
-    Fixed(redis::Client),
+    Fixed(Box<redis::Client>),
     /// The master the sentinels name at the time of each connection.
     Sentinel(Arc<MasterLocator>),
 }
@@ -158,7 +158,7 @@ impl Manager {
             // Every call is bounded by the store's own deadline instead.
             .set_response_timeout(None);
         Manager {
-            target: Target::Fixed(client),
+            target: Target::Fixed(Box::new(client)),
             config,
             reachability: Arc::default(),
             home: None,

@@ -263,7 +263,7 @@ impl Server {
 #[derive(Clone)]
 enum Backend {
     /// One master: a single server, or the one Sentinel names.
-    Server(Server),
+    Server(Box<Server>),
     /// Every master of a Redis Cluster.
     Cluster(Arc<Cluster>),
 }
@@ -331,9 +331,9 @@ impl RedisStore {
         let backend = match &settings.topology {
             Topology::Single { url } => {
                 let manager = Manager::new(connection::client(url, tls_ca)?, connect_timeout);
-                Backend::Server(
+                Backend::Server(Box::new(
                     Server::start(manager, &pool_settings, &[&DECIDE], connect_timeout).await?,
-                )
+                ))
             }
             Topology::Sentinel {
                 master_name,
@@ -351,9 +351,9 @@ impl RedisStore {
                 found.spawn_watch();
                 let manager = Manager::sentinel(found.clone(), connect_timeout);
                 locator = Some(found);
-                Backend::Server(
+                Backend::Server(Box::new(
                     Server::start(manager, &pool_settings, &[&DECIDE], connect_timeout).await?,
-                )
+                ))
             }
             Topology::Cluster { seeds, auth } => Backend::Cluster(
                 Cluster::connect(seeds, auth, tls_ca, &pool_settings, connect_timeout).await?,
