@@ -183,8 +183,6 @@ struct ServeArgs {
     /// are dealt out in turn). Default: the CPUs this process may run on.
     #[arg(long, env = "RATELIMITD_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
-    #[command(flatten)]
-    limits: LimitArgs,
     /// Log format.
     #[arg(
         long,
@@ -196,6 +194,8 @@ struct ServeArgs {
     /// Log filter (tracing-subscriber syntax, e.g. `info` or `ratelimitd=debug`).
     #[arg(long, env = "RATELIMITD_LOG_LEVEL", default_value = "info")]
     log_level: String,
+    #[command(flatten)]
+    limits: LimitArgs,
 }
 
 /// Transport limits (README: "Limits and hardening").
@@ -213,7 +213,7 @@ struct LimitArgs {
     #[arg(long, env = "RATELIMITD_GRPC_STREAM_WINDOW", default_value = "64KiB", value_parser = parse_window)]
     grpc_stream_window: u32,
     /// HTTP/2 connection window, and the most bytes of partly received messages one connection
-    /// may hold.
+    /// may hold (at least one message of --max-request-size).
     #[arg(long, env = "RATELIMITD_GRPC_CONNECTION_WINDOW", default_value = "256KiB", value_parser = parse_window)]
     grpc_connection_window: u32,
     /// Most bytes of partly received gRPC messages all connections together may hold.

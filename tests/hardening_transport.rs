@@ -560,6 +560,22 @@ async fn idle_grpc_connections_are_shed_then_closed() {
         "{open} gRPC connections open (cap 100 + 16 being shed)"
     );
     assert!(fds < 100 + 64 + 32, "{fds} descriptors open");
+    // Five clients that made a call and went quiet: idle, they are closed with GOAWAY.
+    let mut used = Vec::new();
+    for _ in 0..5 {
+        let (send, driver) = h2_connection(addr).await;
+        let (response, mut stream) = open_stream(
+            &send,
+            head(addr, CHECK_PATH, Some("application/grpc")),
+            false,
+            ANSWER,
+        )
+        .await
+        .expect("a Check stream");
+        stream.send_data(framed(&check_message()), true).unwrap();
+        assert_eq!(outcome(response).await.grpc, Some(0), "Check");
+        used.push((send, driver));
+    }
     let shed = limited(&server, "grpc_connection_shed").await;
     let refused = limited(&server, "grpc_connection_refused").await;
     eprintln!("{shed} connections shed, {refused} refused");
@@ -569,9 +585,20 @@ async fn idle_grpc_connections_are_shed_then_closed() {
     );
     assert_bystanders_served(&server, "350 idle connections").await;
 
-    // What was not shed is closed after 3 s without calls: the handshaken connections get
-    // GOAWAY (their h2 connection ends), the silent ones see EOF.
+    // What was not shed is closed after 3 s without calls: the clients that made a call get
+    // GOAWAY, the others (handshaken or silent) see their connection end.
     let deadline = Instant::now() + Duration::from_secs(15);
+    for (send, driver) in used {
+        let left = deadline.saturating_duration_since(Instant::now());
+        tokio::time::timeout(left, driver)
+            .await
+            .expect("idle HTTP/2 connection closed by the server")
+            .unwrap();
+        let Err(refused) = send.ready().await else {
+            panic!("a new stream after the connection was closed");
+        };
+        assert!(refused.is_go_away(), "closed with GOAWAY: {refused:?}");
+    }
     for (_send, driver) in quiet {
         let left = deadline.saturating_duration_since(Instant::now());
         tokio::time::timeout(left, driver)

@@ -17,9 +17,11 @@ pub struct Limits {
     /// HTTP/2 initial stream window: bytes a peer may send on one stream before we read them.
     pub grpc_stream_window: u32,
     /// HTTP/2 initial connection window (bytes a peer may send on all its streams before we read
-    /// them), and the cap on the bytes of partly received request messages of one connection.
+    /// them), and the cap on the bytes of partly received request messages of one connection
+    /// (never below one message of `max_request_size`, which could not arrive otherwise).
     pub grpc_connection_window: u32,
-    /// Cap on the bytes of partly received request messages of all connections together.
+    /// Cap on the bytes of partly received request messages of all connections together (never
+    /// below the per-connection cap).
     pub grpc_max_buffered_bytes: usize,
     /// Concurrent long-lived calls (health `Watch`, reflection streams), all connections.
     pub grpc_max_streaming_calls: usize,
