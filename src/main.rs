@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use ratelimitd::limiter::{Modes, RequestLimits};
+use ratelimitd::server::limits::{self, Limits};
+use ratelimitd::server::open_files;
 use ratelimitd::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use ratelimitd::service::rls::StoreErrorPolicy;
 use ratelimitd::service::ResponseHeaders;
@@ -196,6 +198,8 @@ struct ServeArgs {
     request_limits: RequestLimitArgs,
     #[command(flatten)]
     config_limits: ConfigLimitArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
 }
 
 /// What one request may carry; a request beyond it is refused with INVALID_ARGUMENT.
@@ -222,6 +226,80 @@ impl RequestLimitArgs {
     }
 }
 
+/// Transport limits (README: "Limits and hardening").
+#[derive(clap::Args)]
+#[command(next_help_heading = "Limits")]
+struct LimitArgs {
+    /// Largest request accepted: a gRPC message (RESOURCE_EXHAUSTED above) or a /json body (413
+    /// above). Sizes take B, KiB, MiB, GiB.
+    #[arg(long, env = "RATELIMITD_MAX_REQUEST_SIZE", default_value = "64KiB", value_parser = parse_size)]
+    max_request_size: usize,
+    /// Concurrent streams per gRPC connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_CONCURRENT_STREAMS", default_value_t = Limits::DEFAULT_GRPC_MAX_CONCURRENT_STREAMS, value_parser = clap::value_parser!(u32).range(1..))]
+    grpc_max_concurrent_streams: u32,
+    /// HTTP/2 stream window: bytes a peer may send on one stream before the server reads them.
+    #[arg(long, env = "RATELIMITD_GRPC_STREAM_WINDOW", default_value = "64KiB", value_parser = parse_window)]
+    grpc_stream_window: u32,
+    /// HTTP/2 connection window, and the most bytes of partly received messages one connection
+    /// may hold (at least one message of --max-request-size).
+    #[arg(long, env = "RATELIMITD_GRPC_CONNECTION_WINDOW", default_value = "256KiB", value_parser = parse_window)]
+    grpc_connection_window: u32,
+    /// Most bytes of partly received gRPC messages all connections together may hold.
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_BUFFERED_BYTES", default_value = "64MiB", value_parser = parse_size)]
+    grpc_max_buffered_bytes: usize,
+    /// Concurrent long-lived gRPC calls (health Watch, reflection), all connections.
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_STREAMING_CALLS", default_value_t = Limits::DEFAULT_GRPC_MAX_STREAMING_CALLS)]
+    grpc_max_streaming_calls: usize,
+    /// Concurrent long-lived gRPC calls on one connection.
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_STREAMING_CALLS_PER_CONNECTION", default_value_t = Limits::DEFAULT_GRPC_MAX_STREAMING_CALLS_PER_CONNECTION)]
+    grpc_max_streaming_calls_per_connection: u32,
+    /// Time a call has to send its request and end its request stream (DEADLINE_EXCEEDED after).
+    #[arg(long, env = "RATELIMITD_GRPC_READ_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
+    grpc_read_timeout: Duration,
+    /// A gRPC connection without calls for this long is closed with GOAWAY (`0s`: never).
+    #[arg(long, env = "RATELIMITD_GRPC_IDLE_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    grpc_idle_timeout: Duration,
+    /// Most gRPC connections at once; lowered to fit the open-files limit. At the cap, the
+    /// connection idle the longest is closed to take a new one.
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_CONNECTIONS", default_value_t = Limits::DEFAULT_GRPC_MAX_CONNECTIONS, value_parser = parse_count)]
+    grpc_max_connections: usize,
+    /// Most HTTP-port connections at once; lowered to fit the open-files limit. At the cap, the
+    /// oldest is closed to take a new one.
+    #[arg(long, env = "RATELIMITD_HTTP_MAX_CONNECTIONS", default_value_t = Limits::DEFAULT_HTTP_MAX_CONNECTIONS, value_parser = parse_count)]
+    http_max_connections: usize,
+    /// Time an HTTP client has to send a request's headers (the first and every next one).
+    #[arg(long, env = "RATELIMITD_HTTP_HEADER_READ_TIMEOUT", default_value = "5s", value_parser = parse_positive_duration)]
+    http_header_read_timeout: Duration,
+    /// Longest an HTTP connection stays open.
+    #[arg(long, env = "RATELIMITD_HTTP_CONNECTION_TIMEOUT", default_value = "60s", value_parser = parse_positive_duration)]
+    http_connection_timeout: Duration,
+    /// Open files kept for anything but client connections (listeners, Redis, runtime).
+    #[arg(long, env = "RATELIMITD_FD_RESERVE", default_value_t = Limits::DEFAULT_FD_RESERVE)]
+    fd_reserve: usize,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> Limits {
+        Limits {
+            max_request_size: self.max_request_size,
+            grpc_max_concurrent_streams: self.grpc_max_concurrent_streams,
+            grpc_stream_window: self.grpc_stream_window,
+            grpc_connection_window: self.grpc_connection_window,
+            grpc_max_buffered_bytes: self.grpc_max_buffered_bytes,
+            grpc_max_streaming_calls: self.grpc_max_streaming_calls,
+            grpc_max_streaming_calls_per_connection: self.grpc_max_streaming_calls_per_connection,
+            grpc_read_timeout: self.grpc_read_timeout,
+            grpc_idle_timeout: (!self.grpc_idle_timeout.is_zero())
+                .then_some(self.grpc_idle_timeout),
+            grpc_max_connections: self.grpc_max_connections,
+            http_max_connections: self.http_max_connections,
+            http_header_read_timeout: self.http_header_read_timeout,
+            http_connection_timeout: self.http_connection_timeout,
+            fd_reserve: self.fd_reserve,
+        }
+    }
+}
+
 /// Bounds on configuration files, for `serve` (at startup and every reload) and `check` alike.
 #[derive(clap::Args)]
 struct ConfigLimitArgs {
@@ -239,6 +317,40 @@ impl ConfigLimitArgs {
             max_file_bytes: self.max_config_file_bytes,
             max_alias_bytes: self.max_config_alias_bytes,
         }
+    }
+}
+
+fn parse_size(text: &str) -> Result<usize, String> {
+    let size = limits::parse_size(text)?;
+    match usize::try_from(size) {
+        Ok(size) if size > 0 => Ok(size),
+        _ => Err(format!("`{text}` is not a positive size")),
+    }
+}
+
+/// An HTTP/2 window: 65535 bytes (the protocol's initial window) to 2^31 - 1.
+fn parse_window(text: &str) -> Result<u32, String> {
+    let size = limits::parse_size(text)?;
+    match u32::try_from(size) {
+        Ok(size) if (65_535..=0x7fff_ffff).contains(&size) => Ok(size),
+        _ => Err(format!(
+            "`{text}` is not an HTTP/2 window (64KiB to 2GiB - 1)"
+        )),
+    }
+}
+
+fn parse_count(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(count) if count > 0 => Ok(count),
+        _ => Err(format!("`{text}` is not a positive count")),
+    }
+}
+
+fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        Ok(_) => Err("must be more than 0s".into()),
+        Err(error) => Err(error.to_string()),
     }
 }
 
@@ -332,6 +444,7 @@ fn init_logging(format: LogFormat, filter: &str) {
 
 fn serve(args: ServeArgs) -> ExitCode {
     init_logging(args.log_format, &args.log_level);
+    open_files::raise_to_hard_limit();
     let topology = match redis_topology(&args) {
         Ok(topology) => topology,
         Err(error) => {
@@ -372,6 +485,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             }),
             near_limit_ratio: args.near_limit_ratio,
             lanes: args.threads.map_or_else(server::default_lanes, usize::from),
+            limits: args.limits.limits(),
             modes: Modes {
                 shadow_mode: args.shadow_mode,
                 quota_mode: args.quota_mode,

@@ -24,8 +24,9 @@
 //! Also: the request latency histogram, requests by result, requests refused by a request limit,
 //! store errors by kind, answers given by the store-failure policy, configuration reloads, what
 //! loading configurations did (files read and parsed, files refused by a configuration limit),
-//! and the counters other components expose (Redis script reloads, deny-cache hits), read when
-//! scraped.
+//! what the transport limits refused or closed (by [`Limited`]), accept errors by port, and the
+//! counters other components expose (Redis script reloads, deny-cache hits, open connections),
+//! read when scraped.
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,6 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 
+use super::limited::{Limited, Port};
 use crate::config::{ConfigLimit, Loader};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::{
@@ -171,6 +173,8 @@ pub struct Metrics {
     last_success_unix: AtomicU64,
     /// The loader of the running configuration, whose counters are rendered.
     config_loader: Mutex<Option<Arc<Loader>>>,
+    limited: [AtomicU64; Limited::ALL.len()],
+    accept_errors: [AtomicU64; Port::ALL.len()],
     externals: Mutex<Vec<External>>,
 }
 
@@ -211,6 +215,8 @@ impl Metrics {
             last_reload_ok: AtomicBool::new(true),
             last_success_unix: AtomicU64::new(unix_now()),
             config_loader: Mutex::new(None),
+            limited: Default::default(),
+            accept_errors: Default::default(),
             externals: Mutex::new(Vec::new()),
         }
     }
@@ -402,6 +408,22 @@ impl Metrics {
         self.last_reload_ok.store(success, Ordering::Relaxed);
     }
 
+    /// A transport limit stepped in.
+    pub fn record_limited(&self, limited: Limited) {
+        self.limited[limited.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How often `limited` stepped in so far.
+    pub fn limited(&self, limited: Limited) -> u64 {
+        self.limited[limited.index()].load(Ordering::Relaxed)
+    }
+
+    /// Accepting a connection on `port` failed (out of descriptors, and the like).
+    pub fn record_accept_error(&self, port: Port) {
+        let index = Port::ALL.iter().position(|p| *p == port).unwrap_or(0);
+        self.accept_errors[index].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Adds a counter read from `read` when scraped (`name` should end in `_total`).
     pub fn register_counter(
         &self,
@@ -560,6 +582,34 @@ impl Metrics {
 
         if let Some(loader) = self.config_loader.lock().as_ref() {
             render_config_loader(&mut out, loader);
+        }
+        family(
+            &mut out,
+            "ratelimitd_transport_limited_total",
+            "Calls, messages and connections a transport limit refused or closed, by limit (see the README's Limits and hardening).",
+            "counter",
+        );
+        for (limited, counter) in Limited::ALL.iter().zip(&self.limited) {
+            let _ = writeln!(
+                out,
+                "ratelimitd_transport_limited_total{{limit=\"{}\"}} {}",
+                limited.label(),
+                counter.load(Ordering::Relaxed)
+            );
+        }
+        family(
+            &mut out,
+            "ratelimitd_accept_errors_total",
+            "Failed accepts (e.g. out of file descriptors), by port; each is followed by a backoff.",
+            "counter",
+        );
+        for (port, counter) in Port::ALL.iter().zip(&self.accept_errors) {
+            let _ = writeln!(
+                out,
+                "ratelimitd_accept_errors_total{{port=\"{}\"}} {}",
+                port.label(),
+                counter.load(Ordering::Relaxed)
+            );
         }
 
         for external in self.externals.lock().iter() {

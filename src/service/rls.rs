@@ -2,7 +2,6 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,6 +11,7 @@ use tonic::{Code as GrpcCode, Request, Response, Status};
 use super::convert::{dynamic_metadata, request_from_proto, response_to_proto, Refused};
 use super::headers::ResponseHeaders;
 use super::metrics::{Metrics, RequestResult};
+use super::throttle::WarnThrottle;
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::{outcome, plan_with, response_metadata, Modes, RequestLimits, Rules};
 use crate::proto::rls::rate_limit_response::Code as ProtoCode;
@@ -82,40 +82,6 @@ pub struct RateLimitEdge<S> {
     limits: RequestLimits,
     /// Store-error warnings are logged at most once per second, with the count of the others.
     warnings: WarnThrottle,
-}
-
-/// Lets one warning through per second and counts the ones it holds back.
-struct WarnThrottle {
-    origin: Instant,
-    /// Milliseconds after `origin` of the last warning logged, plus one (0: none yet).
-    last_ms: AtomicU64,
-    suppressed: AtomicU64,
-}
-
-impl WarnThrottle {
-    fn new() -> WarnThrottle {
-        WarnThrottle {
-            origin: Instant::now(),
-            last_ms: AtomicU64::new(0),
-            suppressed: AtomicU64::new(0),
-        }
-    }
-
-    /// `Some(number held back since the last one)` when this warning may be logged.
-    fn admit(&self) -> Option<u64> {
-        let now = self.origin.elapsed().as_millis() as u64 + 1;
-        let last = self.last_ms.load(Ordering::Relaxed);
-        if (last == 0 || now >= last + 1_000)
-            && self
-                .last_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            return Some(self.suppressed.swap(0, Ordering::Relaxed));
-        }
-        self.suppressed.fetch_add(1, Ordering::Relaxed);
-        None
-    }
 }
 
 impl<S: Store> RateLimitEdge<S> {
