@@ -18,9 +18,16 @@ use ratelimitd::proto::common::RateLimitDescriptor;
 use ratelimitd::proto::rls::rate_limit_response::Code;
 use ratelimitd::proto::rls::RateLimitRequest;
 
+/// A server whose message cap (64 KiB by default, RESOURCE_EXHAUSTED above: see
+/// tests/hardening_transport.rs) lets through the large requests these limits refuse.
 fn serve(args: &[&str], envs: &[(&str, &str)]) -> Ratelimitd {
     let matching = fixture("serve/matching.yaml");
-    let mut full = vec!["--config", matching.to_str().unwrap()];
+    let mut full = vec![
+        "--config",
+        matching.to_str().unwrap(),
+        "--max-request-size",
+        "16MiB",
+    ];
     full.extend_from_slice(args);
     Ratelimitd::start_with_env(&full, envs)
 }
