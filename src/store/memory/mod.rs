@@ -104,9 +104,10 @@ impl MemoryStore {
             .map(|(check, &g)| {
                 let group = &mut groups[g];
                 let hits = group.admitted_hits.saturating_add(check.hits);
-                let stored = maps[locked(group.shard)].get(&group.id);
-                let state = stored.map(|slot| slot.state.view());
-                let verdict = algorithm::evaluate(&check.rate, state.as_deref(), now, hits);
+                let verdict = match maps[locked(group.shard)].get(&group.id) {
+                    Some(slot) => slot.state.evaluate(&check.rate, now, hits),
+                    None => algorithm::evaluate(&check.rate, None, now, hits),
+                };
                 if verdict.admitted {
                     group.admitted_hits = hits;
                     group.commit_rate = Some(&check.rate);

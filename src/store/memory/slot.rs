@@ -15,15 +15,17 @@
 //! # Size
 //! An entry is 48 bytes: 16 of identity, 8 of expiry and 24 of state (the largest O(1) state
 //! is 16 bytes plus the enum tag). The sliding-window log, whose state grows with the limit,
-//! lives behind a `Box`. With hashbrown's 1 control byte per bucket and a load factor between
+//! lives behind a `Box`, as an [`IndexedLog`]: a decision on it reads O(log n) of its n entries
+//! (a full log of 100 000 per hour costs what a small one does). With hashbrown's 1 control byte per bucket and a load factor between
 //! 7/16 and 7/8, a table costs 56–112 bytes per live entry (≈ 85 on average over growth).
 
 use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash, Hasher};
 
+use crate::limiter::algorithm::sliding_window_log::IndexedLog;
 use crate::limiter::algorithm::{
-    self, FixedWindowState, GcraState, SlidingWindowCounterState, State, TokenBucketState,
+    self, FixedWindowState, GcraState, SlidingWindowCounterState, State, TokenBucketState, Verdict,
 };
 use crate::limiter::rate::{Algorithm, Rate};
 use crate::store::Check;
@@ -112,8 +114,16 @@ impl Slot {
         self.expires_at_us <= now_us
     }
 
-    /// Replaces the state with the one after admitting `hits` at `now_us`.
+    /// Replaces the state with the one after admitting `hits` at `now_us` (as
+    /// `algorithm::commit`).
     pub fn commit(&mut self, rate: &Rate, now_us: u64, hits: u64) {
+        if let Compact::Log(log) = &mut self.state {
+            if rate.algorithm() == Algorithm::SlidingWindowLog {
+                log.commit(rate, now_us, algorithm::clamp_hits(rate, hits));
+                self.expires_at_us = log.expires_at_us(rate);
+                return;
+            }
+        }
         if let Compact::Boxed(boxed) = &mut self.state {
             // Commit in place: the log keeps its allocation.
             let old = std::mem::replace(&mut **boxed, PLACEHOLDER);
@@ -129,7 +139,8 @@ impl Slot {
 const PLACEHOLDER: State = State::Gcra(GcraState { tat_us: 0 });
 
 /// [`State`] without its padding: counts are at most `u32::MAX` (a limit), so they are stored
-/// as `u32`; anything that does not fit, and the O(limit) log, is boxed.
+/// as `u32`; anything that does not fit is boxed, and the O(limit) log is boxed as an
+/// [`IndexedLog`].
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Compact {
     FixedWindow {
@@ -148,6 +159,7 @@ pub(super) enum Compact {
     Gcra {
         tat_us: u64,
     },
+    Log(Box<IndexedLog>),
     Boxed(Box<State>),
 }
 
@@ -176,12 +188,24 @@ impl Compact {
                 last_us: s.last_us,
             },
             State::Gcra(s) => Compact::Gcra { tat_us: s.tat_us },
-            log @ State::SlidingWindowLog(_) => Compact::Boxed(Box::new(log)),
+            State::SlidingWindowLog(s) => Compact::Log(Box::new(IndexedLog::from(s))),
         }
     }
 
-    /// The state as the algorithms take it; borrowed when boxed, rebuilt (a copy of ≤ 24 bytes)
-    /// otherwise.
+    /// What `algorithm::evaluate` answers for this state; a log answers from its index, without
+    /// reading every entry.
+    pub fn evaluate(&self, rate: &Rate, now_us: u64, hits: u64) -> Verdict {
+        match self {
+            Compact::Log(log) if rate.algorithm() == Algorithm::SlidingWindowLog => {
+                log.evaluate(rate, now_us, algorithm::clamp_hits(rate, hits))
+            }
+            Compact::Log(_) => algorithm::evaluate(rate, None, now_us, hits),
+            compact => algorithm::evaluate(rate, Some(&compact.view()), now_us, hits),
+        }
+    }
+
+    /// The state as the algorithms take it; borrowed when boxed, rebuilt otherwise (a copy of
+    /// ≤ 24 bytes, or of every entry of a log).
     pub fn view(&self) -> Cow<'_, State> {
         match self {
             Compact::Boxed(state) => Cow::Borrowed(state),
@@ -211,6 +235,7 @@ impl Compact {
                 State::TokenBucket(TokenBucketState { tokens, last_us })
             }
             Compact::Gcra { tat_us } => State::Gcra(GcraState { tat_us }),
+            Compact::Log(log) => State::SlidingWindowLog(log.to_state()),
             Compact::Boxed(state) => *state,
         }
     }

@@ -221,7 +221,7 @@ fn checks_sharing_a_counter_accumulate_and_commit_once() {
             let map = store.shards.iter().map(|s| s.0.lock().clone());
             let logs: Vec<Slot> = map.flat_map(|m| m.into_values()).collect();
             assert!(logs.iter().any(|slot| matches!(&slot.state,
-                Compact::Boxed(b) if matches!(&**b, State::SlidingWindowLog(l) if l.entries == [(T0, 5)]))));
+                Compact::Log(l) if l.to_state().entries == [(T0, 5)])));
         }
     }
 }
@@ -526,4 +526,42 @@ fn large_requests_group_their_counters_too() {
 
 fn remaining_of(store: &MemoryStore, k: usize, rate: Rate) -> u32 {
     remaining(store, &k.to_string(), rate)
+}
+
+#[test]
+fn a_decision_on_a_full_100k_log_reads_logarithmically_many_entries() {
+    use crate::limiter::algorithm::sliding_window_log::probe;
+
+    const LIMIT: u32 = 100_000;
+    let step = 3_600 * S / u64::from(LIMIT);
+    let (clock, store) = store_at(T0);
+    let log = rate(Algorithm::SlidingWindowLog, LIMIT, Unit::Hour);
+    let full = [check("full", log, 1)];
+    for _ in 0..LIMIT {
+        clock.advance_us(step);
+        assert!(decide(&store, &full)[0].admitted);
+    }
+    let reads = |checks: &[Check]| {
+        let before = probe::reads();
+        let verdicts = decide(&store, checks);
+        (verdicts, probe::reads() - before)
+    };
+    // Far below the 100 000 entries a walk would read: two binary searches of ≈ 17 steps.
+    let bound = 2 * (u64::from(LIMIT.ilog2()) + 4);
+    clock.advance_us(1);
+    for hits in [1, 1_000, u64::from(LIMIT)] {
+        let (verdicts, read) = reads(&[check("full", log, hits)]);
+        assert!(!verdicts[0].admitted);
+        assert_eq!(verdicts[0].remaining, 0);
+        assert!(read <= bound, "{hits} hits: {read} entries read");
+    }
+    let (verdicts, read) = reads(&[check("full", log, 1), check("other", log, 1)]);
+    assert!(!verdicts[0].admitted && verdicts[1].admitted);
+    assert!(read <= bound, "{read} entries read");
+    for _ in 0..100 {
+        clock.advance_us(step);
+        let (verdicts, read) = reads(&full);
+        assert!(verdicts[0].admitted, "the oldest hit has left");
+        assert!(read <= bound, "an admission read {read} entries");
+    }
 }
