@@ -833,7 +833,9 @@ async fn raw_call(
 
 #[tokio::test]
 async fn grpc_framing_is_strict() {
-    let server = serve(&[], &[]);
+    // Entries as long as a message may carry (the default entry cap, 8 KiB, would refuse the
+    // 60,000-byte value below before the message cap is what decides).
+    let server = serve(&["--max-entry-bytes", "65536"], &[]);
     let addr = server.grpc_addr();
     let one = || vec![framed(&rls_message("framing"))];
 
