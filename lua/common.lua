@@ -1,9 +1,9 @@
 -- ratelimitd: helpers shared by every algorithm (library file, no KEYS or ARGV of its own).
 --
--- The Rust store concatenates common.lua, the five algorithm files and request.lua into ONE
--- script (Redis cannot call one script from another), loads it once and calls it with EVALSHA;
--- the refund script is the same files with refund.lua in place of request.lua. Only the entry
--- points read KEYS and ARGV; see their headers for the calling conventions.
+-- The Rust store concatenates common.lua, the five algorithm files, rates.lua and request.lua
+-- into ONE script (Redis cannot call one script from another), loads it once and calls it with
+-- EVALSHA; the refund script is the same files with refund.lua in place of request.lua. Only the
+-- entry points read KEYS and ARGV; see their headers for the calling conventions.
 --
 -- Numbers: Lua 5.1 numbers are IEEE doubles. Every instant and duration is an integer of µs below
 -- 2^53 (Rate bounds windows to 100 years), so integer arithmetic here is exact; the f64 expressions

@@ -4,7 +4,7 @@
 -- one call of the request script per node; when any node denies, what the nodes that admitted
 -- committed for it is taken back with this script, one call per node, so that a denied request
 -- consumes nothing anywhere. The store sends it as a SECOND script: common.lua, the five algorithm
--- files and this file, concatenated in that order (src/store/redis/refund.rs), loaded once (SCRIPT
+-- files, rates.lua and this file, concatenated in that order (src/store/redis/refund.rs), loaded once (SCRIPT
 -- LOAD) and called with EVALSHA.
 --
 -- KEYS: the keys to refund, each once (a key listed twice is refunded twice),
@@ -39,31 +39,6 @@
 -- in ARGV).
 local KEYS, ARGV = keys_and_arguments()
 
--- The algorithm modules by code, built on first use in this call (see the algorithm files).
-local CONSTRUCTORS = {
-  [0] = new_fixed_window,
-  [1] = new_sliding_window_log,
-  [2] = new_sliding_window_counter,
-  [3] = new_token_bucket,
-  [4] = new_gcra,
-}
-local modules = {}
-
--- The module of algorithm `code`, or nil for an unknown code.
-local function algorithm_of(code)
-  local module = modules[code]
-  if module == nil then
-    local construct = CONSTRUCTORS[code]
-    if not construct then
-      return nil
-    end
-    module = construct()
-    modules[code] = module
-  end
-  return module
-end
-
-local RATE_FIELDS = 5
 local FIELDS = 4
 
 -- A whole number from decimal text, below 2^53 (exact in a double), or nil.
@@ -84,18 +59,10 @@ end
 -- { algorithm, L, W, B, T } per rate, validated as request.lua does.
 local rates = {}
 for r = 1, rate_count do
-  local base = 1 + (r - 1) * RATE_FIELDS
-  local code = tonumber(ARGV[base + 1])
-  local algorithm = code and algorithm_of(code)
-  local limit = tonumber(ARGV[base + 2])
-  local window = tonumber(ARGV[base + 3])
-  local burst = tonumber(ARGV[base + 4])
-  local interval = tonumber(ARGV[base + 5])
-  if not algorithm or not limit or limit < 1 or not window or window < 1 or not burst
-      or burst < 1 or not interval or interval < 1 then
+  rates[r] = read_rate(ARGV, r)
+  if not rates[r] then
     return redis.error_reply('ERR ratelimitd: invalid rate ' .. r)
   end
-  rates[r] = { algorithm, limit, window, burst, interval }
 end
 
 local now_index = 2 + rate_count * RATE_FIELDS

@@ -1,8 +1,8 @@
 -- ratelimitd: a batch of rate-limit requests, each decided all or nothing (the entry point of the
 -- script).
 --
--- The store sends ONE script: common.lua, the five algorithm files and this file, concatenated in
--- that order, loaded once (SCRIPT LOAD) and called with EVALSHA. Concurrent requests share one
+-- The store sends ONE script: common.lua, the five algorithm files, rates.lua and this file,
+-- concatenated in that order, loaded once (SCRIPT LOAD) and called with EVALSHA. Concurrent requests share one
 -- call (src/store/redis/batch.rs): they are decided one after the other, in order, each on the
 -- state the earlier ones left, exactly as if each had its own call.
 --
@@ -48,31 +48,6 @@
 -- cluster form, whose keys travel in ARGV).
 local KEYS, ARGV = keys_and_arguments()
 
--- The algorithm modules by code, built on first use in this call (see the algorithm files).
-local CONSTRUCTORS = {
-  [0] = new_fixed_window,
-  [1] = new_sliding_window_log,
-  [2] = new_sliding_window_counter,
-  [3] = new_token_bucket,
-  [4] = new_gcra,
-}
-local modules = {}
-
--- The module of algorithm `code`, or nil for an unknown code.
-local function algorithm_of(code)
-  local module = modules[code]
-  if module == nil then
-    local construct = CONSTRUCTORS[code]
-    if not construct then
-      return nil
-    end
-    module = construct()
-    modules[code] = module
-  end
-  return module
-end
-
-local RATE_FIELDS = 5
 local FIELDS = 3
 
 -- The rates of this call (see ARGV above): { algorithm, L, W, B, T } each, by position and by
@@ -281,18 +256,10 @@ if not rate_count or rate_count < 1 or 1 + rate_count * RATE_FIELDS > #ARGV then
   return redis.error_reply('ERR ratelimitd: malformed rate table (' .. #ARGV .. ' arguments)')
 end
 for r = 1, rate_count do
-  local base = 1 + (r - 1) * RATE_FIELDS
-  local code = tonumber(ARGV[base + 1])
-  local algorithm = code and algorithm_of(code)
-  local limit = tonumber(ARGV[base + 2])
-  local window = tonumber(ARGV[base + 3])
-  local burst = tonumber(ARGV[base + 4])
-  local interval = tonumber(ARGV[base + 5])
-  if not algorithm or not limit or limit < 1 or not window or window < 1 or not burst
-      or burst < 1 or not interval or interval < 1 then
+  rates[r] = read_rate(ARGV, r)
+  if not rates[r] then
     return redis.error_reply('ERR ratelimitd: invalid rate ' .. r)
   end
-  rates[r] = { algorithm, limit, window, burst, interval }
   rates_by_text[tostring(r)] = rates[r]
 end
 

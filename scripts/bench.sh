@@ -14,7 +14,16 @@
 #      Redis the time of one request on an idle server (1 connection, 1 RPC in flight; 1 and 3
 #      descriptors) and, for comparison, the matrix load again with redis-server pinned to CPU 1
 #      alone and ratelimitd with the load generator on CPU 0 (gcra, 100k keys, 1 and 3 descriptors);
-#   4. the memory store's footprint: RSS growth per key over FOOTPRINT_KEYS keys, and release.
+#   4. the memory store's footprint: RSS growth per key over FOOTPRINT_KEYS keys, and release;
+#   5. after the matrix, beside its single-server Redis runs, Redis Cluster: for each M in
+#      CLUSTER_MASTERS_LIST, M cluster-enabled redis-servers (no replicas, no persistence) on free
+#      loopback ports, every slot assigned (redis-cli --cluster create for 3 or more; by hand for
+#      fewer, which it refuses), ratelimitd --redis-cluster with REDIS_RUN_THREADS threads, and
+#      the matrix load for gcra and fixed_window (those in ALGORITHMS), 100000 keys, 1 and 3
+#      descriptors (those in DESCRIPTORS_LIST); per cell, the CPU of every master summed and each
+#      master's EVALSHA calls (INFO commandstats, zeroed with CONFIG RESETSTAT before each
+#      attempt, so counted over the warmup too: the report divides them by every request sent,
+#      warmup included);
 # and prints the tables (ratelimit-bench report) with every figure and ratio.
 #
 # Load: CONNECTIONS HTTP/2 connections x CONCURRENCY RPCs in flight each (the Redis ceiling runs
@@ -39,7 +48,8 @@
 #   ALGORITHMS ["fixed_window sliding_window_log sliding_window_counter token_bucket gcra"]
 #   KEYS_LIST ["1 100000"]   DESCRIPTORS_LIST ["1 3"]
 #   CEILINGS [1]   HALF_PEAK [1]   FOOTPRINT_KEYS [1000000] (0 skips)
-#   REDIS_RUN_THREADS [1]: ratelimitd's --threads in the Redis runs
+#   REDIS_RUN_THREADS [1]: ratelimitd's --threads in the Redis runs (one server and cluster)
+#   CLUSTER [1]: 0 skips the Redis Cluster runs   CLUSTER_MASTERS_LIST ["1 3"]: their masters
 #   RESULTS [a temporary file]: where the JSON lines go (kept; its path is printed on stderr)
 #   CARGO_BUILD [1]: 0 uses the binaries already built
 #   BIN [target/release]: where ratelimitd, ratelimit-bench and rls-ceiling are
@@ -67,6 +77,8 @@ FOOTPRINT_KEYS=${FOOTPRINT_KEYS:-1000000}
 CARGO_BUILD=${CARGO_BUILD:-1}
 REPEAT=${REPEAT:-1}
 REDIS_RUN_THREADS=${REDIS_RUN_THREADS:-1}
+CLUSTER=${CLUSTER:-1}
+CLUSTER_MASTERS_LIST=${CLUSTER_MASTERS_LIST:-"1 3"}
 IN_FLIGHT=$((CONNECTIONS * CONCURRENCY))
 
 log() { printf '[bench] %s\n' "$*" >&2; }
@@ -171,6 +183,117 @@ start_redis() {
   return 1
 }
 
+port_free() { # port_free PORT: nothing listens on 127.0.0.1:PORT
+  ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# start_cluster_node: one cluster-enabled redis-server on a free loopback port at most 55535
+# whose cluster bus port (port + 10000) is free too; appends to CLUSTER_PORTS and CLUSTER_PIDS.
+start_cluster_node() {
+  local try port pid
+  for try in 1 2 3 4 5 6 7 8; do
+    # RANDOM stops at 32767: two of them reach every port of 20000..55535.
+    port=$((20000 + (RANDOM * 32768 + RANDOM) % 35536))
+    if ! port_free "$port" || ! port_free $((port + 10000)); then
+      continue
+    fi
+    # A node reads its cluster state back from this file: a port met before must start empty.
+    rm -f "$WORK/nodes-$port.conf"
+    redis-server --cluster-enabled yes --cluster-config-file "nodes-$port.conf" \
+      --cluster-node-timeout 2000 --save "" --appendonly no --bind 127.0.0.1 --port "$port" \
+      --dir "$WORK" --logfile "$WORK/redis-cluster-$port.log" &
+    pid=$!
+    for _ in $(seq 1 100); do
+      if redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; then
+        PIDS+=("$pid")
+        CLUSTER_PORTS+=("$port")
+        CLUSTER_PIDS+=("$pid")
+        return 0
+      fi
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  log "could not start a cluster node"
+  return 1
+}
+
+assign_slots() { # assign_slots PORT FIRST LAST: the node at PORT owns slots FIRST..LAST
+  local reply slots
+  reply=$(redis-cli -p "$1" cluster addslotsrange "$2" "$3")
+  if [ "$reply" != OK ]; then
+    # Before Redis 7.0 there is no ADDSLOTSRANGE: every slot named.
+    mapfile -t slots < <(seq "$2" "$3")
+    reply=$(redis-cli -p "$1" cluster addslots "${slots[@]}")
+  fi
+  if [ "$reply" != OK ]; then
+    log "cluster addslots $2..$3 on port $1: $reply"
+    return 1
+  fi
+}
+
+# start_cluster M: a Redis Cluster of M masters, no replicas, every slot assigned; returns once
+# every node says cluster_state:ok (at most 10 s). Sets CLUSTER_PORTS, CLUSTER_PIDS and
+# CLUSTER_SEEDS (every node's HOST:PORT, comma-separated).
+start_cluster() {
+  local masters=$1 i port ok nodes=()
+  CLUSTER_PORTS=()
+  CLUSTER_PIDS=()
+  for i in $(seq 1 "$masters"); do
+    start_cluster_node
+  done
+  for port in "${CLUSTER_PORTS[@]}"; do
+    nodes+=("127.0.0.1:$port")
+  done
+  if [ "$masters" -ge 3 ]; then
+    if ! redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes \
+      >"$WORK/cluster-create-$masters.log" 2>&1; then
+      log "redis-cli --cluster create failed:"
+      cat "$WORK/cluster-create-$masters.log" >&2
+      return 1
+    fi
+  else
+    # redis-cli --cluster create refuses fewer than 3 masters: an even split of the slots, and
+    # every node met by the first.
+    for i in $(seq 0 $((masters - 1))); do
+      assign_slots "${CLUSTER_PORTS[$i]}" $((16384 * i / masters)) \
+        $((16384 * (i + 1) / masters - 1))
+      if [ "$i" -gt 0 ]; then
+        redis-cli -p "${CLUSTER_PORTS[0]}" cluster meet 127.0.0.1 "${CLUSTER_PORTS[$i]}" >/dev/null
+      fi
+    done
+  fi
+  for _ in $(seq 1 200); do
+    ok=1
+    for port in "${CLUSTER_PORTS[@]}"; do
+      if ! redis-cli -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok'; then
+        ok=0
+        break
+      fi
+    done
+    [ "$ok" = 0 ] || break
+    sleep 0.05
+  done
+  if [ "$ok" = 0 ]; then
+    log "the cluster of ${CLUSTER_PORTS[*]} is not ok after 10 s:"
+    redis-cli -p "$port" cluster info >&2 || true
+    return 1
+  fi
+  CLUSTER_SEEDS=$(IFS=,; echo "${nodes[*]}")
+}
+
+stop_cluster() {
+  local pid
+  for pid in "${CLUSTER_PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${CLUSTER_PIDS[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+}
+
 # start_server NAME CMD...: starts a server that logs grpc_addr=; sets SERVER_PID and SERVER_ADDR.
 start_server() {
   local name=$1
@@ -238,12 +361,17 @@ load() {
   for attempt in $(seq 1 "$REPEAT"); do
     for descriptors in $counts; do
       [ "$store" = redis ] && redis_flush
+      [ "$store" = cluster ] && cluster_reset
       line=$("${client[@]}" "$BIN/ratelimit-bench" --addr "$SERVER_ADDR" \
         --connections "$CONNECTIONS" --concurrency "$CONCURRENCY" \
         --domain bench --key "$key" --keys "$keys" --descriptors "$descriptors" \
         --duration "${DURATION}s" --warmup "${WARMUP}s" --server-pid "$SERVER_PID" \
         --tag "kind=$kind" --tag "store=$store" --tag "algorithm=$algorithm" \
         --tag "attempts=$REPEAT" --json "$@")
+      # Each master's script calls of this attempt, into its JSON line (before the closing brace).
+      if [ "$store" = cluster ]; then
+        line="${line%\}},\"evalsha_calls\":[$(evalsha_calls)]}"
+      fi
       # The least disturbed attempt: closed loop, the highest throughput; open loop (the offered
       # rate is met by every attempt), the lowest p99.
       if [ "$open_loop" = 1 ]; then
@@ -282,6 +410,27 @@ summary() { # one progress line on stderr
 }
 
 redis_flush() { redis-cli -p "$REDIS_PORT" flushall >/dev/null; }
+
+cluster_reset() { # before an attempt: every master empty, its command counts zero
+  local port
+  for port in "${CLUSTER_PORTS[@]}"; do
+    redis-cli -p "$port" flushall >/dev/null
+    redis-cli -p "$port" config resetstat >/dev/null
+  done
+}
+
+evalsha_calls() { # each master's EVALSHA calls since cluster_reset, comma-separated
+  local port calls counts=()
+  for port in "${CLUSTER_PORTS[@]}"; do
+    calls=$(redis-cli -p "$port" info commandstats |
+      sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\).*/\1/p')
+    counts+=("${calls:-0}")
+  done
+  (
+    IFS=,
+    echo "${counts[*]}"
+  )
+}
 
 cpu_ticks() { # utime + stime of a pid, in clock ticks
   cut -d')' -f2 "/proc/$1/stat" | awk '{print $12 + $13}'
@@ -360,6 +509,46 @@ for store in $STORES; do
 done
 
 # ---------------------------------------------------------------------------------------------
+# 1b. Redis Cluster, beside the single server: the same load, counters spread over M masters.
+
+cluster_algorithms=()
+for algorithm in gcra fixed_window; do
+  if [[ " $ALGORITHMS " == *" $algorithm "* ]]; then
+    cluster_algorithms+=("$algorithm")
+  fi
+done
+cluster_descriptors=""
+for descriptors in 1 3; do
+  if [[ " $DESCRIPTORS_LIST " == *" $descriptors "* ]]; then
+    cluster_descriptors+=" $descriptors"
+  fi
+done
+if [ "$CLUSTER" = 1 ] && [ "${#cluster_algorithms[@]}" -gt 0 ] && [ -n "$cluster_descriptors" ]; then
+  for masters in $CLUSTER_MASTERS_LIST; do
+    start_cluster "$masters"
+    log "redis cluster of $masters master(s) on ports ${CLUSTER_PORTS[*]} (pids ${CLUSTER_PIDS[*]})"
+    start_server "ratelimitd-cluster-$masters" "$BIN/ratelimitd" serve \
+      --config "$WORK/bench.yaml" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
+      --threads "$REDIS_RUN_THREADS" --redis-cluster "$CLUSTER_SEEDS"
+    log "ratelimitd (redis cluster store) on $SERVER_ADDR (pid $SERVER_PID)"
+    store_pid=()
+    for pid in "${CLUSTER_PIDS[@]}"; do
+      store_pid+=(--store-pid "$pid")
+    done
+    for algorithm in "${cluster_algorithms[@]}"; do
+      lines=$(load nopin cluster cluster "$algorithm" 100000 "$cluster_descriptors" \
+        --tag "masters=$masters" "${store_pid[@]}")
+      while IFS= read -r line; do
+        calls=$(sed -n 's/.*"evalsha_calls":\[\([0-9,]*\)\].*/\1/p' <<<"$line")
+        summary "cluster masters=$masters $algorithm keys=100000 desc=$(field descriptors "$line"), EVALSHA calls per master $calls" "$line"
+      done <<<"$lines"
+    done
+    stop_server
+    stop_cluster
+  done
+fi
+
+# ---------------------------------------------------------------------------------------------
 # 2. Ceilings
 
 if [ "$CEILINGS" = 1 ]; then
@@ -383,7 +572,8 @@ if [ "$CEILINGS" = 1 ]; then
   stop_server
 
   # (b) Redis: the store's script, loaded exactly as src/store/redis/script.rs assembles it
-  # (common.lua, the five algorithms, request.lua, joined with one newline), called with EVALSHA.
+  # (common.lua, the five algorithms, rates.lua, request.lua, joined with one newline), called
+  # with EVALSHA.
   {
     cat lua/common.lua
     printf '\n'
@@ -396,6 +586,8 @@ if [ "$CEILINGS" = 1 ]; then
     cat lua/token_bucket.lua
     printf '\n'
     cat lua/gcra.lua
+    printf '\n'
+    cat lua/rates.lua
     printf '\n'
     cat lua/request.lua
   } >"$WORK/script.lua"

@@ -14,10 +14,13 @@
 # - DIR/valid: it must exit 0;
 # - DIR/invalid: it must exit 1 and print at least one `FILE:LINE:COLUMN: field: message` error
 #   with LINE >= 1;
-# - DIR/later: files whose semantics are future work (upstream's MERGE_DOMAIN_CONFIG, duplicate
-#   domains across files, share_threshold, metadata) are checked one by one and reported as loaded
-#   or rejected, never failing the script. Today every one loads alone except share_threshold.yaml,
-#   whose `*` in the middle of a value is not a wildcard to ratelimitd.
+# - DIR/later: the files of envoyproxy/ratelimit's later features, all supported now: metadata,
+#   share_threshold (with `*` anywhere in a wildcard), merging one domain across files
+#   (MERGE_DOMAIN_CONFIG, ratelimitd's --merge-domain-config) and refusing a duplicate domain
+#   without it. Each file named in LATER_SUPPORTED below must load alone; merge_domain_key1.yaml
+#   and merge_domain_key2.yaml (with duplicate_domain.yaml, the same domain again) must be refused
+#   together, with an error naming both files, and load together with --merge-domain-config. A
+#   later/ file not in LATER_SUPPORTED is reported as loaded or rejected, never failing the script.
 # Then it runs the ignored tests of tests/compat_upstream.rs with RATELIMITD_COMPAT_DIR=DIR: each
 # invalid file's line and reason, and each valid file served by the real binary on free ports and
 # queried over gRPC, giving the limits envoyproxy/ratelimit gives.
@@ -104,22 +107,75 @@ for file in "${files[@]}"; do
     fi
 done
 
-later_total=0
+# later/ files whose feature ratelimitd supports: each must load alone.
+LATER_SUPPORTED=(duplicate_domain.yaml merge_domain_key1.yaml merge_domain_key2.yaml metadata.yaml
+    share_threshold.yaml)
+
+supported() {
+    local name
+    for name in "${LATER_SUPPORTED[@]}"; do
+        [ "$name" = "$1" ] && return 0
+    done
+    return 1
+}
+
+later_required=0
 later_loaded=0
+later_other=0
 if [ -d "$dir/later" ]; then
-    echo "==> ratelimitd check: $dir/later (future work: reported, not required)"
+    echo "==> ratelimitd check: $dir/later (supported features must load)"
     for file in "$dir"/later/*.yaml "$dir"/later/*.yml; do
-        later_total=$((later_total + 1))
+        name="${file##*/}"
         status=0
         output="$("$bin" check --config "$file" 2>&1)" || status=$?
-        if [ "$status" -eq 0 ]; then
-            later_loaded=$((later_loaded + 1))
-            echo "  loads    later/${file##*/}: $output"
+        if supported "$name"; then
+            later_required=$((later_required + 1))
+            if [ "$status" -eq 0 ]; then
+                later_loaded=$((later_loaded + 1))
+                echo "  ok   later/$name: $output"
+            else
+                failures=$((failures + 1))
+                echo "  FAIL later/$name: exit $status"
+                printf '%s\n' "$output" | sed 's/^/         /'
+            fi
         else
-            echo "  rejected later/${file##*/}:"
-            printf '%s\n' "$output" | sed "s|^$dir/|           |"
+            later_other=$((later_other + 1))
+            if [ "$status" -eq 0 ]; then
+                echo "  loads    later/$name (not required): $output"
+            else
+                echo "  rejected later/$name (not required):"
+                printf '%s\n' "$output" | sed "s|^$dir/|           |"
+            fi
         fi
     done
+
+    one="$dir/later/merge_domain_key1.yaml"
+    two="$dir/later/merge_domain_key2.yaml"
+    if [ -f "$one" ] && [ -f "$two" ]; then
+        parts=(--config "$one" --config "$two")
+        if [ -f "$dir/later/duplicate_domain.yaml" ]; then
+            parts+=(--config "$dir/later/duplicate_domain.yaml")
+        fi
+        echo "==> ratelimitd check: one domain in several later/ files"
+        status=0
+        output="$("$bin" check "${parts[@]}" 2>&1)" || status=$?
+        if [ "$status" -eq 1 ] && [[ $output == *"$two:"*"$one:"* ]]; then
+            echo "  ok   refused without --merge-domain-config: ${output%%$'\n'*}"
+        else
+            failures=$((failures + 1))
+            echo "  FAIL without --merge-domain-config: exit $status, expected 1 naming $one and $two"
+            printf '%s\n' "$output" | sed 's/^/         /'
+        fi
+        status=0
+        output="$("$bin" check --merge-domain-config "${parts[@]}" 2>&1)" || status=$?
+        if [ "$status" -eq 0 ]; then
+            echo "  ok   merged with --merge-domain-config: $output"
+        else
+            failures=$((failures + 1))
+            echo "  FAIL with --merge-domain-config: exit $status"
+            printf '%s\n' "$output" | sed 's/^/         /'
+        fi
+    fi
 fi
 
 echo "==> RATELIMITD_COMPAT_DIR=$dir cargo test --test compat_upstream -- --ignored"
@@ -135,7 +191,10 @@ fi
 
 later="no later/ directory"
 if [ -d "$dir/later" ]; then
-    later="later/: $later_loaded of $later_total load (reported, not required)"
+    later="later/: $later_loaded of $later_required supported files load, merged and refused as upstream"
+    if [ "$later_other" -gt 0 ]; then
+        later="$later, $later_other other file(s) reported"
+    fi
 fi
 echo
 echo "compat-check: $valid valid accepted, $invalid invalid rejected with file:line," \

@@ -7,6 +7,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use ratelimitd::limiter::{Modes, RequestLimits};
+use ratelimitd::server::limits::{self, Limits};
+use ratelimitd::server::open_files;
 use ratelimitd::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use ratelimitd::service::rls::StoreErrorPolicy;
 use ratelimitd::service::ResponseHeaders;
@@ -160,6 +163,22 @@ struct ServeArgs {
     /// `ratelimitd_near_limit_total` metric (envoyproxy/ratelimit's NEAR_LIMIT_RATIO).
     #[arg(long, env = "RATELIMITD_NEAR_LIMIT_RATIO", default_value_t = DEFAULT_NEAR_LIMIT_RATIO, value_parser = parse_ratio)]
     near_limit_ratio: f64,
+    /// Global shadow mode: every limit is decided and counted but none denies; `overall_code` is
+    /// always OK while each status keeps what its limit decided.
+    #[arg(long, env = "RATELIMITD_SHADOW_MODE")]
+    shadow_mode: bool,
+    /// Global quota mode: every limit is in quota mode (over the limit its status stays OK and
+    /// the descriptor is listed in the dynamic metadata's `quotaModeViolations`).
+    #[arg(long, env = "RATELIMITD_QUOTA_MODE")]
+    quota_mode: bool,
+    /// Fill every response's `dynamic_metadata` (domain, descriptors, quota-mode violations and
+    /// the matched rules' `metadata`), as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA.
+    #[arg(long, env = "RATELIMITD_RESPONSE_DYNAMIC_METADATA")]
+    response_dynamic_metadata: bool,
+    /// Merge configuration files that name the same domain (a top-level descriptor defined in
+    /// two of them is an error); without it, a domain in two files is an error.
+    #[arg(long, env = "RATELIMITD_MERGE_DOMAIN_CONFIG")]
+    merge_domain_config: bool,
     /// Threads serving gRPC connections, each with its own single-threaded runtime (connections
     /// are dealt out in turn). Default: the CPUs this process may run on.
     #[arg(long, env = "RATELIMITD_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
@@ -175,6 +194,164 @@ struct ServeArgs {
     /// Log filter (tracing-subscriber syntax, e.g. `info` or `ratelimitd=debug`).
     #[arg(long, env = "RATELIMITD_LOG_LEVEL", default_value = "info")]
     log_level: String,
+    #[command(flatten)]
+    request_limits: RequestLimitArgs,
+    #[command(flatten)]
+    config_limits: ConfigLimitArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+/// What one request may carry; a request beyond it is refused with INVALID_ARGUMENT.
+#[derive(clap::Args)]
+struct RequestLimitArgs {
+    /// Most descriptors in one request (at most 1024, the checks of one Redis call).
+    #[arg(long, env = "RATELIMITD_MAX_DESCRIPTORS", default_value_t = RequestLimits::DEFAULT_MAX_DESCRIPTORS as u32, value_parser = clap::value_parser!(u32).range(1..=RequestLimits::MAX_DESCRIPTORS_CEILING as i64))]
+    max_descriptors: u32,
+    /// Most entries in one descriptor.
+    #[arg(long, env = "RATELIMITD_MAX_DESCRIPTOR_ENTRIES", default_value_t = RequestLimits::DEFAULT_MAX_ENTRIES as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    max_descriptor_entries: u32,
+    /// Longest key, and longest value, of a descriptor entry, in bytes.
+    #[arg(long, env = "RATELIMITD_MAX_ENTRY_BYTES", default_value_t = RequestLimits::DEFAULT_MAX_ENTRY_BYTES as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    max_entry_bytes: u32,
+}
+
+impl RequestLimitArgs {
+    fn limits(&self) -> RequestLimits {
+        RequestLimits {
+            max_descriptors: self.max_descriptors as usize,
+            max_entries: self.max_descriptor_entries as usize,
+            max_entry_bytes: self.max_entry_bytes as usize,
+        }
+    }
+}
+
+/// Transport limits (README: "Limits and hardening").
+#[derive(clap::Args)]
+#[command(next_help_heading = "Limits")]
+struct LimitArgs {
+    /// Largest request accepted: a gRPC message (RESOURCE_EXHAUSTED above) or a /json body (413
+    /// above). Sizes take B, KiB, MiB, GiB.
+    #[arg(long, env = "RATELIMITD_MAX_REQUEST_SIZE", default_value = "64KiB", value_parser = parse_size)]
+    max_request_size: usize,
+    /// Concurrent streams per gRPC connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_CONCURRENT_STREAMS", default_value_t = Limits::DEFAULT_GRPC_MAX_CONCURRENT_STREAMS, value_parser = clap::value_parser!(u32).range(1..))]
+    grpc_max_concurrent_streams: u32,
+    /// HTTP/2 stream window: bytes a peer may send on one stream before the server reads them.
+    #[arg(long, env = "RATELIMITD_GRPC_STREAM_WINDOW", default_value = "64KiB", value_parser = parse_window)]
+    grpc_stream_window: u32,
+    /// HTTP/2 connection window, and the most bytes of partly received messages one connection
+    /// may hold (at least one message of --max-request-size).
+    #[arg(long, env = "RATELIMITD_GRPC_CONNECTION_WINDOW", default_value = "256KiB", value_parser = parse_window)]
+    grpc_connection_window: u32,
+    /// Most bytes of partly received gRPC messages all connections together may hold.
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_BUFFERED_BYTES", default_value = "64MiB", value_parser = parse_size)]
+    grpc_max_buffered_bytes: usize,
+    /// Concurrent long-lived gRPC calls (health Watch, reflection), all connections.
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_STREAMING_CALLS", default_value_t = Limits::DEFAULT_GRPC_MAX_STREAMING_CALLS)]
+    grpc_max_streaming_calls: usize,
+    /// Concurrent long-lived gRPC calls on one connection.
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_STREAMING_CALLS_PER_CONNECTION", default_value_t = Limits::DEFAULT_GRPC_MAX_STREAMING_CALLS_PER_CONNECTION)]
+    grpc_max_streaming_calls_per_connection: u32,
+    /// Time a call has to send its request and end its request stream (DEADLINE_EXCEEDED after).
+    #[arg(long, env = "RATELIMITD_GRPC_READ_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
+    grpc_read_timeout: Duration,
+    /// A gRPC connection without calls for this long is closed with GOAWAY (`0s`: never).
+    #[arg(long, env = "RATELIMITD_GRPC_IDLE_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    grpc_idle_timeout: Duration,
+    /// Most gRPC connections at once; lowered to fit the open-files limit. At the cap, the
+    /// connection idle the longest is closed to take a new one.
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_CONNECTIONS", default_value_t = Limits::DEFAULT_GRPC_MAX_CONNECTIONS, value_parser = parse_count)]
+    grpc_max_connections: usize,
+    /// Most HTTP-port connections at once; lowered to fit the open-files limit. At the cap, the
+    /// oldest is closed to take a new one.
+    #[arg(long, env = "RATELIMITD_HTTP_MAX_CONNECTIONS", default_value_t = Limits::DEFAULT_HTTP_MAX_CONNECTIONS, value_parser = parse_count)]
+    http_max_connections: usize,
+    /// Time an HTTP client has to send a request's headers (the first and every next one).
+    #[arg(long, env = "RATELIMITD_HTTP_HEADER_READ_TIMEOUT", default_value = "5s", value_parser = parse_positive_duration)]
+    http_header_read_timeout: Duration,
+    /// Longest an HTTP connection stays open.
+    #[arg(long, env = "RATELIMITD_HTTP_CONNECTION_TIMEOUT", default_value = "60s", value_parser = parse_positive_duration)]
+    http_connection_timeout: Duration,
+    /// Open files kept for anything but client connections (listeners, Redis, runtime).
+    #[arg(long, env = "RATELIMITD_FD_RESERVE", default_value_t = Limits::DEFAULT_FD_RESERVE)]
+    fd_reserve: usize,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> Limits {
+        Limits {
+            max_request_size: self.max_request_size,
+            grpc_max_concurrent_streams: self.grpc_max_concurrent_streams,
+            grpc_stream_window: self.grpc_stream_window,
+            grpc_connection_window: self.grpc_connection_window,
+            grpc_max_buffered_bytes: self.grpc_max_buffered_bytes,
+            grpc_max_streaming_calls: self.grpc_max_streaming_calls,
+            grpc_max_streaming_calls_per_connection: self.grpc_max_streaming_calls_per_connection,
+            grpc_read_timeout: self.grpc_read_timeout,
+            grpc_idle_timeout: (!self.grpc_idle_timeout.is_zero())
+                .then_some(self.grpc_idle_timeout),
+            grpc_max_connections: self.grpc_max_connections,
+            http_max_connections: self.http_max_connections,
+            http_header_read_timeout: self.http_header_read_timeout,
+            http_connection_timeout: self.http_connection_timeout,
+            fd_reserve: self.fd_reserve,
+        }
+    }
+}
+
+/// Bounds on configuration files, for `serve` (at startup and every reload) and `check` alike.
+#[derive(clap::Args)]
+struct ConfigLimitArgs {
+    /// Largest configuration file, in bytes (checked before the file is opened).
+    #[arg(long, env = "RATELIMITD_MAX_CONFIG_FILE_BYTES", default_value_t = config::Limits::DEFAULT_MAX_FILE_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+    max_config_file_bytes: u64,
+    /// Most bytes of scalars the YAML aliases (`*name`) of one file may add when expanded.
+    #[arg(long, env = "RATELIMITD_MAX_CONFIG_ALIAS_BYTES", default_value_t = config::Limits::DEFAULT_MAX_ALIAS_BYTES)]
+    max_config_alias_bytes: u64,
+}
+
+impl ConfigLimitArgs {
+    fn limits(&self) -> config::Limits {
+        config::Limits {
+            max_file_bytes: self.max_config_file_bytes,
+            max_alias_bytes: self.max_config_alias_bytes,
+        }
+    }
+}
+
+fn parse_size(text: &str) -> Result<usize, String> {
+    let size = limits::parse_size(text)?;
+    match usize::try_from(size) {
+        Ok(size) if size > 0 => Ok(size),
+        _ => Err(format!("`{text}` is not a positive size")),
+    }
+}
+
+/// An HTTP/2 window: 65535 bytes (the protocol's initial window) to 2^31 - 1.
+fn parse_window(text: &str) -> Result<u32, String> {
+    let size = limits::parse_size(text)?;
+    match u32::try_from(size) {
+        Ok(size) if (65_535..=0x7fff_ffff).contains(&size) => Ok(size),
+        _ => Err(format!(
+            "`{text}` is not an HTTP/2 window (64KiB to 2GiB - 1)"
+        )),
+    }
+}
+
+fn parse_count(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(count) if count > 0 => Ok(count),
+        _ => Err(format!("`{text}` is not a positive count")),
+    }
+}
+
+fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        Ok(_) => Err("must be more than 0s".into()),
+        Err(error) => Err(error.to_string()),
+    }
 }
 
 #[derive(clap::Args)]
@@ -187,7 +364,16 @@ struct CheckArgs {
         value_delimiter = ','
     )]
     config: Vec<PathBuf>,
+    /// Merge configuration files that name the same domain, as `serve --merge-domain-config`.
+    #[arg(long, env = "RATELIMITD_MERGE_DOMAIN_CONFIG")]
+    merge_domain_config: bool,
+    #[command(flatten)]
+    config_limits: ConfigLimitArgs,
 }
+
+/// How long exit waits for blocking work still running (a reload reading files) once serving
+/// has stopped; such work must never keep the process alive.
+const BLOCKING_WORK_GRACE: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
     match Cli::parse().command {
@@ -223,7 +409,13 @@ fn health(args: &HealthArgs) -> ExitCode {
 }
 
 fn check(args: &CheckArgs) -> ExitCode {
-    match config::load(&args.config) {
+    let options = config::LoadOptions {
+        merge_domains: args.merge_domain_config,
+    };
+    match config::Loader::new(args.config_limits.limits())
+        .with_options(options)
+        .load(&args.config)
+    {
         Ok(rules) => {
             let limits = rules.limits().len();
             println!(
@@ -252,6 +444,7 @@ fn init_logging(format: LogFormat, filter: &str) {
 
 fn serve(args: ServeArgs) -> ExitCode {
     init_logging(args.log_format, &args.log_level);
+    open_files::raise_to_hard_limit();
     let topology = match redis_topology(&args) {
         Ok(topology) => topology,
         Err(error) => {
@@ -292,9 +485,21 @@ fn serve(args: ServeArgs) -> ExitCode {
             }),
             near_limit_ratio: args.near_limit_ratio,
             lanes: args.threads.map_or_else(server::default_lanes, usize::from),
+            limits: args.limits.limits(),
+            modes: Modes {
+                shadow_mode: args.shadow_mode,
+                quota_mode: args.quota_mode,
+            },
+            response_dynamic_metadata: args.response_dynamic_metadata,
+            load: config::LoadOptions {
+                merge_domains: args.merge_domain_config,
+            },
+            request_limits: args.request_limits.limits(),
+            config_limits: args.config_limits.limits(),
         };
         server::run(settings, grpc, http, shutdown_signal()).await
     });
+    runtime.shutdown_timeout(BLOCKING_WORK_GRACE);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

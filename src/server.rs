@@ -1,8 +1,18 @@
 //! Wiring: configuration -> store -> RLS edge -> tonic services (RLS, health, reflection) + HTTP.
 //!
-//! [`run`] takes already-bound listeners so tests can bind port 0 and read the real ports.
+//! [`run`] takes already-bound listeners so tests can bind port 0 and read the real ports. The
+//! transport (connections, their limits, the HTTP port) lives in the submodules.
 
+mod accept;
+mod call_gate;
+mod connections;
+mod grpc_connection;
+mod grpc_timeout;
+mod http_port;
 mod lanes;
+pub mod limits;
+pub mod open_files;
+mod request_body;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -12,13 +22,21 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tonic::service::Routes;
 
-use crate::config::reload::{self, ReloadOutcome, Reloader};
-use crate::config::{self, ConfigErrors};
-use crate::limiter::Rules;
+use self::accept::AcceptBackoff;
+use self::connections::Registry;
+use self::grpc_connection::GrpcTransport;
+use self::http_port::HttpLimits;
+pub use self::limits::Limits;
+
+use crate::config::reload::{ReloadOutcome, Reloader};
+use crate::config::{self, ConfigErrors, LoadOptions};
+use crate::limiter::{Modes, RequestLimits, Rules};
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
-use crate::service::http::{self, HttpState};
+use crate::service::http::HttpState;
+use crate::service::limited::Port;
 use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use crate::service::rls::StoreErrorPolicy;
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
@@ -28,10 +46,6 @@ use crate::store::{
 
 /// How often the store's health is probed, and idle memory-store keys swept.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
-
-/// HTTP/2 PINGs to idle clients, so a vanished peer does not hold a connection forever.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long in-flight calls may take to finish once shutdown starts.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -56,12 +70,26 @@ pub struct Settings {
     /// Serving lanes: threads serving gRPC connections, each with its own current-thread runtime
     /// (see [`lanes`]); lane 0 is the runtime `run` is called on.
     pub lanes: usize,
+    /// What clients may make the ports hold (streams, bytes, connections, time).
+    pub limits: Limits,
+    /// Global shadow mode (`shadow_mode`: no limit denies, `overall_code` is always OK) and
+    /// quota mode (`quota_mode`: every limit in quota mode).
+    pub modes: Modes,
+    /// Fill every response's `dynamic_metadata` (envoyproxy/ratelimit's
+    /// `RESPONSE_DYNAMIC_METADATA`).
+    pub response_dynamic_metadata: bool,
+    /// How configuration files of the same domain combine (merged or refused).
+    pub load: LoadOptions,
+    /// What one request may carry (descriptors, entries, entry bytes).
+    pub request_limits: RequestLimits,
+    /// Bounds on configuration files (size, alias expansion).
+    pub config_limits: config::Limits,
 }
 
 impl Settings {
     /// Defaults for everything but the configuration: in-memory store, no headers, reload
     /// checked every second, `unavailable` on store errors, deny cache on (with Redis), near
-    /// limit at 80 %.
+    /// limit at 80 %, the default transport limits.
     pub fn new(config_paths: Vec<PathBuf>) -> Settings {
         Settings {
             config_paths,
@@ -72,6 +100,12 @@ impl Settings {
             deny_cache: Some(DenyCacheSettings::default()),
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
             lanes: default_lanes(),
+            limits: Limits::default(),
+            modes: Modes::default(),
+            response_dynamic_metadata: false,
+            load: LoadOptions::default(),
+            request_limits: RequestLimits::default(),
+            config_limits: config::Limits::default(),
         }
     }
 }
@@ -95,7 +129,7 @@ pub enum ServerError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("gRPC server failed: {0}")]
-    Transport(#[from] tonic::transport::Error),
+    Lanes(#[from] lanes::LaneStopped),
     #[error("gRPC reflection setup failed: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("socket error: {0}")]
@@ -113,6 +147,10 @@ struct Context {
     /// Called after a reload changed the rules (clears the deny cache).
     on_rules_changed: Box<dyn Fn() + Send + Sync>,
     lanes: usize,
+    limits: Limits,
+    modes: Modes,
+    response_dynamic_metadata: bool,
+    request_limits: RequestLimits,
 }
 
 /// Loads the configuration, builds the store and serves until `shutdown` completes. Then health
@@ -123,18 +161,16 @@ pub async fn run(
     http: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    // Fingerprint first: a change made while loading is noticed at the first check.
-    let loaded_from = reload::fingerprint(&settings.config_paths);
-    let rules = config::load(&settings.config_paths)?;
-    let domains = rules.domains.len();
-    let metrics = Arc::new(Metrics::new(settings.near_limit_ratio));
-    metrics.register_rules(&rules);
-    let rules = Arc::new(ArcSwap::from_pointee(rules));
-    let reloader = Arc::new(Reloader::new(
+    let loader = Arc::new(config::Loader::new(settings.config_limits).with_options(settings.load));
+    let reloader = Arc::new(Reloader::start(
         settings.config_paths.clone(),
-        rules.clone(),
-        loaded_from,
-    ));
+        loader.clone(),
+    )?);
+    let rules = reloader.rules().clone();
+    let domains = rules.load().domains.len();
+    let metrics = Arc::new(Metrics::new(settings.near_limit_ratio));
+    metrics.register_rules(&rules.load());
+    metrics.register_config_loader(loader);
     let mut context = Context {
         rules,
         reloader,
@@ -144,6 +180,10 @@ pub async fn run(
         on_store_error: settings.on_store_error,
         on_rules_changed: Box::new(|| {}),
         lanes: settings.lanes,
+        limits: settings.limits.clone(),
+        modes: settings.modes,
+        response_dynamic_metadata: settings.response_dynamic_metadata,
+        request_limits: settings.request_limits,
     };
     match settings.redis {
         None => {
@@ -238,7 +278,10 @@ async fn serve<S: Store>(
     let edge = RateLimitEdge::new(context.rules.clone(), store.clone())
         .with_response_headers(context.headers)
         .with_metrics(context.metrics.clone())
-        .with_store_error_policy(context.on_store_error);
+        .with_store_error_policy(context.on_store_error)
+        .with_modes(context.modes)
+        .with_dynamic_metadata(context.response_dynamic_metadata)
+        .with_request_limits(context.request_limits);
     let edge = Arc::new(edge);
 
     let stopping = CancellationToken::new();
@@ -263,17 +306,38 @@ async fn serve<S: Store>(
 
     let grpc_addr = grpc.local_addr()?;
     let http_addr = http.local_addr()?;
+    let limits = &context.limits;
+    let open_files = open_files::current_soft_limit().unwrap_or(u64::MAX);
+    let caps = limits.connection_caps(open_files);
+    let metrics = context.metrics.clone();
+    let registry = Registry::new(caps.grpc, metrics.clone());
+    register_transport_gauges(&metrics, &registry);
     let http_state = Arc::new(HttpState {
         health: health.clone(),
-        metrics: Some(context.metrics.clone()),
+        metrics: Some(metrics.clone()),
         edge: Some(edge.clone()),
+        max_json_body: limits.max_request_size,
     });
-    let http_task = tokio::spawn(http::serve(
+    let http_limits = HttpLimits {
+        max_connections: caps.http,
+        header_read_timeout: limits.http_header_read_timeout,
+        connection_timeout: limits.http_connection_timeout,
+    };
+    let http_task = tokio::spawn(http_port::serve(
         http,
         http_state,
+        http_limits,
+        metrics.clone(),
         stopping.clone().cancelled_owned(),
     ));
-    tracing::info!(%grpc_addr, %http_addr, "serving");
+    tracing::info!(
+        %grpc_addr,
+        %http_addr,
+        grpc_max_connections = caps.grpc,
+        http_max_connections = caps.http,
+        open_files,
+        "serving"
+    );
 
     // Health turns NOT_SERVING (and its Watch streams end) before the lanes start draining.
     let closing = CancellationToken::new();
@@ -286,38 +350,58 @@ async fn serve<S: Store>(
             closing.cancel();
         }
     });
+    let rls =
+        RateLimitServiceServer::from_arc(edge).max_decoding_message_size(limits.max_request_size);
+    let routes = Routes::new(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(rls);
+    let transport = Arc::new(GrpcTransport::new(routes, limits));
     let lane = {
         let stopping = stopping.clone();
-        let rls = RateLimitServiceServer::from_arc(edge);
         move |connections: lanes::Connections| {
-            let router = tonic::transport::Server::builder()
-                .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-                .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-                .add_service(health_service.clone())
-                .add_service(reflection_v1.clone())
-                .add_service(reflection_v1alpha.clone())
-                .add_service(rls.clone());
-            let (stopping, closing) = (stopping.clone(), closing.clone());
+            let served = transport.clone().serve_lane(connections, closing.clone());
+            let stopping = stopping.clone();
             async move {
-                let served =
-                    router.serve_with_incoming_shutdown(connections, closing.cancelled_owned());
                 tokio::select! {
-                    result = served => result,
+                    () = served => {}
                     _ = drain_deadline(&stopping) => {
                         tracing::warn!(?DRAIN_TIMEOUT, "calls still open after the drain timeout (e.g. health Watch streams); closing them");
-                        Ok(())
                     }
                 }
             }
         }
     };
+    let backoff = AcceptBackoff::new(Port::Grpc, metrics);
     let result = lanes::start(context.lanes, lane)?
-        .accept(grpc, stopping.clone())
+        .accept(grpc, registry, backoff, stopping.clone())
         .await;
     stopping.cancel();
     let _ = http_task.await;
     tracing::info!("stopped");
     result.map_err(ServerError::from)
+}
+
+/// Gauges of what the gRPC connections hold, read when scraped.
+fn register_transport_gauges(metrics: &Metrics, registry: &Arc<Registry>) {
+    let open = registry.clone();
+    metrics.register_gauge(
+        "ratelimitd_grpc_connections",
+        "Open gRPC connections (those being closed to make room included).",
+        move || open.open_connections() as u64,
+    );
+    let streaming = registry.clone();
+    metrics.register_gauge(
+        "ratelimitd_grpc_streaming_calls",
+        "Open long-lived gRPC calls (health Watch, reflection), all connections.",
+        move || streaming.streaming_calls() as u64,
+    );
+    let buffered = registry.clone();
+    metrics.register_gauge(
+        "ratelimitd_grpc_buffered_request_bytes",
+        "Bytes of partly received gRPC request messages, all connections.",
+        move || buffered.buffered() as u64,
+    );
 }
 
 /// SIGHUP as a stream of unit events (none where signals do not exist or cannot be caught).

@@ -1,6 +1,7 @@
 //! envoyproxy/ratelimit's own configuration fixtures, which are not part of this repository:
-//! its invalid files are rejected with the line and reason expected, and its valid files, served
-//! as they are, give the limits envoyproxy/ratelimit gives them.
+//! its invalid files are rejected with the line and reason expected, and its valid and later/
+//! files, served as they are (later/'s merged where upstream merges them), give the limits,
+//! shared counters and dynamic metadata envoyproxy/ratelimit gives them.
 //!
 //! Every test is ignored by the test command: `scripts/compat-check.sh [DIR]` runs them with
 //! `RATELIMITD_COMPAT_DIR=DIR` (the directory that holds `valid/` and `invalid/`) after checking
@@ -233,6 +234,172 @@ async fn upstream_wildcard_config() {
     assert_limit(&s, 20, Unit::Minute, "nested wildcard");
     let s = one_in(&mut c, d, &[("nestedWild", "val1"), ("wild", "foo")]).await;
     assert_no_limit(&s, "nested: foo is no goo*");
+    // `*` in the middle, and several of them.
+    let s = one_in(&mut c, d, &[("midWild", "barxyzb")]).await;
+    assert_limit(&s, 20, Unit::Minute, "midWild=barxyzb");
+    let s = one_in(&mut c, d, &[("midWild", "barb")]).await;
+    assert_limit(&s, 20, Unit::Minute, "midWild=barb");
+    let s = one_in(&mut c, d, &[("midWild", "barxyz")]).await;
+    assert_no_limit(&s, "midWild=barxyz: no trailing b");
+    let s = one_in(&mut c, d, &[("multiWild", "foo1bar2baz")]).await;
+    assert_limit(&s, 10, Unit::Minute, "multiWild=foo1bar2baz");
+    let s = one_in(&mut c, d, &[("multiWild", "foobaz")]).await;
+    assert_no_limit(&s, "multiWild=foobaz: no bar");
+}
+
+/// One descriptor's entries.
+type Entries<'a> = &'a [(&'a str, &'a str)];
+
+fn serve_upstream_with(files: &[&str], flags: &[&str]) -> Ratelimitd {
+    let paths: Vec<String> = files
+        .iter()
+        .map(|file| upstream(file).to_str().expect("utf-8 path").to_string())
+        .collect();
+    let mut args: Vec<&str> = Vec::new();
+    for path in &paths {
+        args.extend(["--config", path.as_str()]);
+    }
+    args.extend_from_slice(flags);
+    Ratelimitd::start(&args)
+}
+
+#[tokio::test]
+#[ignore = "needs envoyproxy/ratelimit's fixtures in RATELIMITD_COMPAT_DIR: run scripts/compat-check.sh"]
+async fn upstream_share_threshold() {
+    let server = serve_upstream("later/share_threshold.yaml");
+    let mut c = server.client().await;
+    wait_for_window_room(60, 10);
+    let d = "test-domain";
+    // (descriptor spending the whole shared limit, another value of the same wildcard(s)).
+    let cases: [(Entries, Entries, u32); 6] = [
+        (
+            &[("files", "files/a.pdf")],
+            &[("files", "files/b.csv")],
+            100,
+        ),
+        (
+            &[("nested", "parent"), ("files", "nested/x.txt")],
+            &[("nested", "parent"), ("files", "nested/y/z.txt")],
+            200,
+        ),
+        (
+            &[("midpath", "/api/users/v1")],
+            &[("midpath", "/apiv1")],
+            100,
+        ),
+        (
+            &[("multiroute", "svc.orders.ep.get.rpc")],
+            &[("multiroute", "svceprpc")],
+            50,
+        ),
+        (
+            &[("tenant", "t1-prod"), ("resource", "res-a-v2")],
+            &[("tenant", "t2-prod"), ("resource", "res-b-v2")],
+            60,
+        ),
+        (
+            &[("files", "top/a"), ("files", "nested/b")],
+            &[("files", "top/c"), ("files", "nested/d")],
+            300,
+        ),
+    ];
+    for (spend, other, limit) in cases {
+        let resp = should(&mut c, request(d, &[spend], limit)).await;
+        assert_eq!(
+            overall(&resp),
+            Code::Ok,
+            "{spend:?} spends {limit}: {resp:?}"
+        );
+        assert_limit(&resp.statuses[0], limit, Unit::Minute, "shared limit");
+        let s = one_in(&mut c, d, other).await;
+        assert_eq!(
+            code(&s),
+            Code::OverLimit,
+            "{other:?} shares {spend:?}'s counter: {s:?}"
+        );
+    }
+    // An explicit value keeps its own limit and counter beside a shared wildcard.
+    let s = one_in(&mut c, d, &[("file", "test1")]).await;
+    assert_limit(&s, 50, Unit::Minute, "file=test1 exact");
+    let resp = should(&mut c, request(d, &[&[("file", "test2")]], 100)).await;
+    assert_eq!(overall(&resp), Code::Ok);
+    let s = one_in(&mut c, d, &[("file", "test3")]).await;
+    assert_eq!(code(&s), Code::OverLimit, "test* shared: {s:?}");
+    let s = one_in(&mut c, d, &[("file", "test1")]).await;
+    assert_eq!(code(&s), Code::Ok, "test1 has its own counter: {s:?}");
+    // A shared wildcard above a key-only level: the route entry is shared, the method entry
+    // keeps one counter per value.
+    let resp = should(
+        &mut c,
+        request(d, &[&[("route", "api/a"), ("method", "GET")]], 60),
+    )
+    .await;
+    assert_eq!(overall(&resp), Code::Ok);
+    let s = one_in(&mut c, d, &[("route", "api/b"), ("method", "GET")]).await;
+    assert_eq!(
+        code(&s),
+        Code::OverLimit,
+        "route shared, same method: {s:?}"
+    );
+    let s = one_in(&mut c, d, &[("route", "api/b"), ("method", "POST")]).await;
+    assert_eq!(
+        code(&s),
+        Code::Ok,
+        "another method has its own counter: {s:?}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs envoyproxy/ratelimit's fixtures in RATELIMITD_COMPAT_DIR: run scripts/compat-check.sh"]
+async fn upstream_metadata_in_dynamic_metadata() {
+    let server = serve_upstream_with(&["later/metadata.yaml"], &["--response-dynamic-metadata"]);
+    let mut c = server.client().await;
+    let d = "test-domain";
+    let resp = should(
+        &mut c,
+        request(
+            d,
+            &[&[("key1", "value1"), ("subkey1", "x")], &[("key2", "y")]],
+            0,
+        ),
+    )
+    .await;
+    let metadata = resp.dynamic_metadata.expect("dynamic_metadata");
+    let merged = match metadata.fields.get("metadata").and_then(|v| v.kind.clone()) {
+        Some(prost_types::value::Kind::StructValue(merged)) => merged,
+        other => panic!("metadata: {other:?}"),
+    };
+    let mut keys: Vec<&str> = merged.fields.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["name", "service_with_quota"], "{merged:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs envoyproxy/ratelimit's fixtures in RATELIMITD_COMPAT_DIR: run scripts/compat-check.sh"]
+async fn upstream_merge_domain_config() {
+    let server = serve_upstream_with(
+        &[
+            "later/merge_domain_key1.yaml",
+            "later/merge_domain_key2.yaml",
+            "later/duplicate_domain.yaml",
+        ],
+        &["--merge-domain-config"],
+    );
+    let mut c = server.client().await;
+    let s = one_in(&mut c, "test-domain", &[("key1", "value1")]).await;
+    assert_limit(
+        &s,
+        10,
+        Unit::Minute,
+        "key1=value1 from merge_domain_key1.yaml",
+    );
+    let s = one_in(&mut c, "test-domain", &[("key2", "value2")]).await;
+    assert_limit(
+        &s,
+        20,
+        Unit::Minute,
+        "key2=value2 from merge_domain_key2.yaml",
+    );
 }
 
 #[tokio::test]

@@ -6,8 +6,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use ratelimitd::config::{parse_domain, ConfigErrors};
-use ratelimitd::limiter::{ConfiguredLimit, DomainRules, LimitKind, RuleSet, Unit};
+use ratelimitd::config::{load, load_with, parse_domain, ConfigErrors, LoadOptions};
+use ratelimitd::limiter::matcher::find_limit;
+use ratelimitd::limiter::{
+    ConfiguredLimit, DomainRules, Entry, LimitKind, MetadataValue, RuleSet, Unit,
+};
 
 fn fixtures(dir: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -48,30 +51,18 @@ fn valid(file: &str) -> DomainRules {
     parse(&path).unwrap_or_else(|errors| panic!("valid/{file} must load:\n{errors}"))
 }
 
-/// The limit a request descriptor gets, walking the tree as envoyproxy/ratelimit does: per
-/// level exact value, then wildcards in config order, then key only; a limit applies only when
-/// the walk ends on the last entry.
+/// The limit a request descriptor gets, as the server's matcher walks the tree (per level exact
+/// value, then wildcards in config order, then key only; a limit applies only when the walk ends
+/// on the last entry).
 fn lookup<'r>(rules: &'r DomainRules, entries: &[(&str, &str)]) -> Option<&'r ConfiguredLimit> {
-    let mut level: &RuleSet = &rules.root;
-    for (index, (key, value)) in entries.iter().enumerate() {
-        let node = level
-            .exact
-            .get(*key)
-            .and_then(|values| values.get(*value))
-            .or_else(|| {
-                level
-                    .wildcards
-                    .iter()
-                    .find(|w| w.key == *key && value.starts_with(w.prefix.as_str()))
-                    .map(|w| &w.node)
-            })
-            .or_else(|| level.key_only.get(*key))?;
-        if index + 1 == entries.len() {
-            return node.limit.as_deref();
-        }
-        level = &node.children;
-    }
-    None
+    let entries: Vec<Entry> = entries
+        .iter()
+        .map(|(key, value)| Entry {
+            key: key.to_string(),
+            value: value.to_string(),
+        })
+        .collect();
+    find_limit(rules, &entries).map(|limit| limit.as_ref())
 }
 
 fn rate(limit: Option<&ConfiguredLimit>) -> (u32, Unit) {
@@ -180,40 +171,48 @@ fn shadow_mode_flags_the_nodes_that_set_it() {
 }
 
 #[test]
-fn prefix_wildcards_match_only_trailing_stars() {
-    let rules = valid("prefix_wildcards.yaml");
+fn wildcards_match_stars_anywhere() {
+    let rules = valid("wildcards.yaml");
+    let limit = |entries: &[(&str, &str)]| lookup(&rules, entries).map(|l| rate(Some(l)).0);
+    assert_eq!(limit(&[("object", "img")]), Some(30));
+    assert_eq!(limit(&[("object", "img_logo")]), Some(30));
+    assert_eq!(limit(&[("object", "im")]), None);
+    assert_eq!(limit(&[("plain", "img")]), Some(32));
+    assert_eq!(limit(&[("plain", "img_logo")]), None);
+    assert_eq!(limit(&[("anyvalue", "x")]), Some(34));
+    assert_eq!(limit(&[("infix", "img_v2")]), Some(36));
+    assert_eq!(limit(&[("infix", "imgv2")]), Some(36));
+    assert_eq!(limit(&[("infix", "img*v2")]), Some(36));
+    assert_eq!(limit(&[("infix", "img_v2_beta")]), None);
+    assert_eq!(limit(&[("infix", "pre_img_v2")]), None);
+    assert_eq!(limit(&[("multi", "a1b2c")]), Some(38));
+    assert_eq!(limit(&[("multi", "abc")]), Some(38));
+    assert_eq!(limit(&[("multi", "acb")]), None);
+    assert_eq!(limit(&[("multi", "a1b2")]), None);
+    assert_eq!(limit(&[("host", "img.cdn.example")]), Some(42));
+    assert_eq!(limit(&[("host", ".cdn.example")]), Some(42));
+    assert_eq!(limit(&[("host", "cdn.example")]), None);
+    assert_eq!(limit(&[("host", "edge.cdn.example")]), Some(44));
     assert_eq!(
-        rate(lookup(&rules, &[("object", "img")])),
-        (30, Unit::Minute)
+        limit(&[("tenant", "acme"), ("object", "thumb_small")]),
+        Some(40)
     );
     assert_eq!(
-        rate(lookup(&rules, &[("object", "img_logo")])),
-        (30, Unit::Minute)
+        limit(&[("tenant", "acme"), ("object", "thumb-2x-small")]),
+        Some(40)
     );
-    assert!(lookup(&rules, &[("object", "im")]).is_none());
     assert_eq!(
-        rate(lookup(&rules, &[("plain", "img")])),
-        (32, Unit::Minute)
+        limit(&[("tenant", "acme"), ("object", "thumb_large")]),
+        None
     );
-    assert!(lookup(&rules, &[("plain", "img_logo")]).is_none());
-    assert_eq!(
-        rate(lookup(&rules, &[("anyvalue", "x")])),
-        (34, Unit::Minute)
-    );
-    assert!(lookup(&rules, &[("infix", "img_v2")]).is_none());
-    assert_eq!(
-        rate(lookup(&rules, &[("infix", "img*v2")])),
-        (36, Unit::Minute)
-    );
-    assert!(lookup(&rules, &[("multi", "a1b2c")]).is_none());
-    assert_eq!(
-        rate(lookup(
-            &rules,
-            &[("tenant", "acme"), ("object", "thumb_small")]
-        )),
-        (40, Unit::Minute)
-    );
-    assert!(lookup(&rules, &[("tenant", "acme"), ("object", "img_logo")]).is_none());
+    assert_eq!(limit(&[("tenant", "acme"), ("object", "img_logo")]), None);
+    let patterns: Vec<&str> = rules
+        .root
+        .wildcards
+        .iter()
+        .map(|w| w.pattern.as_str())
+        .collect();
+    assert_eq!(patterns, ["img*", "img*v2", "a*b**c", "*.cdn.example"]);
 }
 
 #[test]
@@ -295,13 +294,161 @@ fn every_invalid_fixture_is_rejected_with_line_and_reason() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Not required yet: reports which `later/` fixtures load (run with `--nocapture` to see).
+fn later(file: &str) -> DomainRules {
+    let path = compat_dir("later").join(file);
+    parse(&path).unwrap_or_else(|errors| panic!("later/{file} must load:\n{errors}"))
+}
+
+fn compat_dir(dir: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/compat")
+        .join(dir)
+}
+
+const MERGE: LoadOptions = LoadOptions {
+    merge_domains: true,
+};
+
 #[test]
-fn later_fixtures_report() {
-    for path in fixtures("later") {
-        match parse(&path) {
-            Ok(rules) => println!("later/{}: loads (domain {})", name(&path), rules.domain),
-            Err(errors) => println!("later/{}: rejected:\n{errors}", name(&path)),
-        }
+fn every_later_fixture_loads_alone() {
+    let failures: Vec<String> = fixtures("later")
+        .iter()
+        .filter_map(|path| {
+            parse(path)
+                .err()
+                .map(|errors| format!("{}:\n{errors}", name(path)))
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn share_threshold_marks_its_wildcards() {
+    let rules = later("share_threshold.yaml");
+    let shared = |set: &RuleSet| -> Vec<(String, bool)> {
+        set.wildcards
+            .iter()
+            .map(|w| (w.pattern.to_string(), w.share_threshold))
+            .collect()
+    };
+    assert_eq!(
+        shared(&rules.root),
+        [
+            ("logs-*".to_string(), true),
+            ("tmp-*".to_string(), false),
+            ("20*-full".to_string(), true),
+            ("eu-*".to_string(), true),
+        ]
+    );
+    assert_eq!(
+        shared(&rules.root.exact["project"]["alpha"].children),
+        [("cache-*".to_string(), true)]
+    );
+    assert_eq!(
+        rate(lookup(&rules, &[("archive", "2031-full")])),
+        (5, Unit::Hour)
+    );
+    assert!(lookup(&rules, &[("archive", "2031-delta")]).is_none());
+    assert_eq!(
+        rate(lookup(&rules, &[("bucket", "logs-audit")])),
+        (2, Unit::Hour)
+    );
+    assert_eq!(
+        rate(lookup(
+            &rules,
+            &[("region", "eu-west"), ("bucket", "b-raw")]
+        )),
+        (2, Unit::Hour)
+    );
+}
+
+#[test]
+fn quota_mode_and_metadata_reach_their_limits() {
+    let rules = later("quota_mode.yaml");
+    let free = lookup(&rules, &[("plan", "free")]).expect("plan=free");
+    assert!(free.quota_mode && !free.shadow_mode);
+    let paid = lookup(&rules, &[("plan", "paid")]).expect("plan=paid");
+    assert!(!paid.quota_mode);
+    let trial = lookup(&rules, &[("trial", "x")]).expect("trial");
+    assert!(trial.quota_mode && trial.shadow_mode);
+    let metadata = paid.metadata.as_deref().expect("paid has metadata");
+    assert_eq!(metadata["owner"], MetadataValue::String("sales".into()));
+
+    let rules = later("metadata.yaml");
+    let listing = lookup(&rules, &[("listing", "x")]).expect("listing");
+    let metadata = listing.metadata.as_deref().expect("listing has metadata");
+    let MetadataValue::Map(quota) = &metadata["quota"] else {
+        panic!("quota is a map: {metadata:?}");
+    };
+    assert_eq!(quota["tier"], MetadataValue::String("bronze".into()));
+    assert_eq!(
+        metadata["tags"],
+        MetadataValue::List(vec![
+            MetadataValue::String("new".into()),
+            MetadataValue::String("featured".into())
+        ])
+    );
+    let sku = lookup(&rules, &[("brand", "acme"), ("sku", "1")]).expect("sku");
+    assert!(sku.metadata.is_some());
+}
+
+#[test]
+fn one_domain_in_several_files_is_refused_naming_both_unless_merged() {
+    let dir = compat_dir("later");
+    let errors = load(std::slice::from_ref(&dir)).expect_err("warehouse is in three files");
+    assert_eq!(errors.len(), 2, "{errors}");
+    let first = dir.join("domain_without_descriptors.yaml");
+    for (error, (file, line)) in errors
+        .iter()
+        .zip([("merge_part_one.yaml", 4), ("merge_part_two.yaml", 3)])
+    {
+        assert_eq!(error.file, dir.join(file), "{error}");
+        assert_eq!(
+            (error.line, error.field.as_str()),
+            (line, "domain"),
+            "{error}"
+        );
+        assert!(
+            error
+                .message
+                .contains(&format!("already defined in {}:3", first.display())),
+            "{error}"
+        );
     }
+
+    let rules = load_with(std::slice::from_ref(&dir), MERGE).expect("merged");
+    let warehouse = rules.domain("warehouse").expect("warehouse");
+    assert_eq!(
+        rate(lookup(warehouse, &[("dock", "north")])),
+        (14, Unit::Minute)
+    );
+    assert_eq!(
+        rate(lookup(warehouse, &[("dock", "south")])),
+        (16, Unit::Minute)
+    );
+    assert_eq!(
+        rate(lookup(warehouse, &[("gate", "g12")])),
+        (18, Unit::Minute),
+        "g* (first file) before g1* (second file)"
+    );
+    assert!(rules.domain("uploads").is_some() && rules.domain("catalog").is_some());
+}
+
+#[test]
+fn a_descriptor_in_two_merged_files_is_refused_naming_both() {
+    let dir = compat_dir("merge_clash");
+    let errors = load_with(std::slice::from_ref(&dir), MERGE).expect_err("dock=north twice");
+    assert_eq!(errors.len(), 1, "{errors}");
+    let error = &errors.0[0];
+    assert_eq!(
+        (error.file.clone(), error.line, error.field.as_str()),
+        (dir.join("two.yaml"), 4, "descriptors[0]")
+    );
+    assert!(
+        error.message.contains(&format!(
+            "key `dock` and value `north` is already defined at {}:10",
+            dir.join("one.yaml").display()
+        )),
+        "{error}"
+    );
 }

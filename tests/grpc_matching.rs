@@ -1007,26 +1007,55 @@ async fn compat_nested_limits_give_envoyproxy_limits() {
 }
 
 #[tokio::test]
-async fn compat_prefix_wildcards() {
-    let server = serve_compat("valid/prefix_wildcards.yaml");
+async fn compat_wildcards_match_stars_anywhere() {
+    let server = serve_compat("valid/wildcards.yaml");
     let mut c = server.client().await;
     let d = "assets";
-    let s = one_in(&mut c, d, &[("object", "img_logo")]).await;
-    assert_limit(&s, 30, Unit::Minute, "object=img_logo");
-    let s = one_in(&mut c, d, &[("object", "img")]).await;
-    assert_limit(&s, 30, Unit::Minute, "object=img");
-    let s = one_in(&mut c, d, &[("object", "im")]).await;
-    assert_no_limit(&s, "object=im");
-    let s = one_in(&mut c, d, &[("plain", "img")]).await;
-    assert_limit(&s, 32, Unit::Minute, "plain=img");
-    let s = one_in(&mut c, d, &[("plain", "img1")]).await;
-    assert_no_limit(&s, "plain=img1: no wildcard");
-    let s = one_in(&mut c, d, &[("anyvalue", "anything")]).await;
-    assert_limit(&s, 34, Unit::Minute, "anyvalue");
-    let s = one_in(&mut c, d, &[("tenant", "acme"), ("object", "thumb_small")]).await;
-    assert_limit(&s, 40, Unit::Minute, "nested wildcard");
-    let s = one_in(&mut c, d, &[("tenant", "acme"), ("object", "img")]).await;
-    assert_no_limit(&s, "nested: img is no thumb*");
+    let limited = [
+        (&[("object", "img_logo")][..], 30, "trailing *"),
+        (
+            &[("object", "img")],
+            30,
+            "trailing * matches the prefix alone",
+        ),
+        (&[("plain", "img")], 32, "exact"),
+        (&[("anyvalue", "anything")], 34, "key only"),
+        (&[("infix", "img_v2")], 36, "* in the middle"),
+        (&[("multi", "a1b2c")], 38, "several *"),
+        (&[("host", "img.cdn.example")], 42, "leading *"),
+        (
+            &[("host", "edge.cdn.example")],
+            44,
+            "exact beats a matching wildcard",
+        ),
+        (
+            &[("tenant", "acme"), ("object", "thumb_small")],
+            40,
+            "nested wildcard",
+        ),
+    ];
+    for (entries, rpu, what) in limited {
+        let s = one_in(&mut c, d, entries).await;
+        assert_limit(&s, rpu, Unit::Minute, what);
+    }
+    let unlimited = [
+        (&[("object", "im")][..], "object=im"),
+        (&[("plain", "img1")], "plain=img1: no wildcard"),
+        (&[("infix", "img_v2_beta")], "infix: v2 must end the value"),
+        (&[("multi", "acb")], "multi: pieces in order"),
+        (
+            &[("host", "cdn.example")],
+            "host: the dot belongs to the suffix",
+        ),
+        (
+            &[("tenant", "acme"), ("object", "img")],
+            "nested: img is no thumb*small",
+        ),
+    ];
+    for (entries, what) in unlimited {
+        let s = one_in(&mut c, d, entries).await;
+        assert_no_limit(&s, what);
+    }
 }
 
 #[tokio::test]
@@ -1137,4 +1166,338 @@ async fn compat_two_values() {
     assert_limit(&s, 250, Unit::Second, "table=invoices");
     let s = one_in(&mut c, "sql_qps", &[("table", "other")]).await;
     assert_no_limit(&s, "table=other");
+}
+
+// ---------------------------------------------------------------------------------------------
+// envoyproxy/ratelimit's share_threshold, quota_mode, global modes, dynamic metadata, merging
+// ---------------------------------------------------------------------------------------------
+
+/// A `google.protobuf.Struct` as JSON, to compare whole dynamic metadata at once.
+fn json(s: &prost_types::Struct) -> serde_json::Value {
+    use prost_types::value::Kind;
+    fn value(v: &prost_types::Value) -> serde_json::Value {
+        match &v.kind {
+            None | Some(Kind::NullValue(_)) => serde_json::Value::Null,
+            Some(Kind::BoolValue(b)) => serde_json::json!(b),
+            Some(Kind::NumberValue(n)) => serde_json::json!(n),
+            Some(Kind::StringValue(s)) => serde_json::json!(s),
+            Some(Kind::ListValue(l)) => l.values.iter().map(value).collect(),
+            Some(Kind::StructValue(s)) => json(s),
+        }
+    }
+    s.fields
+        .iter()
+        .map(|(k, v)| (k.clone(), value(v)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+fn metadata_of(resp: &ratelimitd::proto::rls::RateLimitResponse) -> serde_json::Value {
+    json(
+        resp.dynamic_metadata
+            .as_ref()
+            .unwrap_or_else(|| panic!("no dynamic_metadata: {resp:?}")),
+    )
+}
+
+#[tokio::test]
+async fn share_threshold_wildcards_share_one_counter() {
+    let server = serve_compat("later/share_threshold.yaml");
+    let mut c = server.client().await;
+    let d = "uploads";
+    // logs-* (3 per hour) is shared: three different values use it up.
+    for (value, remaining) in [("logs-a", 2), ("logs-b", 1), ("logs-zz", 0)] {
+        let s = one_in(&mut c, d, &[("bucket", value)]).await;
+        assert_eq!(
+            (code(&s), s.limit_remaining),
+            (Code::Ok, remaining),
+            "{value}"
+        );
+    }
+    let s = one_in(&mut c, d, &[("bucket", "logs-new")]).await;
+    assert_eq!(
+        code(&s),
+        Code::OverLimit,
+        "a fourth value shares the spent counter"
+    );
+    // The exact value logs-audit keeps its own counter.
+    let s = one_in(&mut c, d, &[("bucket", "logs-audit")]).await;
+    assert_eq!((code(&s), s.limit_remaining), (Code::Ok, 1), "logs-audit");
+
+    // tmp-* (2 per hour) is not shared: each value has its own counter.
+    for _ in 0..2 {
+        let s = one_in(&mut c, d, &[("bucket", "tmp-a")]).await;
+        assert_eq!(code(&s), Code::Ok);
+    }
+    let s = one_in(&mut c, d, &[("bucket", "tmp-a")]).await;
+    assert_eq!(code(&s), Code::OverLimit, "tmp-a spent");
+    let s = one_in(&mut c, d, &[("bucket", "tmp-b")]).await;
+    assert_eq!(
+        (code(&s), s.limit_remaining),
+        (Code::Ok, 1),
+        "tmp-b is its own"
+    );
+
+    // One level down, and with a `*` in the middle of the value.
+    let alpha = |bucket: &'static str| [("project", "alpha"), ("bucket", bucket)];
+    let resp = should(&mut c, request(d, &[&alpha("cache-1")], 3)).await;
+    assert_eq!(resp.statuses[0].limit_remaining, 1);
+    let s = one_in(&mut c, d, &alpha("cache-2")).await;
+    assert_eq!(
+        (code(&s), s.limit_remaining),
+        (Code::Ok, 0),
+        "cache-* shared"
+    );
+    let resp = should(&mut c, request(d, &[&[("archive", "2030-full")]], 5)).await;
+    assert_eq!(overall(&resp), Code::Ok);
+    let s = one_in(&mut c, d, &[("archive", "2031-full")]).await;
+    assert_eq!(code(&s), Code::OverLimit, "20*-full shared");
+
+    // Shared at both levels: other regions and other buckets, still one counter.
+    let s = one_in(&mut c, d, &[("region", "eu-west"), ("bucket", "a-raw")]).await;
+    assert_eq!(s.limit_remaining, 1);
+    let s = one_in(&mut c, d, &[("region", "eu-north"), ("bucket", "b-raw")]).await;
+    assert_eq!((code(&s), s.limit_remaining), (Code::Ok, 0));
+    let s = one_in(&mut c, d, &[("region", "eu-south"), ("bucket", "c-raw")]).await;
+    assert_eq!(code(&s), Code::OverLimit, "both entries shared");
+}
+
+#[tokio::test]
+async fn quota_mode_reports_violations_instead_of_denying() {
+    let file = path(compat("later/quota_mode.yaml"));
+    let server = Ratelimitd::start(&["--config", &file, "--response-dynamic-metadata"]);
+    let mut c = server.client().await;
+    let d = "billing";
+    let both: [&[(&str, &str)]; 2] = [&[("plan", "free")], &[("plan", "paid")]];
+
+    let resp = should(&mut c, request(d, &both, 0)).await;
+    assert_eq!(overall(&resp), Code::Ok);
+    assert_eq!(
+        metadata_of(&resp),
+        serde_json::json!({
+            "domain": "billing",
+            "descriptors": [{"entries": ["plan=free"]}, {"entries": ["plan=paid"]}],
+            "quotaModeEnabled": true,
+            // Both admitted: merged in request order, the first value of a key wins.
+            "metadata": {"quota": {"tier": "free", "burst": true}, "owner": "sales"},
+        })
+    );
+
+    // plan=free is at 1 of 2 and paid too; two more hits of free go over its quota.
+    let resp = should(&mut c, request(d, &[&[("plan", "free")]], 2)).await;
+    assert_eq!(
+        overall(&resp),
+        Code::Ok,
+        "quota mode never denies: {resp:?}"
+    );
+    assert_eq!(code(&resp.statuses[0]), Code::Ok);
+    assert_eq!(resp.statuses[0].limit_remaining, 0);
+    assert_limit(&resp.statuses[0], 2, Unit::Hour, "plan=free");
+    let m = metadata_of(&resp);
+    assert_eq!(m["quotaModeViolations"], serde_json::json!([0.0]), "{m}");
+    assert_eq!(m["hitsAddend"], serde_json::json!(2.0), "{m}");
+    assert!(
+        m.get("metadata").is_none(),
+        "a violation brings no metadata: {m}"
+    );
+
+    // The request over the quota was not counted (it consumed nothing), so both fit once more.
+    let resp = should(&mut c, request(d, &both, 0)).await;
+    assert_eq!(overall(&resp), Code::Ok, "{resp:?}");
+    assert!(metadata_of(&resp).get("quotaModeViolations").is_none());
+    // Both spent: the quota violation is reported, the enforced limit decides.
+    let resp = should(&mut c, request(d, &both, 0)).await;
+    assert_eq!(
+        overall(&resp),
+        Code::OverLimit,
+        "plan=paid is enforced: {resp:?}"
+    );
+    assert_eq!(code(&resp.statuses[0]), Code::Ok);
+    assert_eq!(code(&resp.statuses[1]), Code::OverLimit);
+    let m = metadata_of(&resp);
+    assert_eq!(m["quotaModeViolations"], serde_json::json!([0.0]), "{m}");
+    assert!(
+        m.get("metadata").is_none(),
+        "nothing admitted, no metadata: {m}"
+    );
+    let resp = should(&mut c, request(d, &[&[("plan", "free")]], 0)).await;
+    assert_eq!(overall(&resp), Code::Ok, "{resp:?}");
+
+    // Shadow and quota mode at once: a shadow limit, never a quota violation.
+    for _ in 0..2 {
+        let resp = should(&mut c, request(d, &[&[("trial", "t")]], 0)).await;
+        assert_eq!(overall(&resp), Code::Ok);
+        let m = metadata_of(&resp);
+        assert!(m.get("quotaModeViolations").is_none(), "{m}");
+        assert_eq!(m["quotaModeEnabled"], serde_json::json!(true));
+    }
+}
+
+#[tokio::test]
+async fn dynamic_metadata_is_only_sent_when_asked_for() {
+    let file = path(compat("later/metadata.yaml"));
+    let server = Ratelimitd::start(&["--config", &file]);
+    let mut c = server.client().await;
+    let resp = should(&mut c, request("catalog", &[&[("listing", "x")]], 0)).await;
+    assert_eq!(resp.dynamic_metadata, None);
+
+    let server = Ratelimitd::start_with_env(
+        &["--config", &file],
+        &[("RATELIMITD_RESPONSE_DYNAMIC_METADATA", "true")],
+    );
+    let mut c = server.client().await;
+    let mut over = with_override(
+        &[("brand", "acme"), ("sku", "1")],
+        9,
+        RateLimitUnit::Minute,
+        None,
+    );
+    over.hits_addend = Some(1);
+    let req = req(
+        "catalog",
+        vec![
+            descriptor(&[("listing", "x")]),
+            descriptor(&[("brand", "acme"), ("sku", "1")]),
+            over,
+        ],
+        0,
+    );
+    let resp = should(&mut c, req.clone()).await;
+    assert_eq!(
+        metadata_of(&resp),
+        serde_json::json!({
+            "domain": "catalog",
+            "descriptors": [
+                {"entries": ["listing=x"]},
+                {"entries": ["brand=acme", "sku=1"]},
+                {
+                    "entries": ["brand=acme", "sku=1"],
+                    "limit": "requests_per_unit:9 unit:MINUTE",
+                    "hitsAddend": 1.0,
+                },
+            ],
+            "quotaModeEnabled": false,
+            "metadata": {
+                "quota": {"tier": "bronze", "region": "eu"},
+                "weight": 2.5,
+                "tags": ["new", "featured"],
+                "owner": "merchandising",
+            },
+        })
+    );
+    // listing (1 per hour) is now over the limit: only the sku's metadata comes back.
+    let resp = should(&mut c, req).await;
+    assert_eq!(overall(&resp), Code::OverLimit);
+    assert_eq!(
+        metadata_of(&resp)["metadata"],
+        serde_json::json!({"owner": "merchandising", "quota": {"tier": "gold"}})
+    );
+}
+
+#[tokio::test]
+async fn global_shadow_mode_answers_ok_and_keeps_each_status() {
+    let matching = path(fixture("serve/matching.yaml"));
+    for server in [
+        Ratelimitd::start(&["--config", &matching, "--shadow-mode"]),
+        Ratelimitd::start_with_env(
+            &["--config", &matching],
+            &[("RATELIMITD_SHADOW_MODE", "true")],
+        ),
+    ] {
+        let mut c = server.client().await;
+        // user=alice: 1 per hour; flat: 6 per hour.
+        let both: [&[(&str, &str)]; 2] = [&[("user", "alice")], &[("flat", "f")]];
+        let resp = should(&mut c, request("matching", &both, 0)).await;
+        assert_eq!(overall(&resp), Code::Ok);
+        let resp = should(&mut c, request("matching", &both, 0)).await;
+        assert_eq!(overall(&resp), Code::Ok, "global shadow mode: {resp:?}");
+        assert_eq!(
+            code(&resp.statuses[0]),
+            Code::OverLimit,
+            "the status still tells"
+        );
+        assert_eq!(code(&resp.statuses[1]), Code::Ok);
+        assert_eq!(
+            resp.statuses[1].limit_remaining, 4,
+            "nothing vetoes: the admitted descriptor is counted"
+        );
+    }
+}
+
+#[tokio::test]
+async fn global_quota_mode_puts_every_limit_in_quota_mode() {
+    let matching = path(fixture("serve/matching.yaml"));
+    let server = Ratelimitd::start_with_env(
+        &["--config", &matching, "--quota-mode"],
+        &[("RATELIMITD_RESPONSE_DYNAMIC_METADATA", "true")],
+    );
+    let mut c = server.client().await;
+    let over = with_override(&[("nothing", "x")], 1, RateLimitUnit::Hour, None);
+    let req = req("matching", vec![descriptor(&[("user", "alice")]), over], 0);
+    let resp = should(&mut c, req.clone()).await;
+    assert!(metadata_of(&resp).get("quotaModeViolations").is_none());
+    let resp = should(&mut c, req).await;
+    assert_eq!(overall(&resp), Code::Ok, "{resp:?}");
+    assert!(resp.statuses.iter().all(|s| code(s) == Code::Ok));
+    let m = metadata_of(&resp);
+    assert_eq!(m["quotaModeEnabled"], serde_json::json!(true));
+    assert_eq!(
+        m["quotaModeViolations"],
+        serde_json::json!([0.0, 1.0]),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn merge_domain_config_merges_one_domain_across_files() {
+    let later = path(compat("later"));
+    let (status, out, err) = run_to_end(
+        {
+            let mut cmd = command();
+            cmd.args([
+                "serve",
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--http-addr",
+                "127.0.0.1:0",
+            ])
+            .args(["--config", &later]);
+            cmd
+        },
+        std::time::Duration::from_secs(30),
+    );
+    let output = format!("{out}{err}");
+    assert!(!status.success(), "same domain in three files: {output}");
+    assert!(
+        output.contains("merge_part_one.yaml:4:")
+            && output.contains("domain_without_descriptors.yaml:3"),
+        "names both files: {output}"
+    );
+
+    let server = Ratelimitd::start(&["--config", &later, "--merge-domain-config"]);
+    let mut c = server.client().await;
+    let s = one_in(&mut c, "warehouse", &[("dock", "north")]).await;
+    assert_limit(&s, 14, Unit::Minute, "dock=north from merge_part_one.yaml");
+    let s = one_in(&mut c, "warehouse", &[("dock", "south")]).await;
+    assert_limit(&s, 16, Unit::Minute, "dock=south from merge_part_two.yaml");
+    let s = one_in(&mut c, "warehouse", &[("gate", "g12")]).await;
+    assert_limit(
+        &s,
+        18,
+        Unit::Minute,
+        "g* of the first file before g1* of the second",
+    );
+    let s = one_in(&mut c, "uploads", &[("bucket", "tmp-x")]).await;
+    assert_limit(&s, 2, Unit::Hour, "the directory's other domains load too");
+
+    let clash = path(compat("merge_clash"));
+    let mut cmd = command();
+    cmd.args(["check", "--config", &clash])
+        .env("RATELIMITD_MERGE_DOMAIN_CONFIG", "true");
+    let (status, _, err) = run_to_end(cmd, std::time::Duration::from_secs(30));
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("two.yaml:4:") && err.contains("one.yaml:10"),
+        "names both files and lines: {err}"
+    );
 }

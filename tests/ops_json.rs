@@ -203,10 +203,14 @@ async fn bad_bodies_are_400_with_a_message() {
 
     let huge = format!(
         r#"{{"domain":"web","descriptors":[{{"entries":[{{"key":"user","value":"{}"}}]}}]}}"#,
-        "x".repeat(5 << 20)
+        "x".repeat(200 << 10)
     );
     let response = post_json(addr, &huge).await;
-    assert_eq!(response.status, 413, "{:?}", response.body);
+    assert_eq!(
+        response.status, 413,
+        "above --max-request-size (64 KiB): {:?}",
+        response.body
+    );
 
     // Still serving.
     assert_eq!(post_json(addr, &user("erin")).await.status, 200);

@@ -219,7 +219,11 @@ async fn configmap_symlink_swaps_are_picked_up() {
             (reloads(server, "failure").await == 1.0).then_some(())
         })
         .await;
-        assert!(server.output().contains("reload.yaml:5:"));
+        // The rejection is counted just before it is logged.
+        eventually(Duration::from_secs(2), "the error is logged", || async {
+            server.output().contains("reload.yaml:5:").then_some(())
+        })
+        .await;
         assert_serving(server).await;
     }
     for c in clients.iter_mut() {

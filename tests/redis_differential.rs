@@ -732,8 +732,8 @@ fn the_refund_script_refuses_a_bad_layout_and_changes_nothing() {
     let good = [
         &table[..],
         &[now_text.as_str()],
-        &["1", "2", &committed],
-        &["1", "1", &committed],
+        &["1", "2", &committed, "0"],
+        &["1", "1", &committed, "0"],
     ]
     .concat();
     let call = |keys: &[String], argv: &[&str]| -> redis::RedisResult<u64> {
@@ -757,6 +757,8 @@ fn the_refund_script_refuses_a_bad_layout_and_changes_nothing() {
         (8, "1.5"),
         (12, "x"),
         (9, "-3"),
+        (10, "-1"),
+        (14, "0.5"),
     ] {
         let mut argv = good.clone();
         argv[index] = value;

@@ -5,7 +5,7 @@
 //!                 [--domain bench] [--key gcra] [--keys 100000] [--descriptors 3]
 //!                 [--descriptor 'k=v{r},k2=x{i}' ...] [--hits-addend N]
 //!                 [--duration 5s | --requests N] [--warmup 1s] [--rate R]
-//!                 [--server-pid PID] [--store-pid PID] [--threads N] [--json] [--label TEXT]
+//!                 [--server-pid PID] [--store-pid PID ...] [--threads N] [--json] [--label TEXT]
 //! ratelimit-bench footprint [--keys 1000000] [--algorithm gcra] [--json]
 //! ratelimit-bench report RESULTS.jsonl...
 //! ```
@@ -19,7 +19,9 @@
 //! scheduled instant (so a stalled server shows as latency, not as fewer requests). Reported:
 //! throughput, latency percentiles (HdrHistogram), OK / OVER_LIMIT / error counts, and the CPU
 //! time per request of the server (`--server-pid`), of a store such as redis-server
-//! (`--store-pid`) and of the load generator itself, from `/proc/PID/stat`.
+//! (`--store-pid`, summed over every one given: the masters of a Redis Cluster) and of the load
+//! generator itself, from `/proc/PID/stat`, and the CPUs of the whole machine busy meanwhile
+//! (`/proc/stat`: on a shared machine other work takes cores too).
 //!
 //! `footprint` inserts keys into an in-process `MemoryStore` and reports the RSS growth per key,
 //! then how much an expiry sweep gives back. `report` turns the JSON lines of a

@@ -1,12 +1,17 @@
 //! YAML configuration: files and directories to validated [`limiter::Rules`], with every error
 //! reported as `file:line:column: field: message`.
 //!
-//! [`yaml`] builds a positioned YAML tree, [`schema`] validates it into one domain's rules, and
-//! this module finds the files and assembles the domains.
+//! [`file`] reads one file within the [`Limits`], [`yaml`] builds a positioned YAML tree,
+//! [`schema`] validates it into one domain's rules, and this module finds the files and assembles
+//! the domains. [`reload`] watches them.
 
 mod error;
+mod file;
+mod fingerprint;
+mod limits;
 pub mod reload;
 mod schema;
+mod stats;
 mod yaml;
 
 use std::collections::HashMap;
@@ -16,79 +21,252 @@ use std::path::{Path, PathBuf};
 use crate::limiter;
 
 pub use error::{ConfigError, ConfigErrors};
+pub use limits::Limits;
+pub use stats::{ConfigLimit, LoadStats};
 
+use schema::DescriptorId;
 use yaml::Pos;
 
-/// Loads every path: a file, or a directory whose top-level `*.yaml`/`*.yml` files are loaded
-/// (sorted by name; names starting with `.` are skipped so Kubernetes ConfigMap `..data`
-/// directories are ignored; symlinks are followed).
-///
-/// Collects all errors from all files (does not stop at the first). One domain per file; the
-/// same domain in two files is an error naming both files. A directory without configuration
-/// files contributes no domains.
+/// How configuration files come together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Files that name the same domain are merged into one domain (envoyproxy/ratelimit's
+    /// `MERGE_DOMAIN_CONFIG`): their top-level descriptors are put side by side, in file order,
+    /// and a top-level descriptor defined in two of them is an error naming both. Off, the same
+    /// domain in two files is an error naming both.
+    pub merge_domains: bool,
+}
+
+/// Loads every path with the default [`Limits`] and [`LoadOptions`] (see [`Loader::load`]).
 pub fn load(paths: &[PathBuf]) -> Result<limiter::Rules, ConfigErrors> {
-    let mut errors = Vec::new();
-    let mut rules = limiter::Rules::default();
-    let mut origins: HashMap<String, (PathBuf, Pos)> = HashMap::new();
-    for file in config_files(paths, &mut errors) {
-        let text = match fs::read_to_string(&file) {
-            Ok(text) => text,
-            Err(error) => {
-                errors.push(file_error(&file, format!("cannot read file: {error}")));
-                continue;
-            }
-        };
-        let parsed = match parse_file(&file, &text) {
-            Ok(parsed) => parsed,
-            Err(file_errors) => {
-                errors.extend(file_errors);
-                continue;
-            }
-        };
-        let domain = parsed.rules.domain.clone();
-        if let Some((first_file, first_pos)) = origins.get(&domain) {
-            errors.push(ConfigError {
-                file: file.clone(),
-                line: parsed.domain_pos.line,
-                column: parsed.domain_pos.column,
-                field: "domain".to_string(),
-                message: format!(
-                    "domain `{domain}` is already defined in {}:{}",
-                    first_file.display(),
-                    first_pos.line
-                ),
-            });
-            continue;
+    Loader::new(Limits::default()).load(paths)
+}
+
+/// [`load`], with the same domain in several files merged or refused as `options` says.
+pub fn load_with(paths: &[PathBuf], options: LoadOptions) -> Result<limiter::Rules, ConfigErrors> {
+    Loader::new(Limits::default())
+        .with_options(options)
+        .load(paths)
+}
+
+/// Loads configurations within its [`Limits`], counting what it does in its [`LoadStats`].
+#[derive(Debug, Default)]
+pub struct Loader {
+    limits: Limits,
+    options: LoadOptions,
+    stats: LoadStats,
+}
+
+impl Loader {
+    pub fn new(limits: Limits) -> Loader {
+        Loader {
+            limits,
+            options: LoadOptions::default(),
+            stats: LoadStats::default(),
         }
-        origins.insert(domain.clone(), (file, parsed.domain_pos));
-        rules.domains.insert(domain, parsed.rules);
     }
-    if errors.is_empty() {
-        Ok(rules)
-    } else {
-        Err(ConfigErrors(errors))
+
+    /// This loader, bringing files together as `options` says.
+    pub fn with_options(mut self, options: LoadOptions) -> Loader {
+        self.options = options;
+        self
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// What this loader (and the change checks using it) did so far.
+    pub fn stats(&self) -> &LoadStats {
+        &self.stats
+    }
+
+    /// Loads every path: a file, or a directory whose top-level `*.yaml`/`*.yml` files are
+    /// loaded (sorted by name; names starting with `.` are skipped so Kubernetes ConfigMap
+    /// `..data` directories are ignored; symlinks are followed; subdirectories are not read).
+    ///
+    /// Collects all errors from all files (does not stop at the first). One domain per file; the
+    /// same domain in two files is an error naming both files, unless
+    /// [`LoadOptions::merge_domains`] merges them. A directory without configuration
+    /// files contributes no domains. A configuration file that is not a regular file (a FIFO, a
+    /// device, a socket, or a symlink to one), or is larger than [`Limits::max_file_bytes`], is an
+    /// error naming it, like an unreadable file: it may hold limits the operator expects, so the
+    /// configuration is not loaded without it. Neither is ever opened.
+    pub fn load(&self, paths: &[PathBuf]) -> Result<limiter::Rules, ConfigErrors> {
+        let mut errors = Vec::new();
+        let mut rules = limiter::Rules::default();
+        let mut origins: HashMap<String, Origin> = HashMap::new();
+        for file in config_files(paths, &mut errors) {
+            let text = match self.read_text(&file) {
+                Ok(text) => text,
+                Err(error) => {
+                    errors.push(file_error(&file, error.to_string()));
+                    continue;
+                }
+            };
+            let parsed = match self.parse_file(&file, &text) {
+                Ok(parsed) => parsed,
+                Err(file_errors) => {
+                    errors.extend(file_errors);
+                    continue;
+                }
+            };
+            let domain = parsed.rules.domain.clone();
+            let Some(origin) = origins.get_mut(&domain) else {
+                origins.insert(
+                    domain.clone(),
+                    Origin {
+                        file: file.clone(),
+                        domain_pos: parsed.domain_pos,
+                        top_level: parsed
+                            .top_level
+                            .into_iter()
+                            .map(|(id, (pos, _))| (id, (file.clone(), pos)))
+                            .collect(),
+                    },
+                );
+                rules.domains.insert(domain, parsed.rules);
+                continue;
+            };
+            if !self.options.merge_domains {
+                errors.push(ConfigError {
+                    file: file.clone(),
+                    line: parsed.domain_pos.line,
+                    column: parsed.domain_pos.column,
+                    field: "domain".to_string(),
+                    message: format!(
+                        "domain `{domain}` is already defined in {}:{} (--merge-domain-config \
+                         merges the files of one domain)",
+                        origin.file.display(),
+                        origin.domain_pos.line
+                    ),
+                });
+                continue;
+            }
+            let clashes = merge_clashes(&file, &parsed.top_level, &origin.top_level);
+            if !clashes.is_empty() {
+                errors.extend(clashes);
+                continue;
+            }
+            origin.top_level.extend(
+                parsed
+                    .top_level
+                    .into_iter()
+                    .map(|(id, (pos, _))| (id, (file.clone(), pos))),
+            );
+            if let Some(merged) = rules.domains.get_mut(&domain) {
+                merge_level(&mut merged.root, parsed.rules.root);
+            }
+        }
+        if errors.is_empty() {
+            Ok(rules)
+        } else {
+            Err(ConfigErrors(errors))
+        }
+    }
+
+    fn read_text(&self, path: &Path) -> Result<String, file::FileError> {
+        let result = file::read_text(path, self.limits.max_file_bytes);
+        match &result {
+            Ok(_) | Err(file::FileError::NotUtf8) => self.stats.record_read(),
+            Err(error) => {
+                if let Some(limit) = error.limit() {
+                    self.stats.record_rejection(limit.into());
+                }
+            }
+        }
+        result
+    }
+
+    fn parse_file(
+        &self,
+        origin: &Path,
+        text: &str,
+    ) -> Result<schema::ParsedDomain, Vec<ConfigError>> {
+        self.stats.record_parse();
+        let root = yaml::parse(text, self.limits.max_alias_bytes).map_err(|error| {
+            if error.alias_budget {
+                self.stats.record_rejection(ConfigLimit::AliasBytes);
+            }
+            vec![yaml_error(origin, error)]
+        })?;
+        schema::domain_rules(origin, &root)
     }
 }
 
-/// Parses one file's text (used by [`load`] and by tests). `origin` is the file name used in
-/// errors. Returns every error found in the file, in source order.
+/// Where a domain was first defined, and where each of its top-level descriptors is.
+struct Origin {
+    file: PathBuf,
+    domain_pos: Pos,
+    top_level: HashMap<DescriptorId, (PathBuf, Pos)>,
+}
+
+/// The errors for `file`'s top-level descriptors that another file of the domain already has,
+/// in `file`'s source order.
+fn merge_clashes(
+    file: &Path,
+    incoming: &HashMap<DescriptorId, (Pos, String)>,
+    existing: &HashMap<DescriptorId, (PathBuf, Pos)>,
+) -> Vec<ConfigError> {
+    let mut clashes: Vec<ConfigError> = incoming
+        .iter()
+        .filter_map(|(id, (pos, field))| {
+            let (first_file, first_pos) = existing.get(id)?;
+            let what = match &id.1 {
+                Some(value) => format!("key `{}` and value `{value}`", id.0),
+                None => format!("key `{}` without a value", id.0),
+            };
+            Some(ConfigError {
+                file: file.to_path_buf(),
+                line: pos.line,
+                column: pos.column,
+                field: field.clone(),
+                message: format!(
+                    "duplicate descriptor in merged domain: {what} is already defined at {}:{}",
+                    first_file.display(),
+                    first_pos.line
+                ),
+            })
+        })
+        .collect();
+    clashes.sort_by_key(|error| (error.line, error.column));
+    clashes
+}
+
+/// Puts the top-level nodes of `more` beside those of `into` (which has none of the same
+/// identity); wildcards keep file order after those already there.
+fn merge_level(into: &mut limiter::RuleSet, more: limiter::RuleSet) {
+    for (key, values) in more.exact {
+        into.exact.entry(key).or_default().extend(values);
+    }
+    into.wildcards.extend(more.wildcards);
+    into.key_only.extend(more.key_only);
+}
+
+/// Parses one file's text with the default [`Limits`] (for tests and benchmarks). `origin` is the
+/// file name used in errors. Returns every error found in the file, in source order.
 pub fn parse_domain(origin: &Path, text: &str) -> Result<limiter::DomainRules, ConfigErrors> {
-    parse_file(origin, text)
+    Loader::default()
+        .parse_file(origin, text)
         .map(|parsed| parsed.rules)
         .map_err(ConfigErrors)
 }
 
-fn parse_file(origin: &Path, text: &str) -> Result<schema::ParsedDomain, Vec<ConfigError>> {
-    let root = yaml::parse(text).map_err(|error| {
-        vec![ConfigError {
-            file: origin.to_path_buf(),
-            line: error.pos.line,
-            column: error.pos.column,
-            field: "yaml".to_string(),
-            message: format!("invalid YAML: {}", error.message),
-        }]
-    })?;
-    schema::domain_rules(origin, &root)
+/// A YAML error as a configuration error. The alias budget's message stands alone; others are
+/// the parser's, marked as such.
+fn yaml_error(origin: &Path, error: yaml::SyntaxError) -> ConfigError {
+    let message = if error.alias_budget {
+        error.message
+    } else {
+        format!("invalid YAML: {}", error.message)
+    };
+    ConfigError {
+        file: origin.to_path_buf(),
+        line: error.pos.line,
+        column: error.pos.column,
+        field: "yaml".to_string(),
+        message,
+    }
 }
 
 /// The files named by `paths`, in order, each directory expanded to its configuration files
@@ -193,5 +371,94 @@ mod tests {
             errors.to_string(),
             "x.yaml:2:1: bogus: unknown field `bogus`; expected one of: domain, descriptors"
         );
+    }
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let file = dir.join(name);
+        fs::write(&file, text).expect("write a configuration file");
+        file
+    }
+
+    const PART_A: &str = "domain: shop\ndescriptors:\n  - key: cart\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: path\n    value: \"/a*\"\n    rate_limit: {unit: second, requests_per_unit: 2}\n";
+    const PART_B: &str = "# the other half\ndomain: shop\ndescriptors:\n  - key: path\n    value: \"/b*\"\n    rate_limit: {unit: second, requests_per_unit: 3}\n  - key: checkout\n    value: fast\n    rate_limit: {unit: second, requests_per_unit: 4}\n";
+
+    #[test]
+    fn one_domain_in_two_files_is_an_error_naming_both_unless_merged() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = write(dir.path(), "a.yaml", PART_A);
+        let b = write(dir.path(), "b.yaml", PART_B);
+        let paths = vec![dir.path().to_path_buf()];
+        let errors = load(&paths).expect_err("same domain twice");
+        assert_eq!(errors.len(), 1, "{errors}");
+        let error = &errors.0[0];
+        assert_eq!((error.file.as_path(), error.line), (b.as_path(), 2));
+        assert!(
+            error
+                .message
+                .contains(&format!("already defined in {}:1", a.display())),
+            "{error}"
+        );
+        assert!(error.message.contains("--merge-domain-config"), "{error}");
+
+        let merged = load_with(
+            &paths,
+            LoadOptions {
+                merge_domains: true,
+            },
+        )
+        .expect("merged");
+        let shop = merged.domain("shop").expect("domain shop");
+        assert!(shop.root.key_only.contains_key("cart"));
+        assert!(shop.root.exact["checkout"].contains_key("fast"));
+        let patterns: Vec<&str> = shop
+            .root
+            .wildcards
+            .iter()
+            .map(|w| w.pattern.as_str())
+            .collect();
+        assert_eq!(patterns, ["/a*", "/b*"], "wildcards keep file order");
+        assert_eq!(merged.limits().len(), 4);
+    }
+
+    #[test]
+    fn a_top_level_descriptor_in_two_merged_files_names_both() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = write(dir.path(), "a.yaml", PART_A);
+        let clash = "domain: shop\ndescriptors:\n  - key: other\n  - key: path\n    value: \"/a*\"\n    descriptors:\n      - key: cart\n        rate_limit: {unit: second, requests_per_unit: 9}\n";
+        let b = write(dir.path(), "b.yaml", clash);
+        let errors = load_with(
+            &[dir.path().to_path_buf()],
+            LoadOptions {
+                merge_domains: true,
+            },
+        )
+        .expect_err("path=/a* twice");
+        assert_eq!(errors.len(), 1, "{errors}");
+        let error = &errors.0[0];
+        assert_eq!((error.file.as_path(), error.line), (b.as_path(), 4));
+        assert_eq!(error.field, "descriptors[1]");
+        assert!(
+            error.message.contains(&format!(
+                "key `path` and value `/a*` is already defined at {}:5",
+                a.display()
+            )),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn merged_files_may_share_keys_below_the_top_level_and_empty_halves() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write(dir.path(), "a.yaml", "domain: shop\ndescriptors:\n  - key: tenant\n    value: x\n    descriptors:\n      - key: cart\n        rate_limit: {unit: second, requests_per_unit: 1}\n");
+        write(dir.path(), "b.yaml", "domain: shop\ndescriptors:\n  - key: tenant\n    value: y\n    descriptors:\n      - key: cart\n        rate_limit: {unit: second, requests_per_unit: 2}\n");
+        write(dir.path(), "c.yaml", "domain: shop\ndescriptors:\n");
+        let merged = load_with(
+            &[dir.path().to_path_buf()],
+            LoadOptions {
+                merge_domains: true,
+            },
+        )
+        .expect("merged");
+        assert_eq!(merged.limits().len(), 2);
     }
 }

@@ -1,60 +1,23 @@
 //! Hot reload: notice that the configuration files changed, validate them, and swap the rules
 //! atomically.
 //!
-//! Change detection polls a *fingerprint* of the configuration: the list of files the paths expand
-//! to (as [`super::load`] expands them) with a SHA-256 of each file's content. Polling the content
-//! is simple and robust where file-system events are not: a Kubernetes ConfigMap update swaps the
-//! `..data` symlink to a new directory atomically (every file changes at once, mtimes may not), an
-//! editor may replace a file by renaming, a file may be rewritten within the same second with
-//! the same length. Configuration files are small, so hashing them every second costs nothing.
+//! Change detection polls a [`Fingerprint`] of the configuration (see [`super::fingerprint`]):
+//! one `stat` per file, and a read only of the files whose stamp changed.
 //!
-//! A reload validates everything first ([`super::load`]); only a configuration without errors
+//! A reload validates everything first ([`Loader::load`]); only a configuration without errors
 //! replaces the running one, by one atomic pointer swap: requests in flight keep the rules they
 //! started with. A broken configuration leaves the running one in place; its fingerprint is
-//! remembered so the same broken content is reported once, not every poll.
-use std::fs;
+//! remembered so the same broken content is neither parsed nor reported again until it changes.
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use sha2::{Digest, Sha256};
 
-use super::{config_files, load, ConfigErrors};
+pub use super::fingerprint::Fingerprint;
+use super::fingerprint::Fingerprinter;
+use super::{ConfigErrors, Loader};
 use crate::limiter::Rules;
-
-/// Digest of the configuration files' names and contents.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fingerprint([u8; 32]);
-
-/// Fingerprint of what `paths` name now. Unreadable paths and files contribute their error, so
-/// a file appearing, vanishing or becoming readable is a change too.
-pub fn fingerprint(paths: &[PathBuf]) -> Fingerprint {
-    let mut errors = Vec::new();
-    let files = config_files(paths, &mut errors);
-    let mut hasher = Sha256::new();
-    for error in &errors {
-        hasher.update(b"error\0");
-        hasher.update(error.to_string().as_bytes());
-        hasher.update(b"\0");
-    }
-    for file in &files {
-        hasher.update(b"file\0");
-        hasher.update(file.to_string_lossy().as_bytes());
-        hasher.update(b"\0");
-        match fs::read(file) {
-            Ok(content) => {
-                hasher.update((content.len() as u64).to_le_bytes());
-                hasher.update(Sha256::digest(&content));
-            }
-            Err(error) => {
-                hasher.update(b"unreadable\0");
-                hasher.update(error.to_string().as_bytes());
-            }
-        }
-    }
-    Fingerprint(hasher.finalize().into())
-}
 
 /// What a reload did.
 #[derive(Debug)]
@@ -70,23 +33,32 @@ pub enum ReloadOutcome {
     Rejected(ConfigErrors),
 }
 
-/// Reloads `paths` into `rules` on demand or when their fingerprint changes.
+/// Reloads `paths` into `rules` on demand or when their fingerprint changes. Every method does
+/// blocking file I/O (`stat`, bounded reads) but never blocks indefinitely: FIFOs and devices
+/// are refused before they are opened.
 pub struct Reloader {
     paths: Vec<PathBuf>,
+    loader: Arc<Loader>,
     rules: Arc<ArcSwap<Rules>>,
+    fingerprints: Fingerprinter,
     /// Fingerprint of the last configuration tried (applied or rejected).
     last: Mutex<Fingerprint>,
 }
 
 impl Reloader {
-    /// `loaded_from` is the fingerprint taken *before* the running rules were loaded, so a
-    /// change made while they loaded is noticed at the first poll.
-    pub fn new(paths: Vec<PathBuf>, rules: Arc<ArcSwap<Rules>>, loaded_from: Fingerprint) -> Self {
-        Reloader {
+    /// Loads `paths` for the first time. The fingerprint is taken *before* loading, so a change
+    /// made while they load is noticed at the first poll.
+    pub fn start(paths: Vec<PathBuf>, loader: Arc<Loader>) -> Result<Reloader, ConfigErrors> {
+        let fingerprints = Fingerprinter::default();
+        let loaded_from = fingerprints.take(&paths, &loader);
+        let rules = loader.load(&paths)?;
+        Ok(Reloader {
             paths,
-            rules,
+            loader,
+            rules: Arc::new(ArcSwap::from_pointee(rules)),
+            fingerprints,
             last: Mutex::new(loaded_from),
-        }
+        })
     }
 
     pub fn paths(&self) -> &[PathBuf] {
@@ -98,18 +70,23 @@ impl Reloader {
         &self.rules
     }
 
+    /// The loader, with its limits and counters.
+    pub fn loader(&self) -> &Arc<Loader> {
+        &self.loader
+    }
+
     /// The current fingerprint, when it differs from the last one tried.
     pub fn changed(&self) -> Option<Fingerprint> {
-        let now = fingerprint(&self.paths);
+        let now = self.fingerprints.take(&self.paths, &self.loader);
         (now != *self.last.lock()).then_some(now)
     }
 
     /// Loads and validates the configuration and swaps it in when valid, whatever the
-    /// fingerprint says (SIGHUP). Blocking (file I/O).
+    /// fingerprint says (SIGHUP).
     pub fn reload(&self) -> ReloadOutcome {
-        let before = fingerprint(&self.paths);
+        let before = self.fingerprints.take(&self.paths, &self.loader);
         *self.last.lock() = before;
-        match load(&self.paths) {
+        match self.loader.load(&self.paths) {
             Ok(rules) => {
                 let domains = rules.domains.len();
                 let limits = rules.limits().len();
@@ -128,7 +105,6 @@ impl Reloader {
     }
 
     /// [`Reloader::reload`] if the files changed since the last attempt; `None` otherwise.
-    /// Blocking (file I/O).
     pub fn reload_if_changed(&self) -> Option<ReloadOutcome> {
         self.changed()?;
         Some(self.reload())
@@ -137,20 +113,25 @@ impl Reloader {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
+    use crate::config::Limits;
 
     const GOOD: &str = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
     const OTHER: &str = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2}\n";
+
+    fn start(paths: &[PathBuf], limits: Limits) -> Reloader {
+        Reloader::start(paths.to_vec(), Arc::new(Loader::new(limits))).unwrap()
+    }
 
     #[test]
     fn content_changes_are_noticed_and_broken_files_rejected_once() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("d.yaml");
         fs::write(&file, GOOD).unwrap();
-        let paths = vec![dir.path().to_path_buf()];
-        let print = fingerprint(&paths);
-        let rules = Arc::new(ArcSwap::from_pointee(load(&paths).unwrap()));
-        let reloader = Reloader::new(paths.clone(), rules.clone(), print);
+        let reloader = start(&[dir.path().to_path_buf()], Limits::default());
+        let rules = reloader.rules().clone();
         assert!(reloader.reload_if_changed().is_none());
 
         fs::write(&file, OTHER).unwrap();
@@ -167,7 +148,13 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        let parsed = reloader.loader().stats().files_parsed();
         assert!(reloader.reload_if_changed().is_none(), "reported once");
+        assert_eq!(
+            reloader.loader().stats().files_parsed(),
+            parsed,
+            "and not parsed again"
+        );
         assert_eq!(
             rules.load().limits()[0].path,
             "d.k",
@@ -187,5 +174,79 @@ mod tests {
         )
         .unwrap();
         assert!(reloader.changed().is_some());
+    }
+
+    #[test]
+    fn a_file_above_the_size_cap_is_never_read_and_its_growth_is_a_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("d.yaml");
+        fs::write(&file, GOOD).unwrap();
+        let limits = Limits {
+            max_file_bytes: GOOD.len() as u64,
+            ..Limits::default()
+        };
+        let reloader = start(&[dir.path().to_path_buf()], limits);
+        let big = format!("{GOOD}# padding\n");
+        fs::write(&file, &big).unwrap();
+        let reads = reloader.loader().stats().files_read();
+        match reloader.reload_if_changed() {
+            Some(ReloadOutcome::Rejected(errors)) => assert_eq!(
+                errors.to_string(),
+                format!(
+                    "{}:0:0: file: file has {} bytes; at most {} are accepted (--max-config-file-bytes)",
+                    file.display(),
+                    big.len(),
+                    GOOD.len()
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
+        for _ in 0..3 {
+            assert!(reloader.reload_if_changed().is_none());
+        }
+        assert_eq!(reloader.loader().stats().files_read(), reads, "never read");
+        assert_eq!(
+            reloader
+                .loader()
+                .stats()
+                .rejected(crate::config::ConfigLimit::FileBytes),
+            1
+        );
+
+        fs::write(&file, format!("{big}# more\n")).unwrap();
+        assert!(reloader.changed().is_some(), "a change of its stamp");
+        fs::write(&file, OTHER).unwrap();
+        assert!(matches!(
+            reloader.reload_if_changed(),
+            Some(ReloadOutcome::Applied { changed: true, .. })
+        ));
+    }
+
+    #[test]
+    fn an_unchanged_settled_file_is_not_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("d.yaml");
+        fs::write(&file, GOOD).unwrap();
+        // Settled: last changed long ago.
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let reloader = start(std::slice::from_ref(&file), Limits::default());
+        // ctime moved with set_modified; wait until it too is older than the granularity.
+        std::thread::sleep(std::time::Duration::from_millis(2100));
+        assert!(reloader.changed().is_none());
+        let reads = reloader.loader().stats().files_read();
+        for _ in 0..3 {
+            assert!(reloader.changed().is_none());
+        }
+        assert_eq!(reloader.loader().stats().files_read(), reads);
+        // A write is seen (its ctime moves) and read.
+        fs::write(&file, OTHER).unwrap();
+        assert!(reloader.changed().is_some());
+        assert_eq!(reloader.loader().stats().files_read(), reads + 1);
     }
 }

@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use super::error::ConfigError;
 use super::yaml::{MapEntry, Node, Pos, ScalarType, Value};
+use crate::limiter::metadata::Number;
 use crate::limiter::{
-    Algorithm, ConfiguredLimit, DomainRules, LimitKind, LimitedRate, Rate, RateError, RuleNode,
-    RuleSet, Unit, WildcardRule,
+    Algorithm, ConfiguredLimit, DomainRules, LimitKind, LimitedRate, Metadata, MetadataValue, Rate,
+    RateError, RuleNode, RuleSet, Unit, Wildcard, WildcardRule,
 };
 
 const ROOT_FIELDS: &[&str] = &["domain", "descriptors"];
@@ -47,11 +48,17 @@ const LIMITED_ONLY_FIELDS: &[&str] = &[
     "unit_multiplier",
 ];
 
-/// A file's validated rules and where its `domain` value is (for errors that span files).
+/// Identity of a descriptor within its level: its key and, unless key-only, its value.
+pub type DescriptorId = (String, Option<String>);
+
+/// A file's validated rules and where its `domain` value and top-level descriptors are (for
+/// errors that span files).
 #[derive(Debug)]
 pub struct ParsedDomain {
     pub rules: DomainRules,
     pub domain_pos: Pos,
+    /// Position and field path of each top-level descriptor.
+    pub top_level: HashMap<DescriptorId, (Pos, String)>,
 }
 
 /// Validates one file's tree and builds its rules; on failure returns every error found, in
@@ -86,6 +93,14 @@ struct RateFields {
 
 /// A field read from a map: absent, present and valid, or present and reported as invalid.
 type Read<T> = Result<Option<T>, Reported>;
+
+/// The descriptor-level settings that shape its `rate_limit`.
+struct NodeFlags {
+    shadow_mode: bool,
+    quota_mode: bool,
+    detailed_metric: bool,
+    metadata: Option<Arc<Metadata>>,
+}
 
 struct Checker<'f> {
     file: &'f Path,
@@ -151,9 +166,10 @@ impl Checker<'_> {
         };
         let mut root_set = RuleSet::default();
         let prefix = domain.as_ref().map_or("", |(name, _)| name.as_str());
-        if let Some(entry) = fields.get("descriptors") {
-            self.descriptors(&entry.value, "descriptors", prefix, &mut root_set);
-        }
+        let top_level = match fields.get("descriptors") {
+            Some(entry) => self.descriptors(&entry.value, "descriptors", prefix, &mut root_set),
+            None => HashMap::new(),
+        };
         let (domain, domain_pos) = domain?;
         Some(ParsedDomain {
             rules: DomainRules {
@@ -161,6 +177,7 @@ impl Checker<'_> {
                 root: root_set,
             },
             domain_pos,
+            top_level,
         })
     }
 
@@ -347,24 +364,32 @@ impl Checker<'_> {
         }
     }
 
-    fn descriptors(&mut self, node: &Node, path: &str, parent: &str, set: &mut RuleSet) {
+    /// Reads one level's list into `set`; returns where each of its descriptors is.
+    fn descriptors(
+        &mut self,
+        node: &Node,
+        path: &str,
+        parent: &str,
+        set: &mut RuleSet,
+    ) -> HashMap<DescriptorId, (Pos, String)> {
+        let mut seen = HashMap::new();
         let items = match &node.value {
             Value::Seq(items) => items,
-            _ if is_null(node) => return,
+            _ if is_null(node) => return seen,
             _ => {
                 self.error(
                     node.pos,
                     path,
                     format!("must be a list of descriptors, found {}", describe(node)),
                 );
-                return;
+                return seen;
             }
         };
-        let mut seen = HashMap::new();
         for (index, item) in items.iter().enumerate() {
             let item_path = format!("{path}[{index}]");
             self.descriptor(item, &item_path, parent, set, &mut seen);
         }
+        seen
     }
 
     fn descriptor(
@@ -373,7 +398,7 @@ impl Checker<'_> {
         path: &str,
         parent: &str,
         set: &mut RuleSet,
-        seen: &mut HashMap<(String, Option<String>), Pos>,
+        seen: &mut HashMap<DescriptorId, (Pos, String)>,
     ) {
         let Some(fields) = self.fields(item, path, "a descriptor", DESCRIPTOR_FIELDS) else {
             return;
@@ -401,16 +426,23 @@ impl Checker<'_> {
             .ok()
             .flatten()
             .filter(|value| !value.is_empty());
-        let shadow_mode = self.flag(&fields, "shadow_mode");
-        let detailed_metric = self.flag(&fields, "detailed_metric");
+        let flags = NodeFlags {
+            shadow_mode: self.flag(&fields, "shadow_mode"),
+            quota_mode: self.flag(&fields, "quota_mode"),
+            detailed_metric: self.flag(&fields, "detailed_metric"),
+            metadata: fields.get("metadata").and_then(|entry| {
+                self.metadata(&entry.value, &fields.field("metadata"))
+                    .map(Arc::new)
+            }),
+        };
         self.flag(&fields, "value_to_metric");
-        self.flag(&fields, "quota_mode");
-        if self.flag(&fields, "share_threshold") && !value.as_deref().is_some_and(is_wildcard) {
+        let share_threshold = self.flag(&fields, "share_threshold");
+        if share_threshold && !value.as_deref().is_some_and(is_wildcard) {
             if let Some(entry) = fields.get("share_threshold") {
                 self.error(
                     entry.key.pos,
                     &fields.field("share_threshold"),
-                    "share_threshold applies only to wildcard values (ending in `*`)",
+                    "share_threshold applies only to wildcard values (containing `*`)",
                 );
             }
         }
@@ -430,8 +462,7 @@ impl Checker<'_> {
                 &entry.value,
                 &fields.field("rate_limit"),
                 limit_path.clone(),
-                shadow_mode,
-                detailed_metric,
+                flags,
             ),
             _ => None,
         };
@@ -457,7 +488,7 @@ impl Checker<'_> {
                     Some(value) => format!("key `{key}` and value `{value}`"),
                     None => format!("key `{key}` without a value"),
                 };
-                let line = first.get().line;
+                let line = first.get().0.line;
                 self.error(
                     item.pos,
                     path,
@@ -466,13 +497,19 @@ impl Checker<'_> {
                 return;
             }
             Entry::Vacant(slot) => {
-                slot.insert(item.pos);
+                slot.insert((item.pos, path.to_string()));
             }
         }
         match value {
             Some(value) if is_wildcard(&value) => {
-                let prefix = value[..value.len() - 1].to_string();
-                set.wildcards.push(WildcardRule { key, prefix, node });
+                if let Some(pattern) = Wildcard::parse(&value) {
+                    set.wildcards.push(WildcardRule {
+                        key,
+                        pattern,
+                        share_threshold,
+                        node,
+                    });
+                }
             }
             Some(value) => {
                 set.exact.entry(key).or_default().insert(value, node);
@@ -488,8 +525,7 @@ impl Checker<'_> {
         node: &Node,
         path: &str,
         limit_path: String,
-        shadow_mode: bool,
-        detailed_metric: bool,
+        flags: NodeFlags,
     ) -> Option<ConfiguredLimit> {
         let fields = self.fields(node, path, "a rate_limit", RATE_LIMIT_FIELDS)?;
         let unlimited = self.flag(&fields, "unlimited");
@@ -536,9 +572,91 @@ impl Checker<'_> {
             name,
             kind,
             replaces,
-            shadow_mode,
-            detailed_metric,
+            shadow_mode: flags.shadow_mode,
+            quota_mode: flags.quota_mode,
+            detailed_metric: flags.detailed_metric,
+            metadata: flags.metadata,
         })
+    }
+
+    /// A descriptor's `metadata`: a map (null: none) of string keys to any YAML value, read as
+    /// JSON-shaped data (integers and floats as numbers; other scalars as their type says).
+    fn metadata(&mut self, node: &Node, path: &str) -> Option<Metadata> {
+        if is_null(node) {
+            return None;
+        }
+        match self.metadata_value(node, path)? {
+            MetadataValue::Map(map) => Some(map),
+            _ => {
+                self.error(
+                    node.pos,
+                    path,
+                    format!("must be a map, found {}", describe(node)),
+                );
+                None
+            }
+        }
+    }
+
+    fn metadata_value(&mut self, node: &Node, path: &str) -> Option<MetadataValue> {
+        match &node.value {
+            Value::Scalar(scalar) => Some(match scalar.resolve() {
+                ScalarType::Null => MetadataValue::Null,
+                ScalarType::Bool => MetadataValue::Bool(scalar.as_bool().unwrap_or_default()),
+                ScalarType::Int => match scalar.as_integer() {
+                    Some(n) => MetadataValue::Number(Number(n as f64)),
+                    None => MetadataValue::String(scalar.text.clone()),
+                },
+                ScalarType::Float => match float_value(&scalar.text) {
+                    Some(x) => MetadataValue::Number(Number(x)),
+                    None => MetadataValue::String(scalar.text.clone()),
+                },
+                ScalarType::Str => MetadataValue::String(scalar.text.clone()),
+            }),
+            Value::Seq(items) => {
+                let mut list = Vec::with_capacity(items.len());
+                for (index, item) in items.iter().enumerate() {
+                    list.push(self.metadata_value(item, &format!("{path}[{index}]"))?);
+                }
+                Some(MetadataValue::List(list))
+            }
+            Value::Map(map) => {
+                for duplicate in &map.duplicates {
+                    let name = scalar_text(&duplicate.key).unwrap_or("?");
+                    self.error(
+                        duplicate.key.pos,
+                        &join(path, name),
+                        format!(
+                            "duplicate key `{name}` (first defined at line {})",
+                            duplicate.first.line
+                        ),
+                    );
+                }
+                let mut fields = Metadata::new();
+                let mut complete = map.duplicates.is_empty();
+                for entry in &map.entries {
+                    let name = match &entry.key.value {
+                        Value::Scalar(scalar) if !scalar.is_null() => scalar.text.clone(),
+                        _ => {
+                            self.error(
+                                entry.key.pos,
+                                &join(path, "?"),
+                                format!("keys must be strings, found {}", describe(&entry.key)),
+                            );
+                            complete = false;
+                            continue;
+                        }
+                    };
+                    match self.metadata_value(&entry.value, &join(path, &name)) {
+                        Some(value) => {
+                            fields.insert(name, value);
+                        }
+                        None => complete = false,
+                    }
+                }
+                complete.then_some(MetadataValue::Map(fields))
+            }
+        }
     }
 
     /// Checks that a limited `rate_limit` has what it needs and builds its rate.
@@ -723,8 +841,24 @@ fn join(path: &str, name: &str) -> String {
     }
 }
 
+/// Whether a configured value is a wildcard: any `*` makes it one, wherever it is.
 fn is_wildcard(value: &str) -> bool {
-    value.ends_with('*')
+    value.contains('*')
+}
+
+/// A YAML 1.2 core-schema float as a number (`.inf`, `-.inf`, `.nan` included).
+fn float_value(text: &str) -> Option<f64> {
+    let (negative, rest) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let magnitude = match rest {
+        ".inf" | ".Inf" | ".INF" => f64::INFINITY,
+        ".nan" | ".NaN" | ".NAN" => return Some(f64::NAN),
+        _ => rest.parse::<f64>().ok()?,
+    };
+    Some(if negative { -magnitude } else { magnitude })
 }
 
 fn is_null(node: &Node) -> bool {
@@ -808,7 +942,8 @@ mod tests {
     use std::path::Path;
 
     use crate::config::parse_domain;
-    use crate::limiter::{Algorithm, DomainRules, LimitKind, RuleNode, Unit};
+    use crate::limiter::metadata::Number;
+    use crate::limiter::{Algorithm, DomainRules, LimitKind, MetadataValue, RuleNode, Unit};
 
     fn rules(text: &str) -> DomainRules {
         match parse_domain(Path::new("test.yaml"), text) {
@@ -922,9 +1057,10 @@ descriptors:
         assert_eq!(root.wildcards.len(), 1);
         let curl = &root.wildcards[0];
         assert_eq!(
-            (curl.key.as_str(), curl.prefix.as_str()),
-            ("user_agent", "curl")
+            (curl.key.as_str(), curl.pattern.as_str()),
+            ("user_agent", "curl*")
         );
+        assert!(!curl.share_threshold);
         let limit = curl.node.limit.as_ref().unwrap();
         assert_eq!(limit.name.as_deref(), Some("curl"));
         assert_eq!(limit.replaces, vec!["other".to_string()]);
@@ -943,7 +1079,7 @@ descriptors:
     }
 
     #[test]
-    fn wildcards_keep_config_order_and_only_a_trailing_star_is_a_wildcard() {
+    fn wildcards_keep_config_order_and_any_star_makes_one() {
         let rules = rules(
             r#"domain: d
 descriptors:
@@ -955,16 +1091,100 @@ descriptors:
     value: "mid*dle"
   - key: k
     value: "*"
+  - key: k
+    value: "*.example.com"
+  - key: k
+    value: "foo*bar*baz"
+  - key: k
+    value: plain
 "#,
         );
-        let prefixes: Vec<&str> = rules
+        let patterns: Vec<&str> = rules
             .root
             .wildcards
             .iter()
-            .map(|w| w.prefix.as_str())
+            .map(|w| w.pattern.as_str())
             .collect();
-        assert_eq!(prefixes, ["b", "a", ""]);
-        assert!(rules.root.exact["k"].contains_key("mid*dle"));
+        assert_eq!(
+            patterns,
+            ["b*", "a*", "mid*dle", "*", "*.example.com", "foo*bar*baz"]
+        );
+        assert_eq!(rules.root.exact["k"].len(), 1);
+        assert!(rules.root.exact["k"].contains_key("plain"));
+    }
+
+    #[test]
+    fn share_threshold_is_kept_on_its_wildcard() {
+        let rules = rules(
+            "domain: d\ndescriptors:\n  - key: f\n    value: \"/api*v1\"\n    share_threshold: true\n  - key: f\n    value: \"x*\"\n",
+        );
+        let shared: Vec<(&str, bool)> = rules
+            .root
+            .wildcards
+            .iter()
+            .map(|w| (w.pattern.as_str(), w.share_threshold))
+            .collect();
+        assert_eq!(shared, [("/api*v1", true), ("x*", false)]);
+    }
+
+    #[test]
+    fn quota_mode_and_metadata_reach_the_limit() {
+        let rules = rules(
+            r#"domain: d
+descriptors:
+  - key: k
+    quota_mode: true
+    metadata:
+      name: service_1
+      nested: {tier: 2, ratio: 0.5, on: true, none: ~, list: [a, 1]}
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: plain
+    rate_limit: {unit: second, requests_per_unit: 1}
+"#,
+        );
+        let limit = rules.root.key_only["k"].limit.as_ref().expect("a limit");
+        assert!(limit.quota_mode && !limit.shadow_mode);
+        let metadata = limit.metadata.as_deref().expect("metadata");
+        let text = |s: &str| MetadataValue::String(s.into());
+        assert_eq!(metadata["name"], text("service_1"));
+        let MetadataValue::Map(nested) = &metadata["nested"] else {
+            panic!("nested is a map: {metadata:?}");
+        };
+        assert_eq!(nested["tier"], MetadataValue::Number(Number(2.0)));
+        assert_eq!(nested["ratio"], MetadataValue::Number(Number(0.5)));
+        assert_eq!(nested["on"], MetadataValue::Bool(true));
+        assert_eq!(nested["none"], MetadataValue::Null);
+        assert_eq!(
+            nested["list"],
+            MetadataValue::List(vec![text("a"), MetadataValue::Number(Number(1.0))])
+        );
+        let plain = rules.root.key_only["plain"]
+            .limit
+            .as_ref()
+            .expect("a limit");
+        assert!(!plain.quota_mode && plain.metadata.is_none());
+    }
+
+    #[test]
+    fn metadata_must_be_a_map_without_duplicate_keys() {
+        assert_one_error(
+            "domain: d\ndescriptors:\n  - key: k\n    metadata: [1]\n",
+            4,
+            "descriptors[0].metadata",
+            "must be a map, found a list",
+        );
+        assert_one_error(
+            "domain: d\ndescriptors:\n  - key: k\n    metadata:\n      a: 1\n      a: 2\n",
+            6,
+            "descriptors[0].metadata.a",
+            "duplicate key `a`",
+        );
+        assert_one_error(
+            "domain: d\ndescriptors:\n  - key: k\n    metadata:\n      inner:\n        ~: 1\n",
+            6,
+            "descriptors[0].metadata.inner.?",
+            "keys must be strings",
+        );
     }
 
     #[test]
@@ -1388,6 +1608,12 @@ descriptors:
         assert_one_error(
             "domain: d\ndescriptors:\n  - key: a\n    value: b\n    share_threshold: true\n",
             5,
+            "descriptors[0].share_threshold",
+            "only to wildcard values (containing `*`)",
+        );
+        assert_one_error(
+            "domain: d\ndescriptors:\n  - key: a\n    share_threshold: true\n",
+            4,
             "descriptors[0].share_threshold",
             "only to wildcard values",
         );

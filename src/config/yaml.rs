@@ -15,7 +15,8 @@ use saphyr_parser::{Event, Marker, Parser, ScalarStyle, ScanError, Span, Tag};
 pub const MAX_DEPTH: usize = 128;
 
 /// A document may hold at most this many nodes, counting every expansion of an alias, so that
-/// alias bombs ("billion laughs") cannot exhaust memory.
+/// alias bombs ("billion laughs") cannot exhaust memory with many small nodes. Large scalars
+/// copied by aliases are bounded by the alias byte budget of [`parse`].
 pub const MAX_NODES: usize = 1_000_000;
 
 /// A 1-based line and column in the source text.
@@ -79,11 +80,14 @@ pub struct DuplicateKey {
     pub first: Pos,
 }
 
-/// A document that is not well-formed YAML (or exceeds [`MAX_DEPTH`] or [`MAX_NODES`]).
+/// A document that is not well-formed YAML (or exceeds [`MAX_DEPTH`], [`MAX_NODES`] or the alias
+/// byte budget).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyntaxError {
     pub pos: Pos,
     pub message: String,
+    /// Whether the alias byte budget, rather than the syntax, refused the document.
+    pub alias_budget: bool,
 }
 
 /// What a plain scalar means under the YAML 1.2 core schema. Quoted scalars are always `Str`.
@@ -253,8 +257,15 @@ fn key_id(node: &Node) -> Option<KeyId> {
 ///
 /// An empty text (or an empty document) gives a null scalar at 1:1. Further documents after
 /// the first are an error unless they are empty.
-pub fn parse(text: &str) -> Result<Node, SyntaxError> {
-    let mut builder = Builder::default();
+///
+/// The aliases of the document may add at most `max_alias_bytes` bytes of scalar text (keys and
+/// values of the copies they expand to): an alias that would pass the budget is an error at its
+/// own position, raised before it is copied, so memory stays bounded by the text plus the budget.
+pub fn parse(text: &str, max_alias_bytes: u64) -> Result<Node, SyntaxError> {
+    let mut builder = Builder {
+        max_alias_bytes,
+        ..Builder::default()
+    };
     for event in Parser::new_from_str(text) {
         let (event, span) = event.map_err(scan_error)?;
         builder.event(event, span)?;
@@ -266,6 +277,7 @@ fn scan_error(error: ScanError) -> SyntaxError {
     SyntaxError {
         pos: Pos::from_marker(*error.marker()),
         message: error.info().to_string(),
+        alias_budget: false,
     }
 }
 
@@ -273,8 +285,24 @@ fn scan_error(error: ScanError) -> SyntaxError {
 struct Builder {
     stack: Vec<Frame>,
     documents: Vec<Node>,
-    anchors: HashMap<usize, (Node, usize)>,
+    anchors: HashMap<usize, Anchored>,
     nodes: usize,
+    /// Scalar bytes added by alias expansions so far, and the most allowed.
+    alias_bytes: u64,
+    max_alias_bytes: u64,
+}
+
+/// An anchored node and what one copy of it costs.
+struct Anchored {
+    node: Node,
+    size: Size,
+}
+
+/// Nodes in a tree and bytes of its scalars' text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Size {
+    nodes: usize,
+    bytes: u64,
 }
 
 struct Frame {
@@ -330,6 +358,7 @@ impl Builder {
                     return Err(SyntaxError {
                         pos,
                         message: "unbalanced end of a collection".to_string(),
+                        alias_budget: false,
                     });
                 };
                 let value = match frame.kind {
@@ -351,16 +380,16 @@ impl Builder {
                 self.complete(node, frame.anchor)
             }
             Event::Alias(id) => {
-                let Some((target, size)) = self.anchors.get(&id) else {
-                    return Err(SyntaxError {
-                        pos,
-                        message: "alias to an unknown anchor".to_string(),
-                    });
+                let unknown = || SyntaxError {
+                    pos,
+                    message: "alias to an unknown anchor".to_string(),
+                    alias_budget: false,
                 };
-                let mut node = target.clone();
-                let size = *size;
+                let size = self.anchors.get(&id).ok_or_else(unknown)?.size;
+                self.count(size.nodes, pos)?;
+                self.count_alias_bytes(size.bytes, pos)?;
+                let mut node = self.anchors.get(&id).ok_or_else(unknown)?.node.clone();
                 node.pos = pos;
-                self.count(size, pos)?;
                 self.complete(node, 0)
             }
         }
@@ -372,8 +401,27 @@ impl Builder {
             return Err(SyntaxError {
                 pos,
                 message: format!("document has more than {MAX_NODES} nodes (counting aliases)"),
+                alias_budget: false,
             });
         }
+        Ok(())
+    }
+
+    fn count_alias_bytes(&mut self, bytes: u64, pos: Pos) -> Result<(), SyntaxError> {
+        let total = self.alias_bytes.saturating_add(bytes);
+        if total > self.max_alias_bytes {
+            return Err(SyntaxError {
+                pos,
+                message: format!(
+                    "this alias expands to {bytes} bytes of scalars, which would bring the \
+                     document's alias expansions to {total} bytes; at most {} are accepted \
+                     (--max-config-alias-bytes)",
+                    self.max_alias_bytes
+                ),
+                alias_budget: true,
+            });
+        }
+        self.alias_bytes = total;
         Ok(())
     }
 
@@ -382,6 +430,7 @@ impl Builder {
             return Err(SyntaxError {
                 pos,
                 message: format!("nesting deeper than {MAX_DEPTH} levels"),
+                alias_budget: false,
             });
         }
         self.count(1, pos)?;
@@ -391,8 +440,14 @@ impl Builder {
 
     fn complete(&mut self, node: Node, anchor: usize) -> Result<(), SyntaxError> {
         if anchor > 0 {
-            let size = node_count(&node);
-            self.anchors.insert(anchor, (node.clone(), size));
+            let size = size_of(&node);
+            self.anchors.insert(
+                anchor,
+                Anchored {
+                    node: node.clone(),
+                    size,
+                },
+            );
         }
         let Some(frame) = self.stack.last_mut() else {
             self.documents.push(node);
@@ -443,6 +498,7 @@ impl Builder {
                     message:
                         "a configuration file holds a single YAML document; another one starts here"
                             .to_string(),
+                    alias_budget: false,
                 });
             }
         }
@@ -474,11 +530,13 @@ fn merge(
                 .map_err(|pos| SyntaxError {
                     pos,
                     message: "a merge key `<<` takes a map or a list of maps".to_string(),
+                    alias_budget: false,
                 })?,
             Value::Scalar(_) => {
                 return Err(SyntaxError {
                     pos: source.pos,
                     message: "a merge key `<<` takes a map or a list of maps".to_string(),
+                    alias_budget: false,
                 })
             }
         };
@@ -503,21 +561,33 @@ fn is_str_tag(tag: Option<&Tag>) -> bool {
     tag.is_some_and(|tag| tag.is_yaml_core_schema() && tag.suffix == "str")
 }
 
-fn node_count(node: &Node) -> usize {
+fn size_of(node: &Node) -> Size {
+    let add = |a: Size, b: Size| Size {
+        nodes: a.nodes.saturating_add(b.nodes),
+        bytes: a.bytes.saturating_add(b.bytes),
+    };
+    let one = Size { nodes: 1, bytes: 0 };
     match &node.value {
-        Value::Scalar(_) => 1,
-        Value::Seq(items) => items.iter().map(node_count).fold(1, usize::saturating_add),
+        Value::Scalar(scalar) => Size {
+            nodes: 1,
+            bytes: scalar.text.len() as u64,
+        },
+        Value::Seq(items) => items.iter().map(size_of).fold(one, add),
         Value::Map(map) => map
             .entries
             .iter()
-            .map(|entry| node_count(&entry.key).saturating_add(node_count(&entry.value)))
-            .fold(1, usize::saturating_add),
+            .map(|entry| add(size_of(&entry.key), size_of(&entry.value)))
+            .fold(one, add),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse_default(text: &str) -> Result<Node, SyntaxError> {
+        parse(text, crate::config::Limits::DEFAULT_MAX_ALIAS_BYTES)
+    }
 
     fn map(node: &Node) -> &Map {
         match &node.value {
@@ -535,7 +605,7 @@ mod tests {
 
     #[test]
     fn nodes_carry_one_based_positions() {
-        let root = parse("domain: edge\ndescriptors:\n  - key: a\n    value: b\n").unwrap();
+        let root = parse_default("domain: edge\ndescriptors:\n  - key: a\n    value: b\n").unwrap();
         assert_eq!(root.pos, Pos { line: 1, column: 1 });
         let entries = &map(&root).entries;
         assert_eq!(entries[0].key.pos, Pos { line: 1, column: 1 });
@@ -551,7 +621,7 @@ mod tests {
 
     #[test]
     fn duplicate_keys_are_kept_apart_not_merged() {
-        let root = parse("a: 1\nb: 2\na: 3\n").unwrap();
+        let root = parse_default("a: 1\nb: 2\na: 3\n").unwrap();
         let map = map(&root);
         assert_eq!(map.entries.len(), 2);
         assert_eq!(scalar(&map.entries[0].value).text, "1");
@@ -562,16 +632,31 @@ mod tests {
 
     #[test]
     fn duplicate_keys_compare_by_value_not_spelling() {
-        assert_eq!(map(&parse("1: a\n0x1: b\n").unwrap()).duplicates.len(), 1);
-        assert_eq!(map(&parse("1: a\n'1': b\n").unwrap()).duplicates.len(), 0);
-        assert_eq!(map(&parse("a: 1\n\"a\": 2\n").unwrap()).duplicates.len(), 1);
+        assert_eq!(
+            map(&parse_default("1: a\n0x1: b\n").unwrap())
+                .duplicates
+                .len(),
+            1
+        );
+        assert_eq!(
+            map(&parse_default("1: a\n'1': b\n").unwrap())
+                .duplicates
+                .len(),
+            0
+        );
+        assert_eq!(
+            map(&parse_default("a: 1\n\"a\": 2\n").unwrap())
+                .duplicates
+                .len(),
+            1
+        );
     }
 
     #[test]
     fn syntax_errors_carry_the_parser_position() {
-        let error = parse("a: [1, 2\nb: 3\n").unwrap_err();
+        let error = parse_default("a: [1, 2\nb: 3\n").unwrap_err();
         assert!(error.pos.line >= 1, "{error:?}");
-        let error = parse("a: 1\nb: c: d\n").unwrap_err();
+        let error = parse_default("a: 1\nb: c: d\n").unwrap_err();
         assert_eq!(error.pos, Pos { line: 2, column: 5 }, "{error:?}");
     }
 
@@ -603,7 +688,7 @@ mod tests {
 
     #[test]
     fn str_tag_makes_a_string() {
-        let root = parse("a: !!str 5\n").unwrap();
+        let root = parse_default("a: !!str 5\n").unwrap();
         assert_eq!(
             scalar(&map(&root).entries[0].value).resolve(),
             ScalarType::Str
@@ -612,7 +697,7 @@ mod tests {
 
     #[test]
     fn aliases_expand_to_a_copy_at_the_alias_position() {
-        let root = parse("a: &x {k: v}\nb: *x\n").unwrap();
+        let root = parse_default("a: &x {k: v}\nb: *x\n").unwrap();
         let entries = &map(&root).entries;
         assert_eq!(entries[1].value.pos.line, 2);
         assert_eq!(
@@ -623,7 +708,7 @@ mod tests {
 
     #[test]
     fn merge_keys_add_missing_entries() {
-        let root = parse(
+        let root = parse_default(
             "defaults: &d {unit: second, requests_per_unit: 5}\nother: &o {name: x, unit: day}\nlimit:\n  <<: [*d, *o]\n  requests_per_unit: 7\n",
         )
         .unwrap();
@@ -642,7 +727,7 @@ mod tests {
             ]
         );
         assert!(map(limit).duplicates.is_empty());
-        assert!(parse("a:\n  <<: 5\n").is_err());
+        assert!(parse_default("a:\n  <<: 5\n").is_err());
     }
 
     #[test]
@@ -654,28 +739,78 @@ mod tests {
                 "a{level}: &a{level} [*a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}]\n"
             ));
         }
-        let error = parse(&text).unwrap_err();
+        let error = parse_default(&text).unwrap_err();
         assert!(error.message.contains("nodes"), "{error:?}");
+    }
+
+    /// One anchored scalar of `scalar_bytes` bytes, then `levels` levels of lists of ten aliases
+    /// to the level below: 10^levels copies of the scalar.
+    fn alias_tree(scalar_bytes: usize, levels: usize) -> String {
+        let mut text = format!("s0: &s0 {}\n", "x".repeat(scalar_bytes));
+        for level in 1..=levels {
+            let below = format!("*s{}", level - 1);
+            let list = [below.as_str(); 10].join(", ");
+            text.push_str(&format!("s{level}: &s{level} [{list}]\n"));
+        }
+        text
+    }
+
+    #[test]
+    fn a_large_scalar_copied_by_aliases_is_rejected_at_the_alias_that_passes_the_budget() {
+        // About 12 000 nodes counting aliases, far below MAX_NODES, but over 10 GiB expanded.
+        let text = alias_tree(1 << 20, 4);
+        let budget = 8 << 20;
+        let error = parse(&text, budget).unwrap_err();
+        assert!(error.alias_budget);
+        // The ninth copy (the ninth alias of line 2) is the first one past 8 MiB.
+        assert_eq!(error.pos.line, 2, "{error:?}");
+        assert_eq!(error.pos.column, 10 + 5 * 8, "{error:?}");
+        assert!(
+            error.message.contains(&format!(
+                "expands to {} bytes of scalars, which would bring the document's alias expansions to {} bytes; at most {budget} are accepted (--max-config-alias-bytes)",
+                1 << 20,
+                9 << 20
+            )),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn the_alias_budget_counts_every_scalar_of_an_expanded_collection() {
+        // Each alias of `b` copies `{k: v}`: 2 bytes of scalars.
+        let text = "a: &a {k: v}\nb: [*a, *a, *a]\n";
+        assert!(parse(text, 6).is_ok());
+        let error = parse(text, 5).unwrap_err();
+        assert_eq!(
+            error.pos,
+            Pos {
+                line: 2,
+                column: 13
+            },
+            "{error:?}"
+        );
+        // The anchored text itself is not charged, only its copies.
+        assert!(parse("a: &a {k: v}\n", 0).is_ok());
     }
 
     #[test]
     fn deep_nesting_is_rejected() {
         let text = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
-        let error = parse(&text).unwrap_err();
+        let error = parse_default(&text).unwrap_err();
         assert!(error.message.contains("nesting"), "{error:?}");
     }
 
     #[test]
     fn empty_text_is_a_null_document() {
-        let root = parse("").unwrap();
+        let root = parse_default("").unwrap();
         assert!(scalar(&root).is_null());
         assert_eq!(root.pos, Pos { line: 1, column: 1 });
     }
 
     #[test]
     fn a_second_non_empty_document_is_an_error() {
-        let error = parse("a: 1\n---\nb: 2\n").unwrap_err();
+        let error = parse_default("a: 1\n---\nb: 2\n").unwrap_err();
         assert_eq!(error.pos.line, 3);
-        assert!(parse("---\na: 1\n...\n").is_ok());
+        assert!(parse_default("---\na: 1\n...\n").is_ok());
     }
 }

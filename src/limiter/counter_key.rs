@@ -14,6 +14,16 @@ pub struct CounterKey(String);
 
 impl CounterKey {
     pub fn new(domain: &str, entries: &[Entry]) -> CounterKey {
+        CounterKey::with_shared(domain, entries, &[])
+    }
+
+    /// The key of a counter some of whose entries are shared: `shared` lists, by entry index,
+    /// the wildcard (`share_threshold: true`) that stands for the entry's value, so every value
+    /// that wildcard matches gets the same key.
+    ///
+    /// A shared entry is written `key*=pattern`. Escaping never emits a bare `*`, so a shared
+    /// entry cannot be mistaken for a value, not even one that spells the pattern itself.
+    pub fn with_shared(domain: &str, entries: &[Entry], shared: &[(usize, &str)]) -> CounterKey {
         let mut encoded = String::with_capacity(
             domain.len()
                 + entries
@@ -22,11 +32,19 @@ impl CounterKey {
                     .sum::<usize>(),
         );
         escape_into(domain, &mut encoded);
-        for entry in entries {
+        for (index, entry) in entries.iter().enumerate() {
             encoded.push(':');
             escape_into(&entry.key, &mut encoded);
-            encoded.push('=');
-            escape_into(&entry.value, &mut encoded);
+            match shared.iter().find(|(at, _)| *at == index) {
+                Some((_, pattern)) => {
+                    encoded.push_str("*=");
+                    escape_into(pattern, &mut encoded);
+                }
+                None => {
+                    encoded.push('=');
+                    escape_into(&entry.value, &mut encoded);
+                }
+            }
         }
         CounterKey(encoded)
     }
@@ -73,6 +91,31 @@ mod tests {
         assert_ne!(joined, split);
         let braces = CounterKey::new("d", &[entry("k", "{x}_y%")]);
         assert_eq!(braces.as_str(), "d:k=%7Bx%7D_y%25");
+    }
+
+    #[test]
+    fn shared_entries_get_one_key_that_no_value_can_forge() {
+        let shared = |value: &str| {
+            CounterKey::with_shared(
+                "d",
+                &[entry("tenant", "acme"), entry("file", value)],
+                &[(1, "logs-*")],
+            )
+        };
+        assert_eq!(shared("logs-a"), shared("logs-b"));
+        assert_eq!(shared("logs-a").as_str(), "d:tenant=acme:file*=logs-%2A");
+        assert_ne!(
+            shared("logs-a"),
+            CounterKey::new("d", &[entry("tenant", "acme"), entry("file", "logs-*")])
+        );
+        assert_ne!(
+            CounterKey::with_shared("d", &[entry("a", "x")], &[(0, "x*")]),
+            CounterKey::with_shared("d", &[entry("a", "y")], &[(0, "y*")])
+        );
+        assert_eq!(
+            CounterKey::with_shared("d", &[entry("a", "x")], &[]),
+            CounterKey::new("d", &[entry("a", "x")])
+        );
     }
 
     #[test]

@@ -3,38 +3,72 @@
 use std::sync::Arc;
 
 use super::request::Entry;
-use super::rules::{ConfiguredLimit, DomainRules, RuleNode, RuleSet};
+use super::rules::{ConfiguredLimit, DomainRules, RuleNode, RuleSet, WildcardRule};
 
-/// The node one entry selects at one level: the exact `key`+`value` node first, then the first
-/// wildcard (in config order) whose prefix the value starts with, then the key-only node.
-fn select<'a>(level: &'a RuleSet, entry: &Entry) -> Option<&'a RuleNode> {
-    level
+/// The node one entry selects at one level, and the wildcard rule it was selected through.
+///
+/// Precedence, as envoyproxy/ratelimit looks nodes up: the exact `key`+`value` node; then a
+/// wildcard node whose configured value *is* the request value (envoyproxy/ratelimit keeps
+/// wildcard nodes in the same map as exact ones, under their literal value); then the first
+/// wildcard in config order that matches the value; then the key-only node.
+fn select<'a>(
+    level: &'a RuleSet,
+    entry: &Entry,
+) -> Option<(&'a RuleNode, Option<&'a WildcardRule>)> {
+    if let Some(node) = level
         .exact
         .get(&entry.key)
         .and_then(|values| values.get(&entry.value))
-        .or_else(|| {
-            level
-                .wildcards
-                .iter()
-                .find(|w| w.key == entry.key && entry.value.starts_with(&w.prefix))
-                .map(|w| &w.node)
-        })
-        .or_else(|| level.key_only.get(&entry.key))
+    {
+        return Some((node, None));
+    }
+    let mut wildcards = level.wildcards.iter().filter(|w| w.key == entry.key);
+    let wildcard = wildcards
+        .clone()
+        .find(|w| w.pattern.as_str() == entry.value)
+        .or_else(|| wildcards.find(|w| w.pattern.matches(&entry.value)));
+    if let Some(rule) = wildcard {
+        return Some((&rule.node, Some(rule)));
+    }
+    level.key_only.get(&entry.key).map(|node| (node, None))
+}
+
+/// What a descriptor matched: its limit, and the entries whose value is counted as a shared
+/// wildcard (by entry index, with the wildcard's configured value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found<'a> {
+    pub limit: &'a Arc<ConfiguredLimit>,
+    /// Entries matched through a `share_threshold: true` wildcard, at any level of the walk;
+    /// empty (and unallocated) for most descriptors.
+    pub shared: Vec<(usize, &'a str)>,
 }
 
 /// The limit configured for a descriptor: the entries walk the tree one level per entry, and the
 /// limit applies only if the walk reaches a node at the last entry. A walk that stops early, a
 /// descriptor longer than the tree, or a final node without `rate_limit` all give `None`.
+pub fn find<'a>(rules: &'a DomainRules, entries: &[Entry]) -> Option<Found<'a>> {
+    let mut level = &rules.root;
+    let mut shared = Vec::new();
+    let last = entries.len().checked_sub(1)?;
+    for (index, entry) in entries.iter().enumerate() {
+        let (node, wildcard) = select(level, entry)?;
+        if let Some(rule) = wildcard.filter(|rule| rule.share_threshold) {
+            shared.push((index, rule.pattern.as_str()));
+        }
+        if index == last {
+            return node.limit.as_ref().map(|limit| Found { limit, shared });
+        }
+        level = &node.children;
+    }
+    None
+}
+
+/// The limit configured for a descriptor (see [`find`]).
 pub fn find_limit<'a>(
     rules: &'a DomainRules,
     entries: &[Entry],
 ) -> Option<&'a Arc<ConfiguredLimit>> {
-    let (last, path) = entries.split_last()?;
-    let mut level = &rules.root;
-    for entry in path {
-        level = &select(level, entry)?.children;
-    }
-    select(level, last)?.limit.as_ref()
+    find(rules, entries).map(|found| found.limit)
 }
 
 #[cfg(test)]
@@ -42,7 +76,8 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::limiter::rules::{LimitKind, WildcardRule};
+    use crate::limiter::rules::LimitKind;
+    use crate::limiter::wildcard::Wildcard;
 
     fn limit(path: &str) -> Option<Arc<ConfiguredLimit>> {
         Some(Arc::new(ConfiguredLimit {
@@ -51,8 +86,19 @@ mod tests {
             kind: LimitKind::Unlimited,
             replaces: vec![],
             shadow_mode: false,
+            quota_mode: false,
             detailed_metric: false,
+            metadata: None,
         }))
+    }
+
+    fn wildcard(key: &str, pattern: &str, share_threshold: bool, node: RuleNode) -> WildcardRule {
+        WildcardRule {
+            key: key.into(),
+            pattern: Wildcard::parse(pattern).expect("a wildcard"),
+            share_threshold,
+            node,
+        }
     }
 
     fn leaf(path: &str) -> RuleNode {
@@ -80,16 +126,9 @@ mod tests {
             .entry("k".into())
             .or_insert_with(HashMap::new)
             .insert("exact".into(), leaf("exact"));
-        root.wildcards.push(WildcardRule {
-            key: "k".into(),
-            prefix: "ex".into(),
-            node: leaf("ex*"),
-        });
-        root.wildcards.push(WildcardRule {
-            key: "k".into(),
-            prefix: "e".into(),
-            node: leaf("e*"),
-        });
+        root.wildcards
+            .push(wildcard("k", "ex*", false, leaf("ex*")));
+        root.wildcards.push(wildcard("k", "e*", false, leaf("e*")));
         let mut children = RuleSet::default();
         children.key_only.insert("sub".into(), leaf("k.sub"));
         root.key_only.insert(
@@ -153,5 +192,103 @@ mod tests {
             found(&rules, &[entry("k", "exact"), entry("sub", "y")]),
             None
         );
+    }
+
+    /// Wildcards of every shape at one level, in this order: `m=a*z`, `m=*z`, `m=a*`,
+    /// `m=a*b*c`, and `m=*` last; the key `other` has only `x*y`.
+    fn shapes() -> DomainRules {
+        let mut root = RuleSet::default();
+        for pattern in ["a*z", "*z", "a*", "a*b*c", "*"] {
+            root.wildcards
+                .push(wildcard("m", pattern, false, leaf(pattern)));
+        }
+        root.wildcards
+            .push(wildcard("other", "x*y", false, leaf("other x*y")));
+        DomainRules {
+            domain: "d".into(),
+            root,
+        }
+    }
+
+    #[test]
+    fn wildcards_match_stars_anywhere_first_in_config_order() {
+        let rules = shapes();
+        let at = |value: &str| found(&rules, &[entry("m", value)]);
+        assert_eq!(at("az").as_deref(), Some("a*z"));
+        assert_eq!(at("a-middle-z").as_deref(), Some("a*z"));
+        assert_eq!(at("z").as_deref(), Some("*z"));
+        assert_eq!(at("bz").as_deref(), Some("*z"));
+        assert_eq!(at("abc").as_deref(), Some("a*"), "a* comes before a*b*c");
+        assert_eq!(at("q").as_deref(), Some("*"));
+        assert_eq!(at("").as_deref(), Some("*"), "`*` matches the empty value");
+        let other = |value: &str| found(&rules, &[entry("other", value)]);
+        assert_eq!(other("x-y").as_deref(), Some("other x*y"));
+        assert_eq!(other("xy").as_deref(), Some("other x*y"));
+        assert_eq!(other("x-y-"), None, "the suffix must end the value");
+        assert_eq!(other("-x-y"), None, "the prefix must start the value");
+        assert_eq!(found(&rules, &[entry("unknown", "x-y")]), None);
+    }
+
+    #[test]
+    fn a_value_spelling_a_wildcard_selects_that_wildcard_first() {
+        let rules = shapes();
+        assert_eq!(
+            found(&rules, &[entry("m", "a*b*c")]).as_deref(),
+            Some("a*b*c"),
+            "as envoyproxy/ratelimit's literal lookup, not `a*` which comes first"
+        );
+    }
+
+    #[test]
+    fn shared_wildcards_are_reported_by_entry_at_every_level() {
+        let mut inner = RuleSet::default();
+        inner
+            .wildcards
+            .push(wildcard("file", "*.log", true, leaf("logs")));
+        inner
+            .wildcards
+            .push(wildcard("file", "*.txt", false, leaf("texts")));
+        let mut root = RuleSet::default();
+        root.wildcards.push(wildcard(
+            "tenant",
+            "t-*",
+            true,
+            RuleNode {
+                limit: None,
+                children: inner.clone(),
+            },
+        ));
+        root.exact
+            .entry("tenant".into())
+            .or_insert_with(HashMap::new)
+            .insert(
+                "t-vip".into(),
+                RuleNode {
+                    limit: None,
+                    children: inner,
+                },
+            );
+        let rules = DomainRules {
+            domain: "d".into(),
+            root,
+        };
+        let shared = |tenant: &str, file: &str| {
+            find(&rules, &[entry("tenant", tenant), entry("file", file)])
+                .map(|found| (found.limit.path.clone(), found.shared))
+        };
+        assert_eq!(
+            shared("t-1", "a.log"),
+            Some(("logs".into(), vec![(0, "t-*"), (1, "*.log")]))
+        );
+        assert_eq!(
+            shared("t-1", "a.txt"),
+            Some(("texts".into(), vec![(0, "t-*")]))
+        );
+        assert_eq!(
+            shared("t-vip", "a.log"),
+            Some(("logs".into(), vec![(1, "*.log")])),
+            "an exact match is never shared"
+        );
+        assert_eq!(shared("t-1", "a.csv"), None);
     }
 }

@@ -6,17 +6,24 @@ pub mod check;
 pub mod clock;
 pub mod counter_key;
 pub mod matcher;
+pub mod metadata;
 pub mod plan;
 pub mod rate;
 pub mod request;
+pub mod request_limits;
 pub mod rules;
+pub mod wildcard;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use metadata::{Metadata, MetadataValue};
 pub use plan::{
-    outcome, plan, Code, CurrentLimit, DescriptorOutcome, Outcome, Plan, PlanError, Resolution,
+    outcome, plan, plan_with, response_metadata, Code, CurrentLimit, DescriptorOutcome,
+    Enforcement, Modes, Outcome, Plan, PlanError, Resolution, ResponseMetadata,
 };
 pub use rate::{Algorithm, Rate, RateError, Unit};
 pub use request::{Descriptor, Entry, LimitOverride, Request};
+pub use request_limits::{LimitExceeded, RequestLimit, RequestLimits};
 pub use rules::{
     ConfiguredLimit, DomainRules, LimitKind, LimitedRate, RuleNode, RuleSet, Rules, WildcardRule,
 };
+pub use wildcard::Wildcard;

@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::metadata::Metadata;
 use super::rate::{Algorithm, Rate, Unit};
+use super::wildcard::Wildcard;
 
 /// What a configured `rate_limit` says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,8 +49,15 @@ pub struct ConfiguredLimit {
     pub replaces: Vec<String>,
     /// `shadow_mode: true` on the node: decide and count, but never deny.
     pub shadow_mode: bool,
+    /// `quota_mode: true` on the node: decide and count; over the limit, the status stays OK and
+    /// the descriptor is reported in the response's dynamic metadata (`quotaModeViolations`)
+    /// instead of denying the request.
+    pub quota_mode: bool,
     /// `detailed_metric: true` on the node: metrics may carry descriptor values.
     pub detailed_metric: bool,
+    /// The node's `metadata`: returned, merged with that of the request's other admitted
+    /// descriptors, in the response's dynamic metadata when that is turned on.
+    pub metadata: Option<Arc<Metadata>>,
 }
 
 /// A node of the descriptor tree: one `key` (and maybe `value`) at one level.
@@ -61,22 +70,25 @@ pub struct RuleNode {
 }
 
 /// The nodes of one level, indexed for matching precedence: exact `key`+`value`, then wildcard
-/// values (a trailing `*`, prefix match) in config order, then key-only.
+/// values (any value with a `*`) in config order, then key-only.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuleSet {
     /// `key` -> `value` -> node, for nodes with a literal value.
     pub exact: HashMap<String, HashMap<String, RuleNode>>,
-    /// `(key, value prefix, node)` for values ending in `*`, in config order.
+    /// Nodes whose value contains `*`, in config order.
     pub wildcards: Vec<WildcardRule>,
     /// `key` -> node, for nodes without a value.
     pub key_only: HashMap<String, RuleNode>,
 }
 
-/// A node whose value ends in `*`: it matches every value starting with `prefix`.
+/// A node whose value contains `*`: it matches every value of `key` that `pattern` matches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WildcardRule {
     pub key: String,
-    pub prefix: String,
+    pub pattern: Wildcard,
+    /// `share_threshold: true`: every value this node matches is counted as the pattern itself,
+    /// so they share one counter (at this entry) instead of having one each.
+    pub share_threshold: bool,
     pub node: RuleNode,
 }
 

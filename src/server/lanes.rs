@@ -11,23 +11,31 @@
 use std::future::Future;
 use std::io;
 use std::net::TcpStream as StdTcpStream;
+use std::sync::Arc;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-/// The connections handed to one lane, registered with that lane's reactor as it takes them.
-pub type Connections = futures::stream::Map<
-    UnboundedReceiverStream<StdTcpStream>,
-    fn(StdTcpStream) -> io::Result<TcpStream>,
->;
+use super::accept::AcceptBackoff;
+use super::connections::{Registered, Registry};
+
+/// An accepted connection on its way to a lane, registered already (so it counts against the
+/// cap from the moment it is accepted).
+pub struct Accepted {
+    pub stream: StdTcpStream,
+    pub registered: Registered,
+}
+
+/// The connections handed to one lane, to be registered with that lane's reactor as it takes
+/// them.
+pub type Connections = mpsc::UnboundedReceiver<Accepted>;
 
 /// The running lanes: where accepted connections go, and how each one ended.
 pub struct Lanes {
-    queues: Vec<mpsc::UnboundedSender<StdTcpStream>>,
-    finished: Vec<oneshot::Receiver<Result<(), tonic::transport::Error>>>,
+    queues: Vec<mpsc::UnboundedSender<Accepted>>,
+    finished: Vec<oneshot::Receiver<()>>,
 }
 
 /// Starts `count` lanes (at least one), each serving the connections it is given with
@@ -36,19 +44,18 @@ pub struct Lanes {
 pub fn start<F, Fut>(count: usize, serve: F) -> io::Result<Lanes>
 where
     F: Fn(Connections) -> Fut + Clone + Send + 'static,
-    Fut: Future<Output = Result<(), tonic::transport::Error>> + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
 {
     let mut queues = Vec::new();
     let mut finished = Vec::new();
     for lane in 0..count.max(1) {
-        let (queue, taken) = mpsc::unbounded_channel();
-        let connections: Connections =
-            UnboundedReceiverStream::new(taken).map(TcpStream::from_std as fn(_) -> _);
+        let (queue, connections) = mpsc::unbounded_channel();
         let (done, ended) = oneshot::channel();
         let serve = serve.clone();
         if lane == 0 {
             tokio::spawn(async move {
-                let _ = done.send(serve(connections).await);
+                serve(connections).await;
+                let _ = done.send(());
             });
         } else {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -57,7 +64,8 @@ where
             std::thread::Builder::new()
                 .name(format!("ratelimitd-lane-{lane}"))
                 .spawn(move || {
-                    let _ = done.send(runtime.block_on(serve(connections)));
+                    runtime.block_on(serve(connections));
+                    let _ = done.send(());
                 })?;
         }
         queues.push(queue);
@@ -66,29 +74,38 @@ where
     Ok(Lanes { queues, finished })
 }
 
+/// Why the lanes stopped before they were asked to.
+#[derive(Debug, thiserror::Error)]
+#[error("a serving lane stopped on its own")]
+pub struct LaneStopped;
+
 impl Lanes {
     /// Accepts connections until `stopping` is cancelled and deals them out in turn, with Nagle's
     /// algorithm off (answers are small frames that must leave at once, not wait for the
-    /// client's delayed ACK). A lane that ends on its own (its server failed) cancels `stopping`,
-    /// so the whole server shuts down rather than run on with fewer lanes. Then waits for every
-    /// lane to finish and returns the first error.
+    /// client's delayed ACK). Each connection is first admitted by `registry` (which may shed an
+    /// idle one to make room, or refuse it: then it is closed at once). Failed accepts back off
+    /// ([`AcceptBackoff`]). A lane that ends on its own (it panicked) cancels `stopping`, so the
+    /// whole server shuts down rather than run on with fewer lanes. Then waits for every lane to
+    /// finish.
     pub async fn accept(
         self,
         listener: TcpListener,
+        registry: Arc<Registry>,
+        mut backoff: AcceptBackoff,
         stopping: CancellationToken,
-    ) -> Result<(), tonic::transport::Error> {
+    ) -> Result<(), LaneStopped> {
         let Lanes { queues, finished } = self;
         let mut finished: FuturesUnordered<_> = finished.into_iter().collect();
         let mut result = Ok(());
         let mut next = 0;
         loop {
             let accepted = tokio::select! {
+                // Shutdown first: lanes end on their own once it has begun.
+                biased;
                 _ = stopping.cancelled() => break,
-                Some(ended) = finished.next() => {
+                Some(_) = finished.next() => {
                     tracing::error!("a serving lane stopped; shutting down");
-                    if let Ok(Err(error)) = ended {
-                        result = Err(error);
-                    }
+                    result = Err(LaneStopped);
                     stopping.cancel();
                     break;
                 }
@@ -96,27 +113,35 @@ impl Lanes {
             };
             match accepted {
                 Ok((stream, _)) => {
+                    backoff.succeeded();
+                    let Ok(registered) = registry.admit() else {
+                        // Closed at once; let this lane's shed connections close too.
+                        drop(stream);
+                        tokio::task::yield_now().await;
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
                     match stream.into_std() {
                         Ok(stream) => {
-                            let _ = queues[next].send(stream);
+                            let _ = queues[next].send(Accepted { stream, registered });
                             next = (next + 1) % queues.len();
                         }
                         Err(error) => tracing::warn!(%error, "cannot hand over a connection"),
                     }
                 }
                 Err(error) => {
-                    // Out of file descriptors and the like: let connections close, then retry.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    tokio::select! {
+                        _ = stopping.cancelled() => break,
+                        _ = backoff.failed(error) => {}
+                    }
                 }
             }
         }
         drop(listener);
         drop(queues);
         while let Some(ended) = finished.next().await {
-            if let (Ok(()), Ok(Err(error))) = (&result, ended) {
-                result = Err(error);
+            if ended.is_err() && result.is_ok() {
+                result = Err(LaneStopped);
             }
         }
         result

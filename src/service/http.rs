@@ -11,34 +11,34 @@
 //!   path, with this service's extensions appended when they differ from the defaults
 //!   (`, unit_multiplier: 5`, `, algorithm: gcra`, `, burst: 20`, `, unlimited: true`).
 
-use std::convert::Infallible;
-use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
 
 use super::health::Health;
 use super::json::{request_from_json, response_to_json};
+use super::limited::Limited;
 use super::metrics::Metrics;
 use super::rls::RateLimitEdge;
 use crate::limiter::{LimitKind, Rules};
 use crate::proto::rls::rate_limit_response::Code;
 use crate::store::Store;
 
-/// Largest `/json` body accepted (the gRPC port's default message limit).
-pub const MAX_JSON_BODY: usize = 4 << 20;
+/// Largest `/json` body accepted by default (the gRPC port's message limit, see
+/// `--max-request-size`).
+pub const DEFAULT_MAX_JSON_BODY: usize = 64 << 10;
 
 /// What the HTTP port serves from.
 pub struct HttpState<S> {
     pub health: Arc<Health>,
     pub metrics: Option<Arc<Metrics>>,
     pub edge: Option<Arc<RateLimitEdge<S>>>,
+    /// Largest `/json` body accepted (413 above).
+    pub max_json_body: usize,
 }
 
 impl<S> HttpState<S> {
@@ -48,6 +48,7 @@ impl<S> HttpState<S> {
             health,
             metrics: None,
             edge: None,
+            max_json_body: DEFAULT_MAX_JSON_BODY,
         }
     }
 }
@@ -62,7 +63,8 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     response
 }
 
-async fn respond<S: Store>(
+/// The answer to one HTTP request.
+pub async fn respond<S: Store>(
     state: Arc<HttpState<S>>,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
@@ -92,7 +94,7 @@ async fn respond<S: Store>(
         },
         // Like envoyproxy/ratelimit, any method: the body is what matters.
         "/json" => match &state.edge {
-            Some(edge) => json(edge, request).await,
+            Some(edge) => json(&state, edge, request).await,
             None => text(StatusCode::NOT_FOUND, "not found"),
         },
         "/healthcheck" | "/metrics" | "/rlconfig" => {
@@ -107,19 +109,24 @@ async fn respond<S: Store>(
 }
 
 async fn json<S: Store>(
+    state: &HttpState<S>,
     edge: &RateLimitEdge<S>,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
-    let body = match Limited::new(request.into_body(), MAX_JSON_BODY)
+    let max = state.max_json_body;
+    let body = match http_body_util::Limited::new(request.into_body(), max)
         .collect()
         .await
     {
         Ok(body) => body.to_bytes(),
         Err(error) => {
             return if error.is::<http_body_util::LengthLimitError>() {
+                if let Some(metrics) = &state.metrics {
+                    metrics.record_limited(Limited::RequestSize);
+                }
                 text(
                     StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("request body larger than {MAX_JSON_BODY} bytes\n"),
+                    format!("request body larger than {max} bytes\n"),
                 )
             } else {
                 text(
@@ -204,39 +211,4 @@ pub fn rlconfig(rules: &Rules) -> String {
         out.push('\n');
     }
     out
-}
-
-/// Serves HTTP/1.1 on `listener` until `shutdown` completes.
-pub async fn serve<S: Store>(
-    listener: TcpListener,
-    state: Arc<HttpState<S>>,
-    shutdown: impl Future<Output = ()>,
-) {
-    tokio::pin!(shutdown);
-    loop {
-        let accepted = tokio::select! {
-            _ = &mut shutdown => return,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, _) = match accepted {
-            Ok(connection) => connection,
-            Err(error) => {
-                tracing::warn!(%error, "http accept failed");
-                continue;
-            }
-        };
-        let state = state.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(respond(state, request).await) }
-            });
-            if let Err(error) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                tracing::debug!(%error, "http connection ended with an error");
-            }
-        });
-    }
 }

@@ -10,7 +10,7 @@
 //! | `ratelimitd_total_hits_total` | matched the rule (every hit) |
 //! | `ratelimitd_within_limit_total` | was answered OK (near-limit hits included) |
 //! | `ratelimitd_near_limit_total` | was admitted and left less than `1 − near_limit_ratio` of the capacity: hits whose position in the capacity is above `floor(capacity × ratio)` |
-//! | `ratelimitd_over_limit_total` | was over the limit (shadow-mode ones included) |
+//! | `ratelimitd_over_limit_total` | was over the limit (shadow- and quota-mode ones included) |
 //! | `ratelimitd_shadow_mode_total` | was over a shadow-mode limit (answered OK) |
 //!
 //! A descriptor with a client override and no configured rule counts under `rule="(override)"`.
@@ -21,9 +21,12 @@
 //! [`DETAILED_LABEL_MAX_BYTES`]). At most [`DETAILED_METRIC_CAP`] distinct descriptor labels are
 //! kept per rule; the hits of any further descriptor count under `descriptor="_other"`.
 //!
-//! Also: the request latency histogram, requests by result, store errors by kind, answers given
-//! by the store-failure policy, configuration reloads, and the counters other components expose
-//! (Redis script reloads, deny-cache hits), read when scraped.
+//! Also: the request latency histogram, requests by result, requests refused by a request limit,
+//! store errors by kind, answers given by the store-failure policy, configuration reloads, what
+//! loading configurations did (files read and parsed, files refused by a configuration limit),
+//! what the transport limits refused or closed (by [`Limited`]), accept errors by port, and the
+//! counters other components expose (Redis script reloads, deny-cache hits, open connections),
+//! read when scraped.
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,8 +35,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 
+use super::limited::{Limited, Port};
+use crate::config::{ConfigLimit, Loader};
 use crate::limiter::algorithm::Verdict;
-use crate::limiter::{Code, ConfiguredLimit, Outcome, Plan, Request, Resolution, RuleSet, Rules};
+use crate::limiter::{
+    Code, ConfiguredLimit, Outcome, Plan, Request, RequestLimit, Resolution, RuleSet, Rules,
+};
 use crate::store::StoreError;
 
 /// Most distinct `descriptor` label values kept per `detailed_metric` rule.
@@ -155,6 +162,8 @@ pub struct Metrics {
     rules: RwLock<HashMap<String, HashMap<String, Arc<RuleStats>>>>,
     latency: Histogram,
     requests: [AtomicU64; 4],
+    /// Requests refused by each of [`RequestLimit::ALL`].
+    request_limits: [AtomicU64; 3],
     store_errors: [AtomicU64; 3],
     policy: Mutex<&'static str>,
     policy_answers: AtomicU64,
@@ -162,6 +171,10 @@ pub struct Metrics {
     reloads_failed: AtomicU64,
     last_reload_ok: AtomicBool,
     last_success_unix: AtomicU64,
+    /// The loader of the running configuration, whose counters are rendered.
+    config_loader: Mutex<Option<Arc<Loader>>>,
+    limited: [AtomicU64; Limited::ALL.len()],
+    accept_errors: [AtomicU64; Port::ALL.len()],
     externals: Mutex<Vec<External>>,
 }
 
@@ -193,6 +206,7 @@ impl Metrics {
             rules: RwLock::new(HashMap::new()),
             latency: Histogram::new(),
             requests: Default::default(),
+            request_limits: Default::default(),
             store_errors: Default::default(),
             policy: Mutex::new("unavailable"),
             policy_answers: AtomicU64::new(0),
@@ -200,6 +214,9 @@ impl Metrics {
             reloads_failed: AtomicU64::new(0),
             last_reload_ok: AtomicBool::new(true),
             last_success_unix: AtomicU64::new(unix_now()),
+            config_loader: Mutex::new(None),
+            limited: Default::default(),
+            accept_errors: Default::default(),
             externals: Mutex::new(Vec::new()),
         }
     }
@@ -315,7 +332,8 @@ impl Metrics {
                 counters = &stats.plain;
             }
             Counters::add(&counters.total, hits);
-            let over = status.code == Code::OverLimit || status.shadow_denied;
+            let over =
+                status.code == Code::OverLimit || status.shadow_denied || status.quota_violated;
             if over {
                 Counters::add(&counters.over, hits);
                 if status.shadow_denied {
@@ -347,6 +365,20 @@ impl Metrics {
         self.requests[index].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A request refused because it exceeded `limit`.
+    pub fn record_request_limit(&self, limit: RequestLimit) {
+        let index = RequestLimit::ALL
+            .iter()
+            .position(|l| *l == limit)
+            .unwrap_or(0);
+        self.request_limits[index].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Renders the counters of `loader` (files read, parsed, refused by a configuration limit).
+    pub fn register_config_loader(&self, loader: Arc<Loader>) {
+        *self.config_loader.lock() = Some(loader);
+    }
+
     pub fn record_store_error(&self, error: &StoreError) {
         let index = STORE_ERROR_KINDS
             .iter()
@@ -374,6 +406,22 @@ impl Metrics {
             self.reloads_failed.fetch_add(1, Ordering::Relaxed);
         }
         self.last_reload_ok.store(success, Ordering::Relaxed);
+    }
+
+    /// A transport limit stepped in.
+    pub fn record_limited(&self, limited: Limited) {
+        self.limited[limited.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How often `limited` stepped in so far.
+    pub fn limited(&self, limited: Limited) -> u64 {
+        self.limited[limited.index()].load(Ordering::Relaxed)
+    }
+
+    /// Accepting a connection on `port` failed (out of descriptors, and the like).
+    pub fn record_accept_error(&self, port: Port) {
+        let index = Port::ALL.iter().position(|p| *p == port).unwrap_or(0);
+        self.accept_errors[index].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Adds a counter read from `read` when scraped (`name` should end in `_total`).
@@ -453,6 +501,21 @@ impl Metrics {
 
         family(
             &mut out,
+            "ratelimitd_request_limit_rejections_total",
+            "Requests refused with INVALID_ARGUMENT for exceeding a request limit (descriptors, entries, entry_bytes).",
+            "counter",
+        );
+        for (limit, counter) in RequestLimit::ALL.iter().zip(&self.request_limits) {
+            let _ = writeln!(
+                out,
+                "ratelimitd_request_limit_rejections_total{{limit=\"{}\"}} {}",
+                limit.label(),
+                counter.load(Ordering::Relaxed)
+            );
+        }
+
+        family(
+            &mut out,
             "ratelimitd_store_errors_total",
             "Store calls that failed, by kind (timeout, unavailable, protocol).",
             "counter",
@@ -517,6 +580,38 @@ impl Metrics {
             self.last_success_unix.load(Ordering::Relaxed)
         );
 
+        if let Some(loader) = self.config_loader.lock().as_ref() {
+            render_config_loader(&mut out, loader);
+        }
+        family(
+            &mut out,
+            "ratelimitd_transport_limited_total",
+            "Calls, messages and connections a transport limit refused or closed, by limit (see the README's Limits and hardening).",
+            "counter",
+        );
+        for (limited, counter) in Limited::ALL.iter().zip(&self.limited) {
+            let _ = writeln!(
+                out,
+                "ratelimitd_transport_limited_total{{limit=\"{}\"}} {}",
+                limited.label(),
+                counter.load(Ordering::Relaxed)
+            );
+        }
+        family(
+            &mut out,
+            "ratelimitd_accept_errors_total",
+            "Failed accepts (e.g. out of file descriptors), by port; each is followed by a backoff.",
+            "counter",
+        );
+        for (port, counter) in Port::ALL.iter().zip(&self.accept_errors) {
+            let _ = writeln!(
+                out,
+                "ratelimitd_accept_errors_total{{port=\"{}\"}} {}",
+                port.label(),
+                counter.load(Ordering::Relaxed)
+            );
+        }
+
         for external in self.externals.lock().iter() {
             family(&mut out, external.name, external.help, external.kind);
             let _ = writeln!(out, "{} {}", external.name, (external.read)());
@@ -576,7 +671,7 @@ impl Metrics {
             ),
             (
                 "ratelimitd_over_limit_total",
-                "Hits over the limit (shadow-mode ones included).",
+                "Hits over the limit (shadow- and quota-mode ones included).",
             ),
             (
                 "ratelimitd_shadow_mode_total",
@@ -598,6 +693,46 @@ impl Metrics {
                 let _ = writeln!(out, "}} {}", values[i]);
             }
         }
+    }
+}
+
+fn render_config_loader(out: &mut String, loader: &Loader) {
+    let stats = loader.stats();
+    family(
+        out,
+        "ratelimitd_config_file_reads_total",
+        "Configuration files read, to load them or to see whether they changed (unchanged files are not read).",
+        "counter",
+    );
+    let _ = writeln!(
+        out,
+        "ratelimitd_config_file_reads_total {}",
+        stats.files_read()
+    );
+    family(
+        out,
+        "ratelimitd_config_file_parses_total",
+        "Configuration files parsed (each load, at startup, on a change or SIGHUP, parses the files it reads).",
+        "counter",
+    );
+    let _ = writeln!(
+        out,
+        "ratelimitd_config_file_parses_total {}",
+        stats.files_parsed()
+    );
+    family(
+        out,
+        "ratelimitd_config_limit_rejections_total",
+        "Configuration files refused by a configuration limit (file_bytes, file_type, alias_bytes), at each load that met them.",
+        "counter",
+    );
+    for limit in ConfigLimit::ALL {
+        let _ = writeln!(
+            out,
+            "ratelimitd_config_limit_rejections_total{{limit=\"{}\"}} {}",
+            limit.label(),
+            stats.rejected(limit)
+        );
     }
 }
 

@@ -6,8 +6,10 @@ pub mod headers;
 pub mod health;
 pub mod http;
 pub mod json;
+pub mod limited;
 pub mod metrics;
 pub mod rls;
+pub mod throttle;
 
 pub use headers::ResponseHeaders;
 pub use health::Health;

@@ -2,18 +2,18 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use tonic::{Code as GrpcCode, Request, Response, Status};
 
-use super::convert::{request_from_proto, response_to_proto};
+use super::convert::{dynamic_metadata, request_from_proto, response_to_proto, Refused};
 use super::headers::ResponseHeaders;
 use super::metrics::{Metrics, RequestResult};
+use super::throttle::WarnThrottle;
 use crate::limiter::algorithm::Verdict;
-use crate::limiter::{outcome, plan, Rules};
+use crate::limiter::{outcome, plan_with, response_metadata, Modes, RequestLimits, Rules};
 use crate::proto::rls::rate_limit_response::Code as ProtoCode;
 use crate::proto::rls::rate_limit_service_server::RateLimitService;
 use crate::proto::rls::{RateLimitRequest, RateLimitResponse};
@@ -73,42 +73,15 @@ pub struct RateLimitEdge<S> {
     headers: ResponseHeaders,
     metrics: Option<Arc<Metrics>>,
     on_store_error: StoreErrorPolicy,
+    /// Global shadow and quota mode.
+    modes: Modes,
+    /// Fill `dynamic_metadata` in every response (envoyproxy/ratelimit's
+    /// `RESPONSE_DYNAMIC_METADATA`).
+    dynamic_metadata: bool,
+    /// What one request may carry; a request beyond it is refused before it is converted.
+    limits: RequestLimits,
     /// Store-error warnings are logged at most once per second, with the count of the others.
     warnings: WarnThrottle,
-}
-
-/// Lets one warning through per second and counts the ones it holds back.
-struct WarnThrottle {
-    origin: Instant,
-    /// Milliseconds after `origin` of the last warning logged, plus one (0: none yet).
-    last_ms: AtomicU64,
-    suppressed: AtomicU64,
-}
-
-impl WarnThrottle {
-    fn new() -> WarnThrottle {
-        WarnThrottle {
-            origin: Instant::now(),
-            last_ms: AtomicU64::new(0),
-            suppressed: AtomicU64::new(0),
-        }
-    }
-
-    /// `Some(number held back since the last one)` when this warning may be logged.
-    fn admit(&self) -> Option<u64> {
-        let now = self.origin.elapsed().as_millis() as u64 + 1;
-        let last = self.last_ms.load(Ordering::Relaxed);
-        if (last == 0 || now >= last + 1_000)
-            && self
-                .last_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            return Some(self.suppressed.swap(0, Ordering::Relaxed));
-        }
-        self.suppressed.fetch_add(1, Ordering::Relaxed);
-        None
-    }
 }
 
 impl<S: Store> RateLimitEdge<S> {
@@ -119,8 +92,30 @@ impl<S: Store> RateLimitEdge<S> {
             headers: ResponseHeaders::None,
             metrics: None,
             on_store_error: StoreErrorPolicy::Unavailable,
+            modes: Modes::default(),
+            dynamic_metadata: false,
+            limits: RequestLimits::default(),
             warnings: WarnThrottle::new(),
         }
+    }
+
+    /// Global shadow mode (no limit denies) and quota mode (every limit in quota mode).
+    pub fn with_modes(mut self, modes: Modes) -> RateLimitEdge<S> {
+        self.modes = modes;
+        self
+    }
+
+    /// Fills every response's `dynamic_metadata` as envoyproxy/ratelimit does.
+    pub fn with_dynamic_metadata(mut self, enabled: bool) -> RateLimitEdge<S> {
+        self.dynamic_metadata = enabled;
+        self
+    }
+
+    /// Refuses requests beyond `limits` with `INVALID_ARGUMENT` (default:
+    /// [`RequestLimits::default`]).
+    pub fn with_request_limits(mut self, limits: RequestLimits) -> RateLimitEdge<S> {
+        self.limits = limits;
+        self
     }
 
     /// Adds rate-limit headers of `style` to every response (`response_headers_to_add`).
@@ -171,9 +166,15 @@ impl<S: Store> RateLimitEdge<S> {
     }
 
     async fn decide_timed(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
-        let request = request_from_proto(request)?;
+        let request = request_from_proto(request, &self.limits).map_err(|refused| {
+            if let (Refused::Limit(exceeded), Some(metrics)) = (&refused, &self.metrics) {
+                metrics.record_request_limit(exceeded.limit());
+            }
+            Status::from(refused)
+        })?;
         let rules = self.rules.load();
-        let plan = plan(&rules, &request).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let plan = plan_with(&rules, &request, self.modes)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let (verdicts, from_store) = if plan.checks.is_empty() {
             (Vec::new(), true)
         } else {
@@ -187,6 +188,10 @@ impl<S: Store> RateLimitEdge<S> {
             metrics.record_decision(&request, &plan, from_store.then_some(&verdicts), &outcome);
         }
         let mut response = response_to_proto(&outcome);
+        if self.dynamic_metadata {
+            let facts = response_metadata(&plan, &outcome);
+            response.dynamic_metadata = Some(dynamic_metadata(&request, &facts));
+        }
         self.headers.apply(&request, &mut response);
         Ok(response)
     }

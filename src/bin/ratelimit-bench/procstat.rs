@@ -35,6 +35,48 @@ fn clock_ticks_per_second() -> u64 {
     }
 }
 
+/// The whole machine's CPU time, every process's: what the processes a run measures leave to
+/// others shows only against it (on a shared machine, other work takes cores too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MachineCpu {
+    /// Clock ticks spent busy (everything but idle and iowait; steal counts, as the hypervisor
+    /// gave the time to someone else), summed over the CPUs.
+    pub busy_ticks: u64,
+    /// Clock ticks of every state, summed over the CPUs.
+    pub total_ticks: u64,
+    pub cpus: u32,
+}
+
+/// The machine's CPU time from `/proc/stat`.
+pub fn machine_cpu() -> Option<MachineCpu> {
+    machine_cpu_of(&fs::read_to_string("/proc/stat").ok()?)
+}
+
+fn machine_cpu_of(stat: &str) -> Option<MachineCpu> {
+    let mut lines = stat.lines();
+    let all = lines.next()?.strip_prefix("cpu ")?;
+    // user nice system idle iowait irq softirq steal (guest time is already in user and nice).
+    let ticks: Vec<u64> = all
+        .split_whitespace()
+        .take(8)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    if ticks.len() < 5 {
+        return None;
+    }
+    let total_ticks: u64 = ticks.iter().sum();
+    let cpus = lines
+        .take_while(|line| line.starts_with("cpu"))
+        .filter(|line| line[3..].starts_with(|c: char| c.is_ascii_digit()))
+        .count();
+    Some(MachineCpu {
+        busy_ticks: total_ticks - ticks[3] - ticks[4],
+        total_ticks,
+        cpus: u32::try_from(cpus).ok()?,
+    })
+}
+
 /// Resident set size of this process in bytes (`VmRSS` of `/proc/self/status`).
 pub fn self_rss_bytes() -> Option<u64> {
     let status = fs::read_to_string("/proc/self/status").ok()?;
@@ -52,5 +94,23 @@ mod tests {
         let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 4 0 1 2 3";
         let ticks = clock_ticks_per_second();
         assert_eq!(cpu_us_of(stat), Some(300 * 1_000_000 / ticks));
+    }
+
+    #[test]
+    fn machine_cpu_counts_every_state_but_idle_as_busy() {
+        let stat = "cpu  100 10 50 800 20 0 5 15 7 0\n\
+                    cpu0 50 5 25 400 10 0 3 7 4 0\n\
+                    cpu1 50 5 25 400 10 0 2 8 3 0\n\
+                    intr 12345 0 0\n";
+        assert_eq!(
+            machine_cpu_of(stat),
+            Some(MachineCpu {
+                busy_ticks: 100 + 10 + 50 + 5 + 15,
+                total_ticks: 1000,
+                cpus: 2
+            })
+        );
+        assert_eq!(machine_cpu_of("intr 1\n"), None);
+        assert!(machine_cpu().is_some_and(|m| m.cpus >= 1 && m.busy_ticks <= m.total_ticks));
     }
 }

@@ -10,7 +10,12 @@
 //! - `unloaded`: one connection with one RPC in flight (Redis, gcra, 100k keys, 1 and 3 descriptors);
 //! - `redis_own_cpu`: the matrix load with redis-server pinned to a CPU of its own and ratelimitd
 //!   with the load generator on the other (Redis, gcra, 100k keys, 1 and 3 descriptors);
-//! - `footprint`: `ratelimit-bench footprint --json`.
+//! - `footprint`: `ratelimit-bench footprint --json`;
+//! - `cluster`: the matrix load against ratelimitd on a Redis Cluster of `tags.masters` masters
+//!   (`--store-pid` of every master, so `store_cpu_us_per_request` is theirs summed), with
+//!   `evalsha_calls`, each master's `EVALSHA` count over the whole run (warmup included, counted
+//!   from `CONFIG RESETSTAT`); `machine_cpus` and `machine_cpus_busy` tell whether the cores
+//!   bounded it.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -85,6 +90,19 @@ impl Record {
         self.num(&["store_cpu_us_per_request"])
     }
 
+    fn client_cpu(&self) -> Option<f64> {
+        self.num(&["client_cpu_us_per_request"])
+    }
+
+    /// The numbers of the array `name` (empty when there is none).
+    fn nums(&self, name: &str) -> Vec<f64> {
+        self.0
+            .get(name)
+            .and_then(Value::as_array)
+            .map(|values| values.iter().filter_map(Value::as_f64).collect())
+            .unwrap_or_default()
+    }
+
     fn p(&self, name: &str) -> Option<f64> {
         self.num(&["latency_us", name])
     }
@@ -141,6 +159,7 @@ pub fn render(records: &[Record]) -> String {
     let unloaded = of("unloaded");
     let own_cpu = of("redis_own_cpu");
     let footprint = of("footprint");
+    let cluster = of("cluster");
 
     let transport_for = |r: &Record| {
         transport
@@ -202,6 +221,8 @@ pub fn render(records: &[Record]) -> String {
             "\nCeiling of a memory row: rls-ceiling with the same descriptors per request (CPU = server CPU per request). Ceiling of a redis row: redis-benchmark, same script, algorithm, keys and descriptors (CPU = redis-server CPU per request).\n"
         );
     }
+
+    cluster_table(&mut out, &cluster, &matrix);
 
     if !transport.is_empty() || !redis_ceiling.is_empty() {
         start_table(
@@ -343,6 +364,177 @@ fn load_table(out: &mut String, heading: &str, records: &[&Record]) {
         );
     }
     let _ = writeln!(out);
+}
+
+/// What a cell's throughput was bound by. The cores: ratelimitd, the redis-servers and the load
+/// generator together kept nearly every CPU busy, so less CPU per request anywhere would have
+/// shown; shared cores: other work on the machine took what they left. Redis: its masters were
+/// nearly a core busy each (a redis-server runs one script at a time), so only more masters
+/// would have helped. Neither: the RPCs in flight (closed loop) waited on latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bound {
+    Cores,
+    SharedCores,
+    Redis,
+    CoresAndRedis,
+    Neither,
+}
+
+impl Bound {
+    /// The share of capacity above which a resource counts as saturated: the CPU counters tick
+    /// at 10 ms, and a closed loop never quite keeps every core busy.
+    const SATURATED: f64 = 0.9;
+
+    /// From the CPUs the measured processes kept busy, those every process did (when known),
+    /// the machine's CPUs, and the cores busy per master.
+    fn of(ours: f64, machine: Option<f64>, cpus: f64, redis_per_master: f64) -> Bound {
+        let saturated = |busy: f64| busy >= Self::SATURATED * cpus;
+        match (
+            saturated(ours),
+            machine.is_some_and(saturated),
+            redis_per_master >= Self::SATURATED,
+        ) {
+            (true, _, true) | (false, true, true) => Bound::CoresAndRedis,
+            (true, _, false) => Bound::Cores,
+            (false, true, false) => Bound::SharedCores,
+            (false, false, true) => Bound::Redis,
+            (false, false, false) => Bound::Neither,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Bound::Cores => "the cores",
+            Bound::SharedCores => "the cores, shared with other work",
+            Bound::Redis => "Redis",
+            Bound::CoresAndRedis => "the cores and Redis",
+            Bound::Neither => "neither",
+        }
+    }
+}
+
+/// The cluster cells beside the single-server Redis cells of the same algorithm, keys and
+/// descriptors (nothing when there are none): whether spreading the counters over masters pays
+/// on this machine, and what bounds it.
+fn cluster_table(out: &mut String, cluster: &[&Record], matrix: &[&Record]) {
+    if cluster.is_empty() {
+        return;
+    }
+    let one_server = |r: &Record| {
+        matrix
+            .iter()
+            .find(|m| {
+                m.tag("store") == "redis"
+                    && m.tag("algorithm") == r.tag("algorithm")
+                    && m.same_shape(r)
+            })
+            .copied()
+    };
+    let cpus_label = cluster
+        .iter()
+        .find_map(|r| r.num(&["machine_cpus"]))
+        .map_or("–".into(), |c| format!("{c:.0}"));
+    start_table(
+        out,
+        "Redis Cluster: masters x algorithm x descriptors (100 000 keys), beside one server",
+        &format!("| masters | algorithm | desc | req/s | p99 µs | server CPU µs/req | redis CPU µs/req (all masters) | EVALSHA calls/req per node | req/s ÷ one server | CPUs busy: ours / machine (of {cpus_label}) | bound by |"),
+        "rlrrrrrrrrl",
+    );
+    let mut bounds: Vec<(Bound, String)> = Vec::new();
+    for r in cluster {
+        let masters = r.tag("masters").parse::<f64>().ok();
+        // Calls are counted over the whole run, so per request of the whole run.
+        let sent = r.num(&["requests"]).unwrap_or(0.0) + r.num(&["warmup_requests"]).unwrap_or(0.0);
+        let calls: Vec<String> = r
+            .nums("evalsha_calls")
+            .iter()
+            .map(|&c| f(ratio(Some(c), Some(sent)), 3))
+            .collect();
+        let calls = if calls.is_empty() {
+            "–".to_string()
+        } else {
+            calls.join(" / ")
+        };
+        let ours = match (r.server_cpu(), r.store_cpu(), r.client_cpu(), r.rps()) {
+            (Some(server), Some(store), Some(client), Some(rps)) => {
+                Some((server + store + client) * rps / 1e6)
+            }
+            _ => None,
+        };
+        let machine = r.num(&["machine_cpus_busy"]);
+        let redis_per_master = match (r.store_cpu(), r.rps(), masters) {
+            (Some(store), Some(rps), Some(m)) if m > 0.0 => Some(store * rps / 1e6 / m),
+            _ => None,
+        };
+        let bound = match (ours, r.num(&["machine_cpus"]), redis_per_master) {
+            (Some(ours), Some(cpus), Some(redis)) => Some(Bound::of(ours, machine, cpus, redis)),
+            _ => None,
+        };
+        if let Some(bound) = bound {
+            bounds.push((
+                bound,
+                format!(
+                    "{} {} {} desc",
+                    match r.tag("masters") {
+                        "1" => "1 master".to_string(),
+                        m => format!("{m} masters"),
+                    },
+                    r.tag("algorithm"),
+                    r.int("descriptors")
+                ),
+            ));
+        }
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} |",
+            r.tag("masters"),
+            r.tag("algorithm"),
+            r.int("descriptors"),
+            f(r.rps(), 0),
+            f(r.p("p99"), 0),
+            f(r.server_cpu(), 1),
+            f(r.store_cpu(), 1),
+            calls,
+            pct(ratio(r.rps(), one_server(r).and_then(Record::rps))),
+            f(ours, 2),
+            f(machine, 2),
+            bound.map_or("–", Bound::label),
+        );
+    }
+    let mut summary: Vec<String> = Vec::new();
+    for bound in [
+        Bound::Cores,
+        Bound::SharedCores,
+        Bound::CoresAndRedis,
+        Bound::Redis,
+        Bound::Neither,
+    ] {
+        let cells: Vec<&str> = bounds
+            .iter()
+            .filter(|(b, _)| *b == bound)
+            .map(|(_, cell)| cell.as_str())
+            .collect();
+        if !cells.is_empty() {
+            summary.push(format!(
+                "{} in {} of {} ({})",
+                bound.label(),
+                cells.len(),
+                bounds.len(),
+                cells.join(", ")
+            ));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nThroughput bound by {}. CPUs busy: ours = (server + redis + load generator CPU per request) x req/s, machine = every process's (/proc/stat); the cores bound a cell when ours is ≥ {:.0} % of the CPUs (shared with other work when only the machine's is), Redis when the masters' CPU is ≥ {:.0} % of a core per master (one script at a time each). EVALSHA calls per request: each master's calls (INFO commandstats) over the requests of the whole run, warmup included (one call per node carries a batch of requests). One server: the redis matrix cell of this run with the same algorithm, keys and descriptors.\n",
+        if summary.is_empty() {
+            "– (not measured)".to_string()
+        } else {
+            summary.join("; ")
+        },
+        Bound::SATURATED * 100.0,
+        Bound::SATURATED * 100.0,
+    );
 }
 
 /// The record of `store` (its `tags.store`) with `descriptors` descriptors per request.
@@ -628,4 +820,77 @@ fn start_table(out: &mut String, heading: &str, header: &str, align: &str) {
         .map(|a| if a == 'r' { "---:|" } else { "---|" })
         .collect();
     let _ = writeln!(out, "|{separator}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(json: &str) -> Record {
+        Record(serde_json::from_str(json).expect("a test record is JSON"))
+    }
+
+    #[test]
+    fn cluster_cells_sit_beside_the_single_server_cell() {
+        let records = [
+            record(
+                r#"{"tags":{"kind":"matrix","store":"redis","algorithm":"gcra"},"keys":100000,"descriptors":1,"throughput_rps":40000.0}"#,
+            ),
+            // 3 masters, 30 000 req/s: 61 µs of CPU per request in all = 1.83 of 2 CPUs busy;
+            // the masters 0.27 core each. 10 000 requests in the whole run.
+            record(
+                r#"{"tags":{"kind":"cluster","store":"cluster","algorithm":"gcra","masters":"3"},"keys":100000,"descriptors":1,"requests":8000,"warmup_requests":2000,"throughput_rps":30000.0,"latency_us":{"p99":2500.0},"server_cpu_us_per_request":25.0,"store_cpu_us_per_request":27.0,"client_cpu_us_per_request":9.0,"machine_cpus":2,"machine_cpus_busy":1.9,"evalsha_calls":[2100,2000,2205]}"#,
+            ),
+            // 1 master kept one core busy (Redis), the CPUs not: no single-server cell to
+            // compare with (3 descriptors were not run on one server).
+            record(
+                r#"{"tags":{"kind":"cluster","store":"cluster","algorithm":"gcra","masters":"1"},"keys":100000,"descriptors":3,"requests":10000,"warmup_requests":0,"throughput_rps":20000.0,"latency_us":{"p99":3000.0},"server_cpu_us_per_request":10.0,"store_cpu_us_per_request":50.0,"client_cpu_us_per_request":5.0,"machine_cpus":2,"machine_cpus_busy":1.4,"evalsha_calls":[2500]}"#,
+            ),
+            // 1 CPU of ours busy, the machine's 2: other work took the rest.
+            record(
+                r#"{"tags":{"kind":"cluster","store":"cluster","algorithm":"fixed_window","masters":"1"},"keys":100000,"descriptors":1,"requests":10000,"warmup_requests":0,"throughput_rps":20000.0,"latency_us":{"p99":3000.0},"server_cpu_us_per_request":25.0,"store_cpu_us_per_request":20.0,"client_cpu_us_per_request":5.0,"machine_cpus":2,"machine_cpus_busy":1.95,"evalsha_calls":[1000]}"#,
+            ),
+        ];
+        let out = render(&records);
+        assert!(
+            out.contains("#### Redis Cluster: masters x algorithm x descriptors (100 000 keys), beside one server"),
+            "{out}"
+        );
+        assert!(
+            out.contains("| CPUs busy: ours / machine (of 2) | bound by |"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "| 3 | gcra | 1 | 30000 | 2500 | 25.0 | 27.0 | 0.210 / 0.200 / 0.221 | 75 % | 1.83 / 1.90 | the cores |"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "| 1 | gcra | 3 | 20000 | 3000 | 10.0 | 50.0 | 0.250 | – | 1.30 / 1.40 | Redis |"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("| 1 | fixed_window | 1 | 20000 | 3000 | 25.0 | 20.0 | 0.100 | – | 1.00 / 1.95 | the cores, shared with other work |"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "Throughput bound by the cores in 1 of 3 (3 masters gcra 1 desc); the cores, shared with other work in 1 of 3 (1 master fixed_window 1 desc); Redis in 1 of 3 (1 master gcra 3 desc)."
+            ),
+            "{out}"
+        );
+        // Not a matrix row.
+        assert_eq!(out.matches("| cluster |").count(), 0, "{out}");
+    }
+
+    #[test]
+    fn no_cluster_cells_no_cluster_table() {
+        let records = [record(
+            r#"{"tags":{"kind":"matrix","store":"redis","algorithm":"gcra"},"keys":100000,"descriptors":1,"throughput_rps":40000.0}"#,
+        )];
+        assert!(!render(&records).contains("Redis Cluster"));
+    }
 }

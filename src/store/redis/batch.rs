@@ -22,13 +22,20 @@ use super::cluster::ClusterLane;
 use super::script::{decode_batch_reply, Invocation, DECIDE};
 use super::Shared;
 use crate::limiter::algorithm::Verdict;
+use crate::limiter::RequestLimits;
 use crate::store::StoreError;
 
 /// Most requests decided by one script call.
 pub const MAX_BATCH_REQUESTS: usize = 128;
 
-/// Most checks (keys) in one script call, unless a single request has more.
+/// Most checks (keys) in one script call. A batch is cut between requests, never inside one, so
+/// only a request with more checks than this could make a longer call: the edge (gRPC and
+/// `/json`) refuses requests of more than [`RequestLimits::MAX_DESCRIPTORS_CEILING`] descriptors
+/// (one check each at most), which the assertion below keeps within this bound. Only callers of
+/// the store's own API can pass more (a call then carries that request alone).
 pub const MAX_BATCH_CHECKS: usize = 1024;
+
+const _: () = assert!(RequestLimits::MAX_DESCRIPTORS_CEILING <= MAX_BATCH_CHECKS);
 
 pub(super) type Answer = Result<Vec<Verdict>, StoreError>;
 
@@ -212,5 +219,83 @@ async fn call_server(shared: &Shared, batch: Vec<Pending>) {
                 let _ = pending.answer.send(Err(error.clone()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+    use crate::limiter::counter_key::CounterKey;
+    use crate::limiter::{Algorithm, Entry, Rate, Unit};
+    use crate::store::Check;
+
+    fn invocation(request: usize, checks: usize) -> Invocation {
+        let checks: Vec<Check> = (0..checks)
+            .map(|i| Check {
+                key: CounterKey::new(
+                    "batch",
+                    &[Entry {
+                        key: "request".into(),
+                        value: format!("{request}-{i}"),
+                    }],
+                ),
+                rate: Rate::new(Algorithm::FixedWindow, 10, Unit::Hour, 1, None)
+                    .expect("a valid rate"),
+                hits: 1,
+                shadow: false,
+            })
+            .collect();
+        Invocation::new(&checks, None)
+    }
+
+    #[test]
+    fn batches_of_capped_requests_stay_within_the_bound_and_keep_requests_whole() {
+        let timeout = Duration::from_secs(60);
+        let deadline = Instant::now() + timeout;
+        let (queue, mut receiver) = mpsc::unbounded_channel();
+        let mut answers = Vec::new();
+        let mut sent = Vec::new();
+        let mut rng = StdRng::seed_from_u64(11);
+        // Mostly small requests, some at the largest size the edge lets through.
+        for request in 0..400 {
+            let checks = match rng.random_range(0..4) {
+                0 => RequestLimits::MAX_DESCRIPTORS_CEILING,
+                1 => rng.random_range(1..=RequestLimits::MAX_DESCRIPTORS_CEILING),
+                _ => rng.random_range(1..=8),
+            };
+            let (answer, answered) = oneshot::channel();
+            answers.push(answered);
+            let invocation = invocation(request, checks);
+            sent.push(invocation.keys().to_vec());
+            queue
+                .send(Pending {
+                    invocation,
+                    deadline,
+                    answer,
+                })
+                .expect("the receiver is alive");
+        }
+        drop(queue);
+
+        let mut carried = None;
+        let mut taken = Vec::new();
+        loop {
+            let first = match carried.take() {
+                Some(first) => first,
+                None => match receiver.try_recv() {
+                    Ok(first) => first,
+                    Err(_) => break,
+                },
+            };
+            let batch = gather(first, &mut receiver, &mut carried, timeout);
+            let checks: usize = batch.iter().map(|p| p.invocation.checks()).sum();
+            assert!(checks <= MAX_BATCH_CHECKS, "a call of {checks} checks");
+            assert!(batch.len() <= MAX_BATCH_REQUESTS);
+            taken.extend(batch.iter().map(|p| p.invocation.keys().to_vec()));
+        }
+        assert!(taken == sent, "every request once, whole, in order");
     }
 }

@@ -11,19 +11,8 @@ use crate::limiter::rate::Rate;
 /// The whole refund script: the helpers and the five algorithms of the request script, then the
 /// refund entry point (Redis cannot call one script from another; see `lua/refund.lua`).
 pub const REFUND_SOURCE: &str = concat!(
-    include_str!("../../../lua/common.lua"),
-    "\n",
-    include_str!("../../../lua/fixed_window.lua"),
-    "\n",
-    include_str!("../../../lua/sliding_window_log.lua"),
-    "\n",
-    include_str!("../../../lua/sliding_window_counter.lua"),
-    "\n",
-    include_str!("../../../lua/token_bucket.lua"),
-    "\n",
-    include_str!("../../../lua/gcra.lua"),
-    "\n",
-    include_str!("../../../lua/refund.lua"),
+    super::script::library_source!(),
+    include_str!("../../../lua/refund.lua")
 );
 
 /// The refund script, [`REFUND_SOURCE`].

@@ -12,23 +12,34 @@ use crate::store::{Check, StoreError};
 
 use super::keys::redis_key;
 
-/// The whole script: helpers, the five algorithms, then the request-level entry point. Redis cannot
-/// call one script from another, so they travel as one chunk (see `lua/request.lua`).
-pub const SOURCE: &str = concat!(
-    include_str!("../../../lua/common.lua"),
-    "\n",
-    include_str!("../../../lua/fixed_window.lua"),
-    "\n",
-    include_str!("../../../lua/sliding_window_log.lua"),
-    "\n",
-    include_str!("../../../lua/sliding_window_counter.lua"),
-    "\n",
-    include_str!("../../../lua/token_bucket.lua"),
-    "\n",
-    include_str!("../../../lua/gcra.lua"),
-    "\n",
-    include_str!("../../../lua/request.lua"),
-);
+/// The library files both scripts start with, in order, each followed by a newline: helpers, the
+/// five algorithms, the rate table. Redis cannot call one script from another, so every script
+/// carries them (see `lua/common.lua`).
+macro_rules! library_source {
+    () => {
+        concat!(
+            include_str!("../../../lua/common.lua"),
+            "\n",
+            include_str!("../../../lua/fixed_window.lua"),
+            "\n",
+            include_str!("../../../lua/sliding_window_log.lua"),
+            "\n",
+            include_str!("../../../lua/sliding_window_counter.lua"),
+            "\n",
+            include_str!("../../../lua/token_bucket.lua"),
+            "\n",
+            include_str!("../../../lua/gcra.lua"),
+            "\n",
+            include_str!("../../../lua/rates.lua"),
+            "\n",
+        )
+    };
+}
+pub(crate) use library_source;
+
+/// The whole request script: the library files, then the request-level entry point (see
+/// `lua/request.lua`).
+pub const SOURCE: &str = concat!(library_source!(), include_str!("../../../lua/request.lua"));
 
 /// Values per rate in the call's rate table (see the header of `lua/request.lua`).
 pub const FIELDS_PER_RATE: usize = 5;

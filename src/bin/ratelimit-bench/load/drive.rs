@@ -306,6 +306,8 @@ async fn closed_slot(
             tally
                 .lock()
                 .record(start.elapsed(), &outcome, encoder.descriptor_count());
+        } else {
+            tally.lock().warmup += 1;
         }
         if let Err(Failure::Connect(_)) = outcome {
             tokio::time::sleep(RECONNECT_BACKOFF).await;

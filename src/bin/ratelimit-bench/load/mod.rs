@@ -89,9 +89,11 @@ pub struct LoadArgs {
     /// Report this process's CPU time per request (`/proc/PID/stat`, utime + stime).
     #[arg(long)]
     pub server_pid: Option<u32>,
-    /// Also report a store process's CPU time per request (e.g. redis-server).
+    /// Also report a store's CPU time per request (e.g. redis-server). Repeatable: the CPU
+    /// time of every PID given is summed, so a store of several processes (the masters of a
+    /// Redis Cluster) is measured as a whole.
     #[arg(long)]
-    pub store_pid: Option<u32>,
+    pub store_pid: Vec<u32>,
     /// Load generator threads, each a single-threaded runtime driving its share of the
     /// connections (default: the CPUs this process may run on, at most --connections).
     #[arg(long)]

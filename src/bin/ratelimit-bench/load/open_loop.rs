@@ -117,6 +117,9 @@ pub(super) async fn open_loop(
                     (slot, due.at)
                 }
             };
+            if !measured {
+                tally.lock().warmup += 1;
+            }
             let body = encoder.encode(&mut rng, &mut buf);
             let link = link.clone();
             let tally = tally.clone();

@@ -50,6 +50,20 @@ impl Report {
         )
     }
 
+    /// The machine's CPUs, and how many of them were busy on average during the measurement
+    /// (every process's work, the measured ones' and any other's).
+    fn machine_cpus(&self) -> (Option<u32>, Option<f64>) {
+        match (self.before.machine, self.after.machine) {
+            (Some(b), Some(a)) => {
+                let total = a.total_ticks.saturating_sub(b.total_ticks);
+                let busy = a.busy_ticks.saturating_sub(b.busy_ticks);
+                let busy_cpus = (total > 0).then(|| f64::from(a.cpus) * busy as f64 / total as f64);
+                (Some(a.cpus), busy_cpus)
+            }
+            _ => (None, None),
+        }
+    }
+
     fn percentile_us(&self, q: f64) -> f64 {
         us(self.tally.latency_ns.value_at_quantile(q))
     }
@@ -57,6 +71,7 @@ impl Report {
     pub(super) fn to_json(&self, args: &LoadArgs) -> String {
         let h = &self.tally.latency_ns;
         let (server, store, client) = self.cpu();
+        let (machine_cpus, machine_cpus_busy) = self.machine_cpus();
         let elapsed_cpu = |b: Option<u64>, a: Option<u64>| match (b, a) {
             (Some(b), Some(a)) => Some(a.saturating_sub(b)),
             _ => None,
@@ -81,6 +96,7 @@ impl Report {
             "warmup_s": args.warmup.as_secs_f64(),
             "elapsed_s": self.elapsed.as_secs_f64(),
             "requests": self.tally.requests(),
+            "warmup_requests": self.tally.warmup,
             "throughput_rps": self.throughput(),
             "ok": self.tally.ok,
             "over_limit": self.tally.over_limit,
@@ -102,6 +118,8 @@ impl Report {
             "server_cpu_us": elapsed_cpu(self.before.server_us, self.after.server_us),
             "store_cpu_us": elapsed_cpu(self.before.store_us, self.after.store_us),
             "client_cpu_us": elapsed_cpu(self.before.client_us, self.after.client_us),
+            "machine_cpus": machine_cpus,
+            "machine_cpus_busy": machine_cpus_busy,
         })
         .to_string()
     }
@@ -182,6 +200,12 @@ impl Report {
             show(store),
             show(client)
         );
+        if let (Some(cpus), Some(busy)) = self.machine_cpus() {
+            let _ = writeln!(
+                out,
+                "  machine      {busy:.2} of {cpus} CPUs busy (every process)"
+            );
+        }
         out
     }
 }

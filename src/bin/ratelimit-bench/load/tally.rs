@@ -24,6 +24,10 @@ pub(super) struct Tally {
     /// Open loop: requests that found every slot of their connection busy at their scheduled
     /// time.
     pub(super) late: u64,
+    /// Requests sent during the warmup (not measured). The server's side counters (e.g. calls
+    /// to Redis) can only be read around the whole run, so they are divided by this plus the
+    /// measured requests.
+    pub(super) warmup: u64,
 }
 
 impl Tally {
@@ -37,6 +41,7 @@ impl Tally {
             malformed: 0,
             errors: BTreeMap::new(),
             late: 0,
+            warmup: 0,
         }
     }
 
@@ -47,6 +52,7 @@ impl Tally {
         self.unknown += other.unknown;
         self.malformed += other.malformed;
         self.late += other.late;
+        self.warmup += other.warmup;
         for (error, count) in other.errors {
             *self.errors.entry(error).or_default() += count;
         }
@@ -88,6 +94,7 @@ pub(super) struct Snapshot {
     pub(super) server_us: Option<u64>,
     pub(super) store_us: Option<u64>,
     pub(super) client_us: Option<u64>,
+    pub(super) machine: Option<procstat::MachineCpu>,
 }
 
 impl Snapshot {
@@ -95,10 +102,22 @@ impl Snapshot {
         Snapshot {
             at: Instant::now(),
             server_us: args.server_pid.and_then(procstat::cpu_us),
-            store_us: args.store_pid.and_then(procstat::cpu_us),
+            store_us: store_cpu_us(&args.store_pid),
             client_us: procstat::self_cpu_us(),
+            machine: procstat::machine_cpu(),
         }
     }
+}
+
+/// The CPU time of every store process, summed; none without a PID or when one of them cannot
+/// be read (a partial sum would pass for the whole store's).
+fn store_cpu_us(pids: &[u32]) -> Option<u64> {
+    if pids.is_empty() {
+        return None;
+    }
+    pids.iter()
+        .map(|&pid| procstat::cpu_us(pid))
+        .sum::<Option<u64>>()
 }
 
 #[cfg(test)]
@@ -129,5 +148,16 @@ mod tests {
         );
         assert_eq!(tally.requests(), 5);
         assert_eq!(tally.latency_ns.len(), 5);
+    }
+
+    #[test]
+    fn store_cpu_is_summed_over_every_pid() {
+        let me = std::process::id();
+        assert_eq!(store_cpu_us(&[]), None);
+        let one = store_cpu_us(&[me]).expect("this process's CPU time");
+        let two = store_cpu_us(&[me, me]).expect("this process's CPU time, twice");
+        // The second read of each pair may be a tick later than the first.
+        assert!(two >= 2 * one, "{two} < 2 x {one}");
+        assert_eq!(store_cpu_us(&[me, u32::MAX]), None);
     }
 }

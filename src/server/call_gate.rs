@@ -1,0 +1,276 @@
+//! What every gRPC call passes before tonic sees it, per connection: strict framing of the
+//! request head, the cap on long-lived calls, the call's accounting on its connection, the
+//! request body's checks ([`RequestBody`]) and the client's `grpc-timeout`.
+//!
+//! - Not a POST: HTTP 405. A content-type other than `application/grpc` or
+//!   `application/grpc+proto` (parameters after `;` allowed): HTTP 415, as gRPC's HTTP/2
+//!   protocol says servers should, so that no other HTTP client takes the error for a success.
+//!   There is no JSON codec: `application/grpc+json` is refused rather than misread as protobuf.
+//! - Health `Watch` and reflection streams beyond the caps: RESOURCE_EXHAUSTED at once.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use tonic::service::Routes;
+use tonic::Status;
+use tower_service::Service as _;
+
+use super::connections::{CallGuard, CallKind, ConnectionHandle, StreamingRefused};
+use super::grpc_timeout;
+use super::request_body::{BodyLimits, RequestBody};
+use crate::service::limited::Limited;
+
+/// `:path` of health `Watch`.
+pub const WATCH_PATH: &str = "/grpc.health.v1.Health/Watch";
+/// `:path` prefixes of the reflection services, whose one method streams both ways.
+const REFLECTION_PREFIXES: [&str; 2] = [
+    "/grpc.reflection.v1.ServerReflection/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+];
+
+/// What the gate enforces, the same for every connection.
+#[derive(Debug, Clone, Copy)]
+pub struct GateLimits {
+    pub body: BodyLimits,
+    pub max_concurrent_streams: u32,
+    pub max_streaming_calls: usize,
+    pub max_streaming_calls_per_connection: u32,
+}
+
+/// The hyper service of one gRPC connection, in front of tonic's routes.
+#[derive(Clone)]
+pub struct CallGate {
+    routes: Routes,
+    connection: ConnectionHandle,
+    limits: Arc<GateLimits>,
+}
+
+/// A response body that keeps its call counted on the connection until it is dropped.
+pub struct ResponseBody {
+    inner: tonic::body::Body,
+    _call: Option<CallGuard>,
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+type Answer = Response<ResponseBody>;
+
+impl CallGate {
+    pub fn new(routes: Routes, connection: ConnectionHandle, limits: Arc<GateLimits>) -> CallGate {
+        CallGate {
+            routes,
+            connection,
+            limits,
+        }
+    }
+
+    /// The call counted on its connection, or the answer that refuses it.
+    fn admit(&self, request: &Request<Incoming>) -> Result<CallGuard, Box<Answer>> {
+        let metrics = self.connection.metrics();
+        if request.method() != Method::POST {
+            metrics.record_limited(Limited::ContentType);
+            let mut answer = plain(StatusCode::METHOD_NOT_ALLOWED, "gRPC calls are POSTs\n");
+            answer
+                .headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("POST"));
+            return Err(Box::new(answer));
+        }
+        if !is_grpc_content_type(request.headers().get(CONTENT_TYPE)) {
+            metrics.record_limited(Limited::ContentType);
+            return Err(Box::new(plain(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "gRPC calls have content-type application/grpc\n",
+            )));
+        }
+        let kind = if streams(request.uri().path()) {
+            CallKind::Streaming
+        } else {
+            CallKind::Call
+        };
+        let limits = &self.limits;
+        CallGuard::open(
+            &self.connection,
+            kind,
+            limits.max_concurrent_streams,
+            limits.max_streaming_calls,
+            limits.max_streaming_calls_per_connection,
+        )
+        .map_err(|refused| {
+            let (limited, message) = match refused {
+                StreamingRefused::Global => (
+                    Limited::StreamingCalls,
+                    format!(
+                        "the server holds its {} concurrent streaming calls (health Watch, reflection)",
+                        limits.max_streaming_calls
+                    ),
+                ),
+                StreamingRefused::PerConnection => (
+                    Limited::StreamingCallsPerConnection,
+                    format!(
+                        "this connection holds its {} concurrent streaming calls (health Watch, reflection)",
+                        limits.max_streaming_calls_per_connection
+                    ),
+                ),
+            };
+            metrics.record_limited(limited);
+            Box::new(status(Status::resource_exhausted(message)))
+        })
+    }
+}
+
+impl hyper::service::Service<Request<Incoming>> for CallGate {
+    type Response = Answer;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Answer, Infallible>> + Send>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let call = match self.admit(&request) {
+            Ok(call) => call,
+            Err(answer) => return Box::pin(std::future::ready(Ok(*answer))),
+        };
+        // Reflection streams take any number of requests; every other method exactly one.
+        let single = !is_reflection(request.uri().path());
+        let deadline = grpc_timeout::requested(request.headers());
+        let connection = self.connection.clone();
+        let body_limits = self.limits.body;
+        let request = request.map(|body| {
+            tonic::body::Body::new(RequestBody::new(body, single, body_limits, &connection))
+        });
+        let mut routes = self.routes.clone();
+        Box::pin(async move {
+            let answered = async {
+                let ready = std::future::poll_fn(|cx| {
+                    tower_service::Service::<Request<tonic::body::Body>>::poll_ready(
+                        &mut routes,
+                        cx,
+                    )
+                })
+                .await;
+                match ready {
+                    Ok(()) => routes.call(request).await,
+                    Err(never) => match never {},
+                }
+            };
+            let response = match deadline {
+                None => answered.await,
+                Some(deadline) => match tokio::time::timeout(deadline, answered).await {
+                    Ok(response) => response,
+                    Err(_) => Ok(Status::deadline_exceeded(format!(
+                        "no answer within the call's grpc-timeout of {deadline:?}"
+                    ))
+                    .into_http()),
+                },
+            };
+            let response = match response {
+                Ok(response) => response,
+                Err(never) => match never {},
+            };
+            Ok(response.map(|inner| ResponseBody {
+                inner,
+                _call: Some(call),
+            }))
+        })
+    }
+}
+
+/// Whether `path` names a method whose calls stay open (health `Watch`, reflection).
+fn streams(path: &str) -> bool {
+    path == WATCH_PATH || is_reflection(path)
+}
+
+fn is_reflection(path: &str) -> bool {
+    REFLECTION_PREFIXES
+        .iter()
+        .any(|prefix| path.starts_with(prefix))
+}
+
+/// `application/grpc` or `application/grpc+proto`, any case, optionally with parameters.
+fn is_grpc_content_type(value: Option<&HeaderValue>) -> bool {
+    let Some(value) = value.and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let media_type = value.split(';').next().unwrap_or("").trim();
+    media_type.eq_ignore_ascii_case("application/grpc")
+        || media_type.eq_ignore_ascii_case("application/grpc+proto")
+}
+
+/// A plain-text HTTP answer (not a gRPC one: the request was not gRPC).
+fn plain(code: StatusCode, text: &'static str) -> Answer {
+    let mut response = Response::new(ResponseBody {
+        inner: tonic::body::Body::new(Full::new(Bytes::from_static(text.as_bytes()))),
+        _call: None,
+    });
+    *response.status_mut() = code;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// A trailers-only gRPC answer with `status`.
+fn status(status: Status) -> Answer {
+    status
+        .into_http::<tonic::body::Body>()
+        .map(|inner| ResponseBody { inner, _call: None })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_content_types() {
+        let ok = |v: &'static str| is_grpc_content_type(Some(&HeaderValue::from_static(v)));
+        assert!(ok("application/grpc"));
+        assert!(ok("application/grpc+proto"));
+        assert!(ok("Application/GRPC; charset=utf-8"));
+        assert!(!ok("application/grpc+json"));
+        assert!(!ok("application/grpc-web"));
+        assert!(!ok("application/json"));
+        assert!(!ok("text/plain"));
+        assert!(!ok(""));
+        assert!(!is_grpc_content_type(None));
+    }
+
+    #[test]
+    fn streaming_methods() {
+        assert!(streams(WATCH_PATH));
+        assert!(streams(
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
+        ));
+        assert!(streams(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+        ));
+        assert!(!streams("/grpc.health.v1.Health/Check"));
+        assert!(!streams(
+            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+        ));
+    }
+}

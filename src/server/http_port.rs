@@ -1,0 +1,169 @@
+//! The HTTP port's connections: HTTP/1.1 with a header read timeout, an overall connection
+//! timeout, and a cap on open connections.
+//!
+//! At the cap, the oldest connection is closed to take the new one: a slow client (a slowloris
+//! sending its headers a byte at a time) holds its place for at most the header read timeout,
+//! and a flood of them cannot keep `/healthcheck` from being answered, since a probe's
+//! connection, younger than the flood's, is served within milliseconds.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::Request;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use parking_lot::Mutex;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::AbortHandle;
+
+use super::accept::AcceptBackoff;
+use crate::service::http::{respond, HttpState};
+use crate::service::limited::{Limited, Port};
+use crate::service::Metrics;
+use crate::store::Store;
+
+/// After the connection timeout, how long a response being written may take before the
+/// connection is closed anyway.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// The HTTP port's limits.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    pub max_connections: usize,
+    pub header_read_timeout: Duration,
+    pub connection_timeout: Duration,
+}
+
+/// Open connections: the tasks not told to close yet, by accept order (the first is the oldest),
+/// and how many hold a socket (those being closed included).
+#[derive(Default)]
+struct Open {
+    tasks: Mutex<BTreeMap<u64, AbortHandle>>,
+    live: AtomicUsize,
+}
+
+/// Counts its connection in [`Open`] until the connection's task ends or is aborted.
+struct Listed {
+    open: Arc<Open>,
+    id: u64,
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        self.open.tasks.lock().remove(&self.id);
+        self.open.live.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Open {
+    /// Closes the oldest connections until there is room for one more under `cap`. An aborted
+    /// task lets go of its socket when it next runs, so this yields until it has: the port never
+    /// holds more than `cap` sockets, even under a flood of new connections.
+    async fn make_room(&self, cap: usize, metrics: &Metrics) {
+        while self.live.load(Ordering::Acquire) >= cap {
+            let oldest = self.tasks.lock().pop_first();
+            if let Some((_, task)) = oldest {
+                task.abort();
+                metrics.record_limited(Limited::HttpConnectionShed);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// Serves HTTP/1.1 on `listener` until `shutdown` completes.
+pub async fn serve<S: Store>(
+    listener: TcpListener,
+    state: Arc<HttpState<S>>,
+    limits: HttpLimits,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    let open = Arc::new(Open::default());
+    let gauge = open.clone();
+    metrics.register_gauge(
+        "ratelimitd_http_connections",
+        "Open connections on the HTTP port.",
+        move || gauge.live.load(Ordering::Relaxed) as u64,
+    );
+    let mut backoff = AcceptBackoff::new(Port::Http, metrics.clone());
+    let mut next_id = 0u64;
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => {
+                backoff.succeeded();
+                stream
+            }
+            Err(error) => {
+                tokio::select! {
+                    _ = &mut shutdown => return,
+                    _ = backoff.failed(error) => continue,
+                }
+            }
+        };
+        open.make_room(limits.max_connections, &metrics).await;
+        let id = next_id;
+        next_id += 1;
+        open.live.fetch_add(1, Ordering::AcqRel);
+        let listed = Listed {
+            open: open.clone(),
+            id,
+        };
+        let mut tasks = open.tasks.lock();
+        let task = tokio::spawn(connection(
+            stream,
+            state.clone(),
+            limits,
+            metrics.clone(),
+            listed,
+        ));
+        tasks.insert(id, task.abort_handle());
+    }
+}
+
+/// Serves one connection, for at most the connection timeout.
+async fn connection<S: Store>(
+    stream: TcpStream,
+    state: Arc<HttpState<S>>,
+    limits: HttpLimits,
+    metrics: Arc<Metrics>,
+    _listed: Listed,
+) {
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let state = state.clone();
+        async move { Ok::<_, Infallible>(respond(state, request).await) }
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let ended = tokio::select! {
+        ended = connection.as_mut() => ended,
+        _ = tokio::time::sleep(limits.connection_timeout) => {
+            metrics.record_limited(Limited::HttpConnectionTimeout);
+            connection.as_mut().graceful_shutdown();
+            match tokio::time::timeout(CLOSE_GRACE, connection).await {
+                Ok(ended) => ended,
+                Err(_) => return,
+            }
+        }
+    };
+    if let Err(error) = ended {
+        if error.is_timeout() {
+            metrics.record_limited(Limited::HeaderReadTimeout);
+        }
+        tracing::debug!(%error, "http connection ended with an error");
+    }
+}

@@ -1,0 +1,120 @@
+//! What a transport limit did, as `ratelimitd_transport_limited_total{limit}` counts it.
+
+/// One way a transport limit stepped in (a call, message or connection refused or closed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Limited {
+    /// A gRPC message or `/json` body larger than `--max-request-size` (RESOURCE_EXHAUSTED / 413).
+    RequestSize,
+    /// A call that brought its connection to `--grpc-max-concurrent-streams`: the peer must wait
+    /// for one to end before opening another (HTTP/2 itself refuses any stream beyond).
+    ConcurrentStreams,
+    /// A call refused because its connection's partly received messages reached
+    /// `--grpc-connection-window` bytes.
+    ConnectionBuffer,
+    /// A call refused because all connections' partly received messages reached
+    /// `--grpc-max-buffered-bytes`.
+    BufferedBytes,
+    /// A long-lived call (Watch, reflection) refused at `--grpc-max-streaming-calls`.
+    StreamingCalls,
+    /// A long-lived call refused at `--grpc-max-streaming-calls-per-connection`.
+    StreamingCallsPerConnection,
+    /// A call that did not send its request within `--grpc-read-timeout`.
+    ReadTimeout,
+    /// A gRPC connection closed after `--grpc-idle-timeout` without calls.
+    IdleTimeout,
+    /// A gRPC connection closed (GOAWAY) to make room under `--grpc-max-connections`.
+    ConnectionShed,
+    /// A gRPC connection refused at once: the cap was reached and none could be shed.
+    ConnectionRefused,
+    /// A gRPC request that was not a POST of `application/grpc` (405 / 415).
+    ContentType,
+    /// A call that takes one request message and sent none or several (UNIMPLEMENTED).
+    Cardinality,
+    /// An HTTP connection closed for not sending request headers within
+    /// `--http-header-read-timeout`.
+    HeaderReadTimeout,
+    /// An HTTP connection closed at `--http-connection-timeout`.
+    HttpConnectionTimeout,
+    /// An HTTP connection closed (the oldest) to make room under `--http-max-connections`.
+    HttpConnectionShed,
+}
+
+impl Limited {
+    pub const ALL: [Limited; 15] = [
+        Limited::RequestSize,
+        Limited::ConcurrentStreams,
+        Limited::ConnectionBuffer,
+        Limited::BufferedBytes,
+        Limited::StreamingCalls,
+        Limited::StreamingCallsPerConnection,
+        Limited::ReadTimeout,
+        Limited::IdleTimeout,
+        Limited::ConnectionShed,
+        Limited::ConnectionRefused,
+        Limited::ContentType,
+        Limited::Cardinality,
+        Limited::HeaderReadTimeout,
+        Limited::HttpConnectionTimeout,
+        Limited::HttpConnectionShed,
+    ];
+
+    /// The `limit` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Limited::RequestSize => "request_size",
+            Limited::ConcurrentStreams => "grpc_concurrent_streams",
+            Limited::ConnectionBuffer => "grpc_connection_buffer",
+            Limited::BufferedBytes => "grpc_buffered_bytes",
+            Limited::StreamingCalls => "grpc_streaming_calls",
+            Limited::StreamingCallsPerConnection => "grpc_streaming_calls_per_connection",
+            Limited::ReadTimeout => "grpc_read_timeout",
+            Limited::IdleTimeout => "grpc_idle_timeout",
+            Limited::ConnectionShed => "grpc_connection_shed",
+            Limited::ConnectionRefused => "grpc_connection_refused",
+            Limited::ContentType => "grpc_content_type",
+            Limited::Cardinality => "grpc_cardinality",
+            Limited::HeaderReadTimeout => "http_header_read_timeout",
+            Limited::HttpConnectionTimeout => "http_connection_timeout",
+            Limited::HttpConnectionShed => "http_connection_shed",
+        }
+    }
+
+    /// Position in [`Limited::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The port an accept error happened on (`ratelimitd_accept_errors_total{port}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Port {
+    Grpc,
+    Http,
+}
+
+impl Port {
+    pub const ALL: [Port; 2] = [Port::Grpc, Port::Http];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Port::Grpc => "grpc",
+            Port::Http => "http",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_is_the_position_in_all() {
+        for (position, limited) in Limited::ALL.iter().enumerate() {
+            assert_eq!(limited.index(), position, "{limited:?}");
+        }
+        let mut labels: Vec<_> = Limited::ALL.iter().map(|l| l.label()).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels.len(), Limited::ALL.len());
+    }
+}
