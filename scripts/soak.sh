@@ -267,7 +267,8 @@ for line in open(sys.argv[1]):
     r = json.loads(line)
     head = (f"   {r['server']:6} {r['algorithm']:18} {r['key']:16} limit {r['limit']}/{r['window_s']:g}s: "
             f"{r['requests']} requests, ok {r['ok']}, over_limit {r['over_limit']}, errors {r['errors']}"
-            f"{' ' + json.dumps(r['error_kinds']) if r['error_kinds'] else ''}")
+            f"{' ' + json.dumps(r['error_kinds']) if r['error_kinds'] else ''}, "
+            f"reconnects {r['reconnects']}")
     if r["algorithm"] == "fixed_window":
         print(head + f"; {r['windows']} windows, {r['windows_at_limit']} reached the limit, max ok "
               f"{r['max_ok_per_window']}; over-admitted windows: {r['over_admitted_windows_certain']} "

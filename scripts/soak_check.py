@@ -62,7 +62,7 @@ def run(host, port, result, stop, deadline):
         "descriptors": [{"entries": [{"key": result["key"], "value": "checked"}]}],
     }).encode()
     answers = []  # (sent, received) of every OK answer
-    counts = {"requests": 0, "ok": 0, "over_limit": 0, "errors": 0}
+    counts = {"requests": 0, "ok": 0, "over_limit": 0, "errors": 0, "reconnects": 0}
     errors = {}
     connection = None
     while not stop.is_set() and time.time() < deadline:
@@ -91,6 +91,13 @@ def run(host, port, result, stop, deadline):
             else:
                 counts["errors"] += 1
                 errors[f"code {code}"] = errors.get(f"code {code}", 0) + 1
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            # The server closes kept-alive connections after --http-connection-timeout (60 s):
+            # the request was not answered; reconnect and go on.
+            counts["reconnects"] += 1
+            if connection is not None:
+                connection.close()
+            connection = None
         except (OSError, http.client.HTTPException, ValueError) as error:
             counts["errors"] += 1
             kind = type(error).__name__
