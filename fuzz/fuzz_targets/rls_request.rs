@@ -1,6 +1,7 @@
 //! The RLS request path, from protobuf bytes to a response: decode, convert, plan, decide on a
 //! memory store, build the response, its headers, metrics and JSON form. Nothing a client sends
-//! may panic it, and a decided request has one status per descriptor and a definite code.
+//! may panic it, a decided request has one status per descriptor and a definite code, and a
+//! denied one changes nothing (deciding it again at the same instant answers the same).
 //!
 //! Input: one byte choosing the response-header style, then up to 32 frames, each
 //! `[clock step][length: u16 LE][RateLimitRequest bytes]`, decided in order on one store whose
@@ -93,7 +94,7 @@ fuzz_target!(|data: &[u8]| {
             continue;
         };
         let descriptors = request.descriptors.len();
-        match block_on(edge.decide(request)) {
+        match block_on(edge.decide(request.clone())) {
             Ok(response) => {
                 assert_eq!(response.statuses.len(), descriptors, "{response:?}");
                 assert!(
@@ -101,6 +102,16 @@ fuzz_target!(|data: &[u8]| {
                         || response.overall_code == Code::OverLimit as i32,
                     "{response:?}"
                 );
+                if response.overall_code == Code::OverLimit as i32 {
+                    // A denied request consumed nothing anywhere: the same request at the same
+                    // instant meets the same state and gets the same answer.
+                    let again = block_on(edge.decide(request));
+                    assert_eq!(
+                        again.as_ref().ok(),
+                        Some(&response),
+                        "denied twice differently"
+                    );
+                }
                 let _ = response.encode_to_vec();
                 let _ = response_to_json(&response);
             }

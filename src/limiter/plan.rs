@@ -79,6 +79,9 @@ pub enum Resolution {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     pub resolutions: Vec<Resolution>,
+    /// What the store decides: one check per [`Resolution::Counted`], and, when an enforced
+    /// [`Resolution::Blocked`] denies the request before any store sees it, a last check that
+    /// every store denies (see [`veto`]).
     pub checks: Vec<Check>,
     /// The configured limit behind each resolution, when there is one (for metrics and logs).
     pub matched: Vec<Option<Arc<ConfiguredLimit>>>,
@@ -227,6 +230,20 @@ pub fn plan_with(rules: &Rules, request: &Request, modes: Modes) -> Result<Plan,
         };
         resolutions.push(resolution);
     }
+    let blocked = resolutions.iter().any(|resolution| {
+        matches!(
+            resolution,
+            Resolution::Blocked {
+                enforcement: Enforcement::Enforced,
+                ..
+            }
+        )
+    });
+    if blocked && !modes.shadow_mode {
+        if let Some(veto) = checks.first().map(veto) {
+            checks.push(veto);
+        }
+    }
     Ok(Plan {
         resolutions,
         checks,
@@ -236,6 +253,21 @@ pub fn plan_with(rules: &Rules, request: &Request, modes: Modes) -> Result<Plan,
             .collect(),
         modes,
     })
+}
+
+/// A check that every store denies, for a request that an enforced `requests_per_unit: 0`
+/// already denies. A store sees only the checks, and commits them when all of their enforced ones
+/// admit: without this one it would consume the hits of the request's other descriptors although
+/// the request is denied (all or nothing). It asks for more hits than `like`'s rate holds, which
+/// every algorithm denies without writing, and its counter has an empty domain, which no request
+/// reaches (an empty domain is refused before planning). Its verdict belongs to no descriptor.
+fn veto(like: &Check) -> Check {
+    Check {
+        key: CounterKey::new("", &[]),
+        rate: like.rate,
+        hits: u64::from(like.rate.burst()) + 1,
+        shadow: false,
+    }
 }
 
 fn override_limit(over: &LimitOverride) -> CurrentLimit {
@@ -559,6 +591,57 @@ mod tests {
             remaining,
             reset_after_us: 5,
         }
+    }
+
+    fn banned(key: &str) -> Descriptor {
+        Descriptor {
+            limit_override: Some(LimitOverride {
+                requests_per_unit: 0,
+                unit: Unit::Minute,
+                unit_multiplier: 1,
+            }),
+            ..descriptor(key, "banned")
+        }
+    }
+
+    #[test]
+    fn a_ban_sends_a_veto_with_the_other_checks_so_that_nothing_is_committed() {
+        let request = request(
+            "d",
+            vec![descriptor("a", "1"), banned("x"), descriptor("s", "1")],
+        );
+        let plan = plan(&rules(), &request).unwrap();
+        assert_eq!(plan.checks.len(), 3, "two counted checks and the veto");
+        let veto = &plan.checks[2];
+        assert!(!veto.shadow);
+        assert!(
+            veto.hits > u64::from(veto.rate.burst()),
+            "more than any capacity"
+        );
+        assert_ne!(veto.key, plan.checks[0].key);
+        let outcome = outcome(&plan, &[admitted(9), admitted(9), denied()]);
+        assert_eq!(outcome.overall, Code::OverLimit);
+        assert_eq!(outcome.statuses.len(), 3);
+        assert_eq!(outcome.statuses[0].code, Code::Ok);
+        assert_eq!(outcome.statuses[1].code, Code::OverLimit);
+
+        // No other check: nothing to protect, no store call. A ban in shadow mode denies nothing.
+        let alone = plan_with(&rules(), &request_of(vec![banned("x")]), Modes::default()).unwrap();
+        assert!(alone.checks.is_empty());
+        let shadow = Modes {
+            shadow_mode: true,
+            quota_mode: false,
+        };
+        let global = plan_with(
+            &rules(),
+            &request_of(vec![descriptor("a", "1"), banned("x")]),
+            shadow,
+        );
+        assert_eq!(global.unwrap().checks.len(), 1);
+    }
+
+    fn request_of(descriptors: Vec<Descriptor>) -> Request {
+        request("d", descriptors)
     }
 
     #[test]
