@@ -153,25 +153,21 @@ pub struct Manager {
 
 impl Manager {
     pub fn new(client: redis::Client, connect_timeout: Duration) -> Manager {
+        Manager::opening(Target::Fixed(Box::new(client)), connect_timeout)
+    }
+
+    /// A manager opening every connection to the master that `locator` finds.
+    pub fn sentinel(locator: Arc<MasterLocator>, connect_timeout: Duration) -> Manager {
+        Manager::opening(Target::Sentinel(locator), connect_timeout)
+    }
+
+    fn opening(target: Target, connect_timeout: Duration) -> Manager {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             // Every call is bounded by the store's own deadline instead.
             .set_response_timeout(None);
         Manager {
-            target: Target::Fixed(Box::new(client)),
-            config,
-            reachability: Arc::default(),
-            home: None,
-        }
-    }
-
-    /// A manager opening every connection to the master that `locator` finds.
-    pub fn sentinel(locator: Arc<MasterLocator>, connect_timeout: Duration) -> Manager {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(None);
-        Manager {
-            target: Target::Sentinel(locator),
+            target,
             config,
             reachability: Arc::default(),
             home: None,

@@ -427,7 +427,17 @@ fn merged(invocation: &Invocation, parts: &[Decided]) -> Result<Vec<Verdict>, St
 
 /// Whether a non-shadow check denied the request.
 fn is_vetoed(invocation: &Invocation, verdicts: &[Verdict]) -> bool {
-    verdicts.iter().enumerate().any(|(check, verdict)| {
+    vetoes(invocation, 0.., verdicts)
+}
+
+/// Whether a non-shadow check among `checks` (indices into the request's checks, paired with
+/// `verdicts`) was denied.
+fn vetoes(
+    invocation: &Invocation,
+    checks: impl IntoIterator<Item = usize>,
+    verdicts: &[Verdict],
+) -> bool {
+    checks.into_iter().zip(verdicts).any(|(check, verdict)| {
         !verdict.admitted
             && invocation
                 .check(check)
@@ -439,7 +449,7 @@ fn is_vetoed(invocation: &Invocation, verdicts: &[Verdict]) -> bool {
 /// (a non-shadow check denied there, so the script wrote nothing). Mirrors the script's commit:
 /// each distinct key once, with the total hits of its admitted checks, at the rate of the last.
 fn committed(invocation: &Invocation, part: &Decided) -> Option<Vec<Refund>> {
-    if is_vetoed(&invocation.part(&part.checks), &part.verdicts) {
+    if vetoes(invocation, part.checks.iter().copied(), &part.verdicts) {
         return None;
     }
     let mut refunds: Vec<(Refund, u64)> = Vec::new();
