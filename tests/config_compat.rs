@@ -6,7 +6,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use ratelimitd::config::{load, load_with, parse_domain, ConfigErrors, LoadOptions};
+use ratelimitd::config::{
+    load, load_with, parse_domain, ConfigErrors, DirectoryLayout, LoadOptions,
+};
 use ratelimitd::limiter::matcher::find_limit;
 use ratelimitd::limiter::{
     ConfiguredLimit, DomainRules, Entry, LimitKind, MetadataValue, RuleSet, Unit,
@@ -307,6 +309,7 @@ fn compat_dir(dir: &str) -> PathBuf {
 
 const MERGE: LoadOptions = LoadOptions {
     merge_domains: true,
+    layout: DirectoryLayout::YamlFiles,
 };
 
 #[test]

@@ -44,7 +44,7 @@ impl Fingerprinter {
     /// change too.
     pub fn take(&self, paths: &[PathBuf], loader: &Loader) -> Fingerprint {
         let mut errors = Vec::new();
-        let files = config_files(paths, &mut errors);
+        let files = config_files(paths, loader.options.layout, &mut errors);
         let mut hasher = Sha256::new();
         for error in &errors {
             hasher.update(b"error\0");

@@ -35,6 +35,24 @@ pub struct LoadOptions {
     /// and a top-level descriptor defined in two of them is an error naming both. Off, the same
     /// domain in two files is an error naming both.
     pub merge_domains: bool,
+    /// Which files of a configuration directory are configuration files.
+    pub layout: DirectoryLayout,
+}
+
+/// Which files of a configuration directory are loaded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DirectoryLayout {
+    /// The directory's own `*.yaml` / `*.yml` files, sorted by name; names starting with `.` are
+    /// skipped (so a Kubernetes ConfigMap's `..data` is not read twice); subdirectories are not
+    /// read.
+    #[default]
+    YamlFiles,
+    /// envoyproxy/ratelimit's runtime directory (`$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/
+    /// $RUNTIME_APPDIRECTORY`), read as its runtime loader reads it: every file whatever its
+    /// name, in subdirectories too, sorted by path. Directory symlinks are not followed (file
+    /// symlinks are), and names starting with `.` are read unless `ignore_dotfiles`
+    /// (`RUNTIME_IGNOREDOTFILES`) skips them and everything beneath them.
+    RuntimeTree { ignore_dotfiles: bool },
 }
 
 /// Loads every path with the default [`Limits`] and [`LoadOptions`] (see [`Loader::load`]).
@@ -96,7 +114,7 @@ impl Loader {
         let mut errors = Vec::new();
         let mut rules = limiter::Rules::default();
         let mut origins: HashMap<String, Origin> = HashMap::new();
-        for file in config_files(paths, &mut errors) {
+        for file in config_files(paths, self.options.layout, &mut errors) {
             let text = match self.read_text(&file) {
                 Ok(text) => text,
                 Err(error) => {
@@ -271,7 +289,11 @@ fn yaml_error(origin: &Path, error: yaml::SyntaxError) -> ConfigError {
 
 /// The files named by `paths`, in order, each directory expanded to its configuration files
 /// sorted by name. Paths that do not exist or cannot be listed are reported in `errors`.
-fn config_files(paths: &[PathBuf], errors: &mut Vec<ConfigError>) -> Vec<PathBuf> {
+fn config_files(
+    paths: &[PathBuf],
+    layout: DirectoryLayout,
+    errors: &mut Vec<ConfigError>,
+) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for path in paths {
         let metadata = match fs::metadata(path) {
@@ -288,40 +310,98 @@ fn config_files(paths: &[PathBuf], errors: &mut Vec<ConfigError>) -> Vec<PathBuf
             files.push(path.clone());
             continue;
         }
-        let entries = match fs::read_dir(path) {
-            Ok(entries) => entries,
-            Err(error) => {
-                errors.push(file_error(path, format!("cannot list directory: {error}")));
-                continue;
-            }
-        };
         let mut found = Vec::new();
-        for entry in entries {
-            let entry = match entry {
-                Ok(entry) => entry,
-                Err(error) => {
-                    errors.push(file_error(path, format!("cannot list directory: {error}")));
-                    continue;
-                }
-            };
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else {
-                continue;
-            };
-            if name.starts_with('.') || !(name.ends_with(".yaml") || name.ends_with(".yml")) {
-                continue;
-            }
-            let file = entry.path();
-            match fs::metadata(&file) {
-                Ok(metadata) if metadata.is_dir() => {}
-                Ok(_) => found.push(file),
-                Err(error) => errors.push(file_error(&file, format!("cannot read file: {error}"))),
-            }
+        match layout {
+            DirectoryLayout::YamlFiles => yaml_files(path, &mut found, errors),
+            DirectoryLayout::RuntimeTree { ignore_dotfiles } => runtime_tree(
+                path,
+                ignore_dotfiles,
+                MAX_RUNTIME_TREE_DEPTH,
+                &mut found,
+                errors,
+            ),
         }
         found.sort();
         files.extend(found);
     }
     files
+}
+
+/// How deep [`DirectoryLayout::RuntimeTree`] descends below the configuration directory.
+const MAX_RUNTIME_TREE_DEPTH: usize = 16;
+
+/// The names in `dir`, each with its path; listing errors are reported against `dir`.
+fn directory_entries(dir: &Path, errors: &mut Vec<ConfigError>) -> Vec<(String, PathBuf)> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) => {
+            errors.push(file_error(dir, format!("cannot list directory: {error}")));
+            return Vec::new();
+        }
+    };
+    let mut named = Vec::new();
+    for entry in entries {
+        match entry {
+            Ok(entry) => {
+                if let Some(name) = entry.file_name().to_str() {
+                    named.push((name.to_owned(), entry.path()));
+                }
+            }
+            Err(error) => errors.push(file_error(dir, format!("cannot list directory: {error}"))),
+        }
+    }
+    named
+}
+
+fn yaml_files(dir: &Path, found: &mut Vec<PathBuf>, errors: &mut Vec<ConfigError>) {
+    for (name, file) in directory_entries(dir, errors) {
+        if name.starts_with('.') || !(name.ends_with(".yaml") || name.ends_with(".yml")) {
+            continue;
+        }
+        match fs::metadata(&file) {
+            Ok(metadata) if metadata.is_dir() => {}
+            Ok(_) => found.push(file),
+            Err(error) => errors.push(file_error(&file, format!("cannot read file: {error}"))),
+        }
+    }
+}
+
+fn runtime_tree(
+    dir: &Path,
+    ignore_dotfiles: bool,
+    depth_left: usize,
+    found: &mut Vec<PathBuf>,
+    errors: &mut Vec<ConfigError>,
+) {
+    for (name, path) in directory_entries(dir, errors) {
+        if ignore_dotfiles && name.starts_with('.') {
+            continue;
+        }
+        let is_real_directory = match fs::symlink_metadata(&path) {
+            Ok(metadata) => metadata.is_dir(),
+            Err(error) => {
+                errors.push(file_error(&path, format!("cannot read file: {error}")));
+                continue;
+            }
+        };
+        if !is_real_directory {
+            match fs::metadata(&path) {
+                Ok(metadata) if metadata.is_dir() => {}
+                Ok(_) => found.push(path),
+                Err(error) => errors.push(file_error(&path, format!("cannot read file: {error}"))),
+            }
+        } else if depth_left == 0 {
+            errors.push(file_error(
+                &path,
+                format!(
+                    "directory nested deeper than {MAX_RUNTIME_TREE_DEPTH} levels below the \
+                     configuration directory"
+                ),
+            ));
+        } else {
+            runtime_tree(&path, ignore_dotfiles, depth_left - 1, found, errors);
+        }
+    }
 }
 
 fn file_error(path: &Path, message: String) -> ConfigError {
@@ -404,6 +484,7 @@ mod tests {
             &paths,
             LoadOptions {
                 merge_domains: true,
+                ..LoadOptions::default()
             },
         )
         .expect("merged");
@@ -430,6 +511,7 @@ mod tests {
             &[dir.path().to_path_buf()],
             LoadOptions {
                 merge_domains: true,
+                ..LoadOptions::default()
             },
         )
         .expect_err("path=/a* twice");
@@ -456,6 +538,7 @@ mod tests {
             &[dir.path().to_path_buf()],
             LoadOptions {
                 merge_domains: true,
+                ..LoadOptions::default()
             },
         )
         .expect("merged");
