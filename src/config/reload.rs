@@ -9,6 +9,7 @@
 //! started with. A broken configuration leaves the running one in place; its fingerprint is
 //! remembered so the same broken content is neither parsed nor reported again until it changes.
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -43,6 +44,8 @@ pub struct Reloader {
     fingerprints: Fingerprinter,
     /// Fingerprint of the last configuration tried (applied or rejected).
     last: Mutex<Fingerprint>,
+    /// Whether a configuration has been applied (only [`Reloader::start_forced`] starts without).
+    loaded: AtomicBool,
 }
 
 impl Reloader {
@@ -58,7 +61,38 @@ impl Reloader {
             rules: Arc::new(ArcSwap::from_pointee(rules)),
             fingerprints,
             last: Mutex::new(loaded_from),
+            loaded: AtomicBool::new(true),
         })
+    }
+
+    /// [`Reloader::start`] that starts even when `paths` do not load (envoyproxy/ratelimit's
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`): then it holds no domains, has not loaded
+    /// ([`Reloader::has_loaded`]), and the errors are returned beside it. The first valid
+    /// configuration after a change of the files, or a SIGHUP, is applied as any reload is.
+    pub fn start_forced(
+        paths: Vec<PathBuf>,
+        loader: Arc<Loader>,
+    ) -> (Reloader, Option<ConfigErrors>) {
+        let fingerprints = Fingerprinter::default();
+        let loaded_from = fingerprints.take(&paths, &loader);
+        let (rules, errors) = match loader.load(&paths) {
+            Ok(rules) => (rules, None),
+            Err(errors) => (Rules::default(), Some(errors)),
+        };
+        let reloader = Reloader {
+            paths,
+            loader,
+            rules: Arc::new(ArcSwap::from_pointee(rules)),
+            fingerprints,
+            last: Mutex::new(loaded_from),
+            loaded: AtomicBool::new(errors.is_none()),
+        };
+        (reloader, errors)
+    }
+
+    /// Whether a valid configuration has been loaded (at the start or by a reload).
+    pub fn has_loaded(&self) -> bool {
+        self.loaded.load(Ordering::Acquire)
     }
 
     pub fn paths(&self) -> &[PathBuf] {
@@ -90,10 +124,11 @@ impl Reloader {
             Ok(rules) => {
                 let domains = rules.domains.len();
                 let limits = rules.limits().len();
-                let changed = **self.rules.load() != rules;
+                let changed = **self.rules.load() != rules || !self.has_loaded();
                 if changed {
                     self.rules.store(Arc::new(rules));
                 }
+                self.loaded.store(true, Ordering::Release);
                 ReloadOutcome::Applied {
                     domains,
                     limits,
@@ -123,6 +158,30 @@ mod tests {
 
     fn start(paths: &[PathBuf], limits: Limits) -> Reloader {
         Reloader::start(paths.to_vec(), Arc::new(Loader::new(limits))).unwrap()
+    }
+
+    #[test]
+    fn a_forced_start_holds_no_domains_until_a_valid_configuration_arrives() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("d.yaml");
+        fs::write(&file, "domain: d\nbogus: 1\n").unwrap();
+        let loader = Arc::new(Loader::new(Limits::default()));
+        let (reloader, errors) = Reloader::start_forced(vec![dir.path().to_path_buf()], loader);
+        assert!(errors.is_some_and(|errors| errors.to_string().contains("d.yaml:2:1")));
+        assert!(!reloader.has_loaded());
+        assert!(reloader.rules().load().domains.is_empty());
+        assert!(reloader.reload_if_changed().is_none());
+
+        fs::write(&file, GOOD).unwrap();
+        match reloader.reload_if_changed() {
+            Some(ReloadOutcome::Applied {
+                domains: 1,
+                changed: true,
+                ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(reloader.has_loaded());
     }
 
     #[test]
