@@ -3,7 +3,7 @@
 //! `enable_x_ratelimit_headers` / `enable_retry_after_header` (Envoy adds these headers to the
 //! downstream response, whether it is the upstream's answer or Envoy's 429).
 //!
-//! Off by default. Two styles:
+//! Off by default. Three styles:
 //!
 //! - [`ResponseHeaders::Draft03`]: `X-RateLimit-Limit`, `X-RateLimit-Remaining`,
 //!   `X-RateLimit-Reset` as Envoy writes them for `DRAFT_VERSION_03`
@@ -13,7 +13,14 @@
 //!   field lists), e.g. `RateLimit-Policy: "per_address";q=12;w=3600, "per_key";q=5;w=3600` and
 //!   `RateLimit: "per_key";r=4;t=720`.
 //!
-//! Both add `Retry-After` (delay-seconds) when the request is over the limit.
+//! - [`ResponseHeaders::Envoyproxy`]: envoyproxy/ratelimit's `LIMIT_RESPONSE_HEADERS_ENABLED`
+//!   headers, `RateLimit-Limit` (the limit's `requests_per_unit`), `RateLimit-Remaining` and
+//!   `RateLimit-Reset` (seconds), under the names its `LIMIT_*_HEADER` settings give
+//!   ([`LimitHeaderNames`]). Their status is upstream's: the OVER_LIMIT one when any is (the last
+//!   of them), else the first with the least remaining.
+//!
+//! Draft03 and IETF add `Retry-After` (delay-seconds) when the request is over the limit;
+//! envoyproxy/ratelimit adds none, and neither does its style.
 //!
 //! Which status the numbers come from follows Envoy's rule: among the statuses that carry a
 //! `current_limit`, the first one with the least `limit_remaining`. Every such status with a
@@ -25,6 +32,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use prost_types::Duration;
 
@@ -35,7 +43,7 @@ use crate::proto::rls::rate_limit_response::{Code, DescriptorStatus};
 use crate::proto::rls::RateLimitResponse;
 
 /// Which rate-limit headers the service adds to its responses.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum ResponseHeaders {
     /// No headers (the default).
     #[default]
@@ -46,35 +54,70 @@ pub enum ResponseHeaders {
     /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers), and
     /// `Retry-After` when over the limit.
     Ietf,
+    /// envoyproxy/ratelimit's three headers, under these names.
+    Envoyproxy(LimitHeaderNames),
+}
+
+/// The names of envoyproxy/ratelimit's three headers (its `LIMIT_LIMIT_HEADER`,
+/// `LIMIT_REMAINING_HEADER` and `LIMIT_RESET_HEADER`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitHeaderNames {
+    pub limit: Arc<str>,
+    pub remaining: Arc<str>,
+    pub reset: Arc<str>,
+}
+
+impl Default for LimitHeaderNames {
+    /// envoyproxy/ratelimit's defaults.
+    fn default() -> LimitHeaderNames {
+        LimitHeaderNames {
+            limit: Arc::from(Self::DEFAULT_LIMIT),
+            remaining: Arc::from(Self::DEFAULT_REMAINING),
+            reset: Arc::from(Self::DEFAULT_RESET),
+        }
+    }
+}
+
+impl LimitHeaderNames {
+    pub const DEFAULT_LIMIT: &'static str = "RateLimit-Limit";
+    pub const DEFAULT_REMAINING: &'static str = "RateLimit-Remaining";
+    pub const DEFAULT_RESET: &'static str = "RateLimit-Reset";
+
+    /// Checks that `name` is an HTTP header name (RFC 9110 token characters).
+    pub fn check(name: &str) -> Result<(), String> {
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if !name.is_empty() && name.len() <= 256 && name.bytes().all(token) {
+            Ok(())
+        } else {
+            Err(format!("`{name}` is not an HTTP header name"))
+        }
+    }
 }
 
 impl ResponseHeaders {
-    /// Every style, with the name the command line uses.
-    pub const ALL: [(ResponseHeaders, &'static str); 3] = [
-        (ResponseHeaders::None, "none"),
-        (ResponseHeaders::Draft03, "draft03"),
-        (ResponseHeaders::Ietf, "ietf"),
-    ];
+    /// The style names the command line takes.
+    pub const NAMES: [&'static str; 4] = ["none", "draft03", "ietf", "envoyproxy"];
 
     /// The name the command line uses.
-    pub fn name(self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             ResponseHeaders::None => "none",
             ResponseHeaders::Draft03 => "draft03",
             ResponseHeaders::Ietf => "ietf",
+            ResponseHeaders::Envoyproxy(_) => "envoyproxy",
         }
     }
 
     /// Appends this style's headers to `response.response_headers_to_add`; `request` is the
     /// request the response answers (its descriptors name unnamed limits in the IETF style).
-    pub fn apply(self, request: &Request, response: &mut RateLimitResponse) {
+    pub fn apply(&self, request: &Request, response: &mut RateLimitResponse) {
         let headers = self.headers(request, response);
         response.response_headers_to_add.extend(headers);
     }
 
     /// The headers this style adds to `response`, in order.
-    pub fn headers(self, request: &Request, response: &RateLimitResponse) -> Vec<HeaderValue> {
-        if self == ResponseHeaders::None {
+    pub fn headers(&self, request: &Request, response: &RateLimitResponse) -> Vec<HeaderValue> {
+        if *self == ResponseHeaders::None {
             return Vec::new();
         }
         let limited: Vec<Limited<'_>> = response
@@ -83,6 +126,9 @@ impl ResponseHeaders {
             .enumerate()
             .filter_map(|(index, status)| Limited::new(index, status))
             .collect();
+        if let ResponseHeaders::Envoyproxy(names) = self {
+            return envoyproxy_headers(names, &limited, response);
+        }
         // Envoy's rule: the first status with the least remaining.
         let Some(tightest) =
             limited
@@ -93,7 +139,7 @@ impl ResponseHeaders {
         };
         let mut headers = Vec::new();
         match self {
-            ResponseHeaders::None => {}
+            ResponseHeaders::None | ResponseHeaders::Envoyproxy(_) => {}
             ResponseHeaders::Draft03 => {
                 let mut limit = tightest.requests_per_unit.to_string();
                 for l in limited.iter().filter(|l| l.window > 0) {
@@ -161,18 +207,20 @@ impl fmt::Display for ResponseHeaders {
 
 /// An unknown header style name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown response header style `{0}` (expected none, draft03 or ietf)")]
+#[error("unknown response header style `{0}` (expected none, draft03, ietf or envoyproxy)")]
 pub struct UnknownStyle(pub String);
 
 impl FromStr for ResponseHeaders {
     type Err = UnknownStyle;
 
     fn from_str(name: &str) -> Result<ResponseHeaders, UnknownStyle> {
-        ResponseHeaders::ALL
-            .iter()
-            .find(|(_, known)| known.eq_ignore_ascii_case(name))
-            .map(|(style, _)| *style)
-            .ok_or_else(|| UnknownStyle(name.to_string()))
+        match name.to_ascii_lowercase().as_str() {
+            "none" => Ok(ResponseHeaders::None),
+            "draft03" => Ok(ResponseHeaders::Draft03),
+            "ietf" => Ok(ResponseHeaders::Ietf),
+            "envoyproxy" => Ok(ResponseHeaders::Envoyproxy(LimitHeaderNames::default())),
+            _ => Err(UnknownStyle(name.to_string())),
+        }
     }
 }
 
@@ -211,6 +259,34 @@ impl<'a> Limited<'a> {
             reset: ceil_seconds(status.duration_until_reset.as_ref()),
         })
     }
+}
+
+/// envoyproxy/ratelimit's headers: of the status it picks (the last OVER_LIMIT one, else the
+/// first with the least remaining), its limit, its remaining and its reset in seconds.
+fn envoyproxy_headers(
+    names: &LimitHeaderNames,
+    limited: &[Limited<'_>],
+    response: &RateLimitResponse,
+) -> Vec<HeaderValue> {
+    let over_limit = |l: &&Limited<'_>| {
+        response
+            .statuses
+            .get(l.index)
+            .is_some_and(|status| status.code == Code::OverLimit as i32)
+    };
+    let chosen = limited.iter().rfind(over_limit).or_else(|| {
+        limited
+            .iter()
+            .reduce(|min, l| if l.remaining < min.remaining { l } else { min })
+    });
+    let Some(chosen) = chosen else {
+        return Vec::new();
+    };
+    vec![
+        header(&names.limit, chosen.requests_per_unit.to_string()),
+        header(&names.remaining, chosen.remaining.to_string()),
+        header(&names.reset, chosen.reset.to_string()),
+    ]
 }
 
 /// Policy names for the IETF fields: the limit's `name`, else its descriptor's keys joined with
@@ -624,8 +700,8 @@ mod tests {
 
     #[test]
     fn names_parse_and_print() {
-        for (style, name) in ResponseHeaders::ALL {
-            assert_eq!(name.parse::<ResponseHeaders>(), Ok(style));
+        for name in ResponseHeaders::NAMES {
+            let style = name.parse::<ResponseHeaders>().expect(name);
             assert_eq!(style.to_string(), name);
         }
         assert_eq!("DRAFT03".parse(), Ok(ResponseHeaders::Draft03));
@@ -634,5 +710,71 @@ mod tests {
             Err(UnknownStyle("x".into()))
         );
         assert_eq!(ResponseHeaders::default(), ResponseHeaders::None);
+    }
+
+    fn status_with(
+        code: Code,
+        requests_per_unit: u32,
+        remaining: u32,
+        reset: i64,
+    ) -> DescriptorStatus {
+        DescriptorStatus {
+            code: code as i32,
+            current_limit: Some(RateLimit {
+                name: String::new(),
+                requests_per_unit,
+                unit: ProtoUnit::Minute as i32,
+                unit_multiplier: None,
+            }),
+            limit_remaining: remaining,
+            duration_until_reset: duration(reset, 0),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn envoyproxy_style_reports_the_last_over_limit_status_else_the_least_remaining() {
+        let names = LimitHeaderNames {
+            limit: "X-Limit".into(),
+            remaining: "X-Left".into(),
+            reset: "X-Reset".into(),
+        };
+        let style = ResponseHeaders::Envoyproxy(names);
+        let pairs = |response: &RateLimitResponse| -> Vec<(String, String)> {
+            style
+                .headers(&request(&[]), response)
+                .into_iter()
+                .map(|h| (h.key, h.value))
+                .collect()
+        };
+        let mut response = RateLimitResponse {
+            overall_code: Code::Ok as i32,
+            statuses: vec![
+                status_with(Code::Ok, 10, 7, 30),
+                status_with(Code::Ok, 20, 3, 40),
+                status_with(Code::Ok, 30, 3, 50),
+            ],
+            ..Default::default()
+        };
+        let expected = |limit: &str, left: &str, reset: &str| {
+            vec![
+                ("X-Limit".to_string(), limit.to_string()),
+                ("X-Left".to_string(), left.to_string()),
+                ("X-Reset".to_string(), reset.to_string()),
+            ]
+        };
+        assert_eq!(pairs(&response), expected("20", "3", "40"));
+        response.overall_code = Code::OverLimit as i32;
+        response.statuses[0] = status_with(Code::OverLimit, 10, 0, 30);
+        response.statuses[2] = status_with(Code::OverLimit, 30, 0, 50);
+        assert_eq!(pairs(&response), expected("30", "0", "50"));
+    }
+
+    #[test]
+    fn header_names_must_be_tokens() {
+        assert!(LimitHeaderNames::check("RateLimit-Limit").is_ok());
+        assert!(LimitHeaderNames::check("").is_err());
+        assert!(LimitHeaderNames::check("a b").is_err());
+        assert!(LimitHeaderNames::check("x:y").is_err());
     }
 }
