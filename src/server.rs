@@ -35,7 +35,7 @@ use crate::config::{self, ConfigErrors, LoadOptions};
 use crate::limiter::{Modes, RequestLimits, Rules};
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
-use crate::service::http::HttpState;
+use crate::service::http::{HttpState, DEFAULT_METRICS_PATH};
 use crate::service::limited::Port;
 use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use crate::service::rls::StoreErrorPolicy;
@@ -84,6 +84,37 @@ pub struct Settings {
     pub request_limits: RequestLimits,
     /// Bounds on configuration files (size, alias expansion).
     pub config_limits: config::Limits,
+    /// Whether serving may start without a valid configuration, and whether health waits for
+    /// one.
+    pub initial_config: InitialConfig,
+    /// Where the metrics port (see [`Listeners::metrics`]) serves the Prometheus text.
+    pub metrics_path: String,
+}
+
+/// What happens while no valid configuration has loaded (envoyproxy/ratelimit's
+/// `FORCE_START_WITHOUT_INITIAL_CONFIG` and `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InitialConfig {
+    /// Start serving even when the configuration does not load: no domain is configured (every
+    /// request is answered as for an unknown domain) until a valid one is loaded.
+    pub force_start: bool,
+    /// Health is NOT_SERVING until a valid configuration has loaded.
+    pub healthy_only_when_loaded: bool,
+}
+
+/// The sockets [`run`] serves, bound by the caller (tests bind port 0).
+#[derive(Debug)]
+pub struct Listeners {
+    /// RLS, health and reflection.
+    pub grpc: TcpListener,
+    /// `/healthcheck`, `/metrics`, `/json`, `/rlconfig`.
+    pub http: TcpListener,
+    /// A port of its own for the Prometheus text at [`Settings::metrics_path`] (and
+    /// `/healthcheck`), as envoyproxy/ratelimit's `USE_PROMETHEUS` opens one.
+    pub metrics: Option<TcpListener>,
+    /// A second port serving what the HTTP port serves, where envoyproxy/ratelimit's debug
+    /// port is expected (`/rlconfig` among them).
+    pub debug: Option<TcpListener>,
 }
 
 impl Settings {
@@ -106,6 +137,8 @@ impl Settings {
             load: LoadOptions::default(),
             request_limits: RequestLimits::default(),
             config_limits: config::Limits::default(),
+            initial_config: InitialConfig::default(),
+            metrics_path: DEFAULT_METRICS_PATH.to_owned(),
         }
     }
 }
@@ -151,21 +184,33 @@ struct Context {
     modes: Modes,
     response_dynamic_metadata: bool,
     request_limits: RequestLimits,
+    initial_config: InitialConfig,
+    metrics_path: String,
 }
 
 /// Loads the configuration, builds the store and serves until `shutdown` completes. Then health
 /// turns NOT_SERVING, listeners close, and in-flight calls finish before this returns.
 pub async fn run(
     settings: Settings,
-    grpc: TcpListener,
-    http: TcpListener,
+    listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let loader = Arc::new(config::Loader::new(settings.config_limits).with_options(settings.load));
-    let reloader = Arc::new(Reloader::start(
-        settings.config_paths.clone(),
-        loader.clone(),
-    )?);
+    let reloader = if settings.initial_config.force_start {
+        let (reloader, errors) =
+            Reloader::start_forced(settings.config_paths.clone(), loader.clone());
+        if let Some(errors) = errors {
+            tracing::error!(
+                errors = errors.len(),
+                "configuration does not load; serving without one until it does \
+                 (--force-start-without-initial-config):\n{errors}"
+            );
+        }
+        reloader
+    } else {
+        Reloader::start(settings.config_paths.clone(), loader.clone())?
+    };
+    let reloader = Arc::new(reloader);
     let rules = reloader.rules().clone();
     let domains = rules.load().domains.len();
     let metrics = Arc::new(Metrics::new(settings.near_limit_ratio));
@@ -184,13 +229,15 @@ pub async fn run(
         modes: settings.modes,
         response_dynamic_metadata: settings.response_dynamic_metadata,
         request_limits: settings.request_limits,
+        initial_config: settings.initial_config,
+        metrics_path: settings.metrics_path.clone(),
     };
     match settings.redis {
         None => {
             let store = Arc::new(MemoryStore::new());
             store.spawn_sweeper(PROBE_INTERVAL);
             tracing::info!(domains, store = "memory", "configuration loaded");
-            serve(context, store, grpc, http, shutdown).await
+            serve(context, store, listeners, shutdown).await
         }
         Some(redis) => {
             let store = Arc::new(RedisStore::connect(redis).await?);
@@ -226,7 +273,7 @@ pub async fn run(
                         deny_cache = false,
                         "configuration loaded"
                     );
-                    serve(context, store, grpc, http, shutdown).await
+                    serve(context, store, listeners, shutdown).await
                 }
                 Some(cache_settings) => {
                     let epoch = store.clone();
@@ -251,7 +298,7 @@ pub async fn run(
                         deny_cache = true,
                         "configuration loaded"
                     );
-                    serve(context, cache, grpc, http, shutdown).await
+                    serve(context, cache, listeners, shutdown).await
                 }
             }
         }
@@ -261,10 +308,15 @@ pub async fn run(
 async fn serve<S: Store>(
     context: Context,
     store: Arc<S>,
-    grpc: TcpListener,
-    http: TcpListener,
+    listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    let Listeners {
+        grpc,
+        http,
+        metrics: metrics_port,
+        debug: debug_port,
+    } = listeners;
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let health = Arc::new(Health::new(reporter).await);
     let reflection_v1 = tonic_reflection::server::Builder::configure()
@@ -293,8 +345,19 @@ async fn serve<S: Store>(
         }
     });
 
-    health.set_serving(store.is_healthy().await).await;
-    tokio::spawn(probe_store(store, health.clone(), stopping.clone()));
+    let config_gate = ConfigGate {
+        reloader: context.reloader.clone(),
+        required: context.initial_config.healthy_only_when_loaded,
+    };
+    health
+        .set_serving(store.is_healthy().await && config_gate.open())
+        .await;
+    tokio::spawn(probe_store(
+        store,
+        config_gate,
+        health.clone(),
+        stopping.clone(),
+    ));
     tokio::spawn(watch_config(
         context.reloader.clone(),
         context.metrics.clone(),
@@ -317,15 +380,32 @@ async fn serve<S: Store>(
         metrics: Some(metrics.clone()),
         edge: Some(edge.clone()),
         max_json_body: limits.max_request_size,
+        metrics_path: DEFAULT_METRICS_PATH.to_owned(),
     });
+    let mut http_ports = vec![(http, http_state.clone())];
+    let mut extra_ports = Vec::new();
+    if let Some(listener) = metrics_port {
+        extra_ports.push(("metrics", listener.local_addr()?));
+        let metrics_state = HttpState {
+            health: health.clone(),
+            metrics: Some(metrics.clone()),
+            edge: None,
+            max_json_body: limits.max_request_size,
+            metrics_path: context.metrics_path.clone(),
+        };
+        http_ports.push((listener, Arc::new(metrics_state)));
+    }
+    if let Some(listener) = debug_port {
+        extra_ports.push(("debug", listener.local_addr()?));
+        http_ports.push((listener, http_state.clone()));
+    }
     let http_limits = HttpLimits {
         max_connections: caps.http,
         header_read_timeout: limits.http_header_read_timeout,
         connection_timeout: limits.http_connection_timeout,
     };
     let http_task = tokio::spawn(http_port::serve(
-        http,
-        http_state,
+        http_ports,
         http_limits,
         metrics.clone(),
         stopping.clone().cancelled_owned(),
@@ -338,6 +418,9 @@ async fn serve<S: Store>(
         open_files,
         "serving"
     );
+    for (port, addr) in extra_ports {
+        tracing::info!(port, %addr, "serving HTTP");
+    }
 
     // Health turns NOT_SERVING (and its Watch streams end) before the lanes start draining.
     let closing = CancellationToken::new();
@@ -531,17 +614,42 @@ async fn drain_deadline(stopping: &CancellationToken) {
     tokio::time::sleep(DRAIN_TIMEOUT).await;
 }
 
-/// Drives health from the store: NOT_SERVING while it cannot answer, SERVING when it is back.
-async fn probe_store<S: Store>(store: Arc<S>, health: Arc<Health>, stopping: CancellationToken) {
+/// Whether the configuration lets health be SERVING: always, unless health waits for a
+/// configuration to have loaded ([`InitialConfig::healthy_only_when_loaded`]).
+struct ConfigGate {
+    reloader: Arc<Reloader>,
+    required: bool,
+}
+
+impl ConfigGate {
+    fn open(&self) -> bool {
+        !self.required || self.reloader.has_loaded()
+    }
+}
+
+/// Drives health from the store (NOT_SERVING while it cannot answer, SERVING when it is back)
+/// and from the configuration's [`ConfigGate`].
+async fn probe_store<S: Store>(
+    store: Arc<S>,
+    config: ConfigGate,
+    health: Arc<Health>,
+    stopping: CancellationToken,
+) {
     let mut ticks = tokio::time::interval(PROBE_INTERVAL);
     loop {
         tokio::select! {
             _ = stopping.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        let healthy = store.is_healthy().await;
+        let store_healthy = store.is_healthy().await;
+        let healthy = store_healthy && config.open();
         if healthy != health.is_serving() {
-            tracing::warn!(healthy, "store health changed");
+            tracing::warn!(
+                healthy,
+                store_healthy,
+                config_loaded = config.open(),
+                "health changed"
+            );
         }
         health.set_serving(healthy).await;
     }

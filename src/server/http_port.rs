@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,44 +76,61 @@ impl Open {
     }
 }
 
-/// Serves HTTP/1.1 on `listener` until `shutdown` completes.
+/// Serves HTTP/1.1 on every listener, each with its own [`HttpState`] (the HTTP port, and the
+/// metrics and debug ports when configured), until `shutdown` completes. The connection cap is
+/// shared: together the ports hold at most `limits.max_connections` connections.
 pub async fn serve<S: Store>(
-    listener: TcpListener,
-    state: Arc<HttpState<S>>,
+    listeners: Vec<(TcpListener, Arc<HttpState<S>>)>,
     limits: HttpLimits,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
 ) {
-    tokio::pin!(shutdown);
     let open = Arc::new(Open::default());
     let gauge = open.clone();
     metrics.register_gauge(
         "ratelimitd_http_connections",
-        "Open connections on the HTTP port.",
+        "Open connections on the HTTP port (and the metrics and debug ports).",
         move || gauge.live.load(Ordering::Relaxed) as u64,
     );
+    let next_id = Arc::new(AtomicU64::new(0));
+    let ports = listeners.into_iter().map(|(listener, state)| {
+        accept_loop(
+            listener,
+            state,
+            limits,
+            metrics.clone(),
+            open.clone(),
+            next_id.clone(),
+        )
+    });
+    tokio::select! {
+        _ = shutdown => {}
+        _ = futures::future::join_all(ports) => {}
+    }
+}
+
+async fn accept_loop<S: Store>(
+    listener: TcpListener,
+    state: Arc<HttpState<S>>,
+    limits: HttpLimits,
+    metrics: Arc<Metrics>,
+    open: Arc<Open>,
+    next_id: Arc<AtomicU64>,
+) {
     let mut backoff = AcceptBackoff::new(Port::Http, metrics.clone());
-    let mut next_id = 0u64;
     loop {
-        let accepted = tokio::select! {
-            _ = &mut shutdown => return,
-            accepted = listener.accept() => accepted,
-        };
-        let stream = match accepted {
+        let stream = match listener.accept().await {
             Ok((stream, _)) => {
                 backoff.succeeded();
                 stream
             }
             Err(error) => {
-                tokio::select! {
-                    _ = &mut shutdown => return,
-                    _ = backoff.failed(error) => continue,
-                }
+                backoff.failed(error).await;
+                continue;
             }
         };
         open.make_room(limits.max_connections, &metrics).await;
-        let id = next_id;
-        next_id += 1;
+        let id = next_id.fetch_add(1, Ordering::Relaxed);
         open.live.fetch_add(1, Ordering::AcqRel);
         let listed = Listed {
             open: open.clone(),

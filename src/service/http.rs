@@ -32,6 +32,9 @@ use crate::store::Store;
 /// `--max-request-size`).
 pub const DEFAULT_MAX_JSON_BODY: usize = 64 << 10;
 
+/// Where the HTTP port serves the Prometheus text.
+pub const DEFAULT_METRICS_PATH: &str = "/metrics";
+
 /// What the HTTP port serves from.
 pub struct HttpState<S> {
     pub health: Arc<Health>,
@@ -39,6 +42,9 @@ pub struct HttpState<S> {
     pub edge: Option<Arc<RateLimitEdge<S>>>,
     /// Largest `/json` body accepted (413 above).
     pub max_json_body: usize,
+    /// Where the Prometheus text is served (`/metrics`; a metrics port may name another path,
+    /// as envoyproxy/ratelimit's `PROMETHEUS_PATH`).
+    pub metrics_path: String,
 }
 
 impl<S> HttpState<S> {
@@ -49,6 +55,7 @@ impl<S> HttpState<S> {
             metrics: None,
             edge: None,
             max_json_body: DEFAULT_MAX_JSON_BODY,
+            metrics_path: DEFAULT_METRICS_PATH.to_owned(),
         }
     }
 }
@@ -69,16 +76,10 @@ pub async fn respond<S: Store>(
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
     let get = matches!(*request.method(), Method::GET | Method::HEAD);
-    match request.uri().path() {
-        "/healthcheck" if get => {
-            if state.health.is_serving() {
-                text(StatusCode::OK, "OK")
-            } else {
-                text(StatusCode::SERVICE_UNAVAILABLE, "NOT SERVING")
-            }
-        }
-        "/metrics" if get => match &state.metrics {
-            Some(metrics) => {
+    let path = request.uri().path();
+    if path == state.metrics_path && state.metrics.is_some() {
+        return match &state.metrics {
+            Some(metrics) if get => {
                 let mut response = text(StatusCode::OK, metrics.render());
                 response.headers_mut().insert(
                     CONTENT_TYPE,
@@ -86,8 +87,17 @@ pub async fn respond<S: Store>(
                 );
                 response
             }
-            None => text(StatusCode::NOT_FOUND, "not found"),
-        },
+            _ => method_not_allowed(),
+        };
+    }
+    match path {
+        "/healthcheck" if get => {
+            if state.health.is_serving() {
+                text(StatusCode::OK, "OK")
+            } else {
+                text(StatusCode::SERVICE_UNAVAILABLE, "NOT SERVING")
+            }
+        }
         "/rlconfig" if get => match &state.edge {
             Some(edge) => text(StatusCode::OK, rlconfig(&edge.rules().load())),
             None => text(StatusCode::NOT_FOUND, "not found"),
@@ -97,15 +107,17 @@ pub async fn respond<S: Store>(
             Some(edge) => json(&state, edge, request).await,
             None => text(StatusCode::NOT_FOUND, "not found"),
         },
-        "/healthcheck" | "/metrics" | "/rlconfig" => {
-            let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
-            response
-                .headers_mut()
-                .insert("allow", HeaderValue::from_static("GET, HEAD"));
-            response
-        }
+        "/healthcheck" | "/rlconfig" => method_not_allowed(),
         _ => text(StatusCode::NOT_FOUND, "not found"),
     }
+}
+
+fn method_not_allowed() -> Response<Full<Bytes>> {
+    let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+    response
+        .headers_mut()
+        .insert("allow", HeaderValue::from_static("GET, HEAD"));
+    response
 }
 
 async fn json<S: Store>(
