@@ -4,6 +4,7 @@
 //! [`store`] and the [`config`]; [`limiter`] is the pure domain (matching and algorithm math).
 
 pub mod config;
+pub mod envoyproxy_env;
 pub mod limiter;
 pub mod proto;
 pub mod server;

@@ -1,0 +1,1041 @@
+//! envoyproxy/ratelimit's environment variables, read so that a Deployment of that service runs
+//! ratelimitd unchanged.
+//!
+//! That service is configured by its environment alone (its `settings.go`). [`translate`] turns
+//! each of its variables into the `RATELIMITD_*` variable of the flag that does the same thing,
+//! so one parser (the command line's) validates both and a value means the same whichever way
+//! it came. Precedence: a flag, then a `RATELIMITD_*` variable, then the upstream variable, then
+//! the default. A variable ratelimitd cannot honour is never ignored in silence: it becomes a
+//! [`Notice`] saying what happens instead, or an error where running on would change
+//! behaviour.
+//!
+//! **Drop-in mode.** When the configuration is not given to ratelimitd itself (`--config` or
+//! `RATELIMITD_CONFIG`), it is read as upstream reads it (`RUNTIME_ROOT` ...) and upstream's
+//! defaults apply where they differ from ratelimitd's: statsd to `localhost:8125`, Redis at
+//! `/var/run/nutcracker/ratelimit.sock`, the debug port 6070, log level `warn`, connection age
+//! 24 h with 1 h of grace, expiry jitter 300 s. With `--config`, upstream variables that are
+//! set are still read, but unset ones keep ratelimitd's defaults.
+
+mod go;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use go::{duration_flag, parse_bool, parse_duration, parse_unsigned};
+
+/// Every variable envoyproxy/ratelimit reads (its `settings.go`), in its order.
+pub const VARIABLES: [&str; 114] = [
+    "HOST",
+    "PORT",
+    "DEBUG_HOST",
+    "DEBUG_PORT",
+    "GRPC_UDS",
+    "GRPC_HOST",
+    "GRPC_PORT",
+    "GRPC_MAX_CONNECTION_AGE",
+    "GRPC_MAX_CONNECTION_AGE_GRACE",
+    "GRPC_SERVER_USE_TLS",
+    "GRPC_SERVER_TLS_CERT",
+    "GRPC_SERVER_TLS_KEY",
+    "GRPC_CLIENT_TLS_CACERT",
+    "GRPC_CLIENT_TLS_SAN",
+    "LOG_LEVEL",
+    "LOG_FORMAT",
+    "CONFIG_TYPE",
+    "FORCE_START_WITHOUT_INITIAL_CONFIG",
+    "CONFIG_GRPC_XDS_NODE_ID",
+    "CONFIG_GRPC_XDS_NODE_METADATA",
+    "CONFIG_GRPC_XDS_SERVER_URL",
+    "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+    "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+    "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+    "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+    "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+    "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+    "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+    "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+    "XDS_CLIENT_BACKOFF_JITTER",
+    "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+    "USE_DOG_STATSD",
+    "USE_DOG_STATSD_MOGRIFIERS",
+    "USE_STATSD",
+    "STATSD_HOST",
+    "STATSD_PORT",
+    "EXTRA_TAGS",
+    "STATS_FLUSH_INTERVAL",
+    "DISABLE_STATS",
+    "USE_PROMETHEUS",
+    "PROMETHEUS_ADDR",
+    "PROMETHEUS_PATH",
+    "PROMETHEUS_MAPPER_YAML",
+    "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+    "RUNTIME_ROOT",
+    "RUNTIME_SUBDIRECTORY",
+    "RUNTIME_APPDIRECTORY",
+    "RUNTIME_IGNOREDOTFILES",
+    "RUNTIME_WATCH_ROOT",
+    "EXPIRATION_JITTER_MAX_SECONDS",
+    "LOCAL_CACHE_SIZE_IN_BYTES",
+    "NEAR_LIMIT_RATIO",
+    "CACHE_KEY_PREFIX",
+    "BACKEND_TYPE",
+    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+    "LIMIT_RESPONSE_HEADERS_ENABLED",
+    "LIMIT_LIMIT_HEADER",
+    "LIMIT_REMAINING_HEADER",
+    "LIMIT_RESET_HEADER",
+    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+    "REDIS_SOCKET_TYPE",
+    "REDIS_TYPE",
+    "REDIS_URL",
+    "REDIS_POOL_SIZE",
+    "REDIS_AUTH",
+    "REDIS_TLS",
+    "REDIS_TLS_CLIENT_CERT",
+    "REDIS_TLS_CLIENT_KEY",
+    "REDIS_TLS_CACERT",
+    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+    "REDIS_PIPELINE_WINDOW",
+    "REDIS_PIPELINE_LIMIT",
+    "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+    "REDIS_PERSECOND",
+    "REDIS_PERSECOND_SOCKET_TYPE",
+    "REDIS_PERSECOND_TYPE",
+    "REDIS_PERSECOND_URL",
+    "REDIS_PERSECOND_POOL_SIZE",
+    "REDIS_PERSECOND_AUTH",
+    "REDIS_PERSECOND_TLS",
+    "REDIS_SENTINEL_AUTH",
+    "REDIS_PERSECOND_SENTINEL_AUTH",
+    "REDIS_PERSECOND_PIPELINE_WINDOW",
+    "REDIS_PERSECOND_PIPELINE_LIMIT",
+    "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
+    "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+    "REDIS_TIMEOUT",
+    "REDIS_PERSECOND_TIMEOUT",
+    "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+    "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
+    "REDIS_STARTUP_INITIAL_INTERVAL",
+    "REDIS_STARTUP_MAX_INTERVAL",
+    "REDIS_STARTUP_MAX_ELAPSED_TIME",
+    "MEMCACHE_HOST_PORT",
+    "MEMCACHE_MAX_IDLE_CONNS",
+    "MEMCACHE_SRV",
+    "MEMCACHE_SRV_REFRESH",
+    "MEMCACHE_TLS",
+    "MEMCACHE_TLS_CLIENT_CERT",
+    "MEMCACHE_TLS_CLIENT_KEY",
+    "MEMCACHE_TLS_CACERT",
+    "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
+    "SHADOW_MODE",
+    "QUOTA_MODE",
+    "RESPONSE_DYNAMIC_METADATA",
+    "MERGE_DOMAIN_CONFIG",
+    "TRACING_ENABLED",
+    "TRACING_SERVICE_NAME",
+    "TRACING_SERVICE_NAMESPACE",
+    "TRACING_SERVICE_INSTANCE_ID",
+    "TRACING_EXPORTER_PROTOCOL",
+    "TRACING_SAMPLING_RATE",
+];
+
+/// The variables of envoyproxy/ratelimit's per-second Redis (`REDIS_PERSECOND=true`).
+const PER_SECOND_REDIS: [&str; 12] = [
+    "REDIS_PERSECOND_SOCKET_TYPE",
+    "REDIS_PERSECOND_TYPE",
+    "REDIS_PERSECOND_URL",
+    "REDIS_PERSECOND_POOL_SIZE",
+    "REDIS_PERSECOND_AUTH",
+    "REDIS_PERSECOND_TLS",
+    "REDIS_PERSECOND_SENTINEL_AUTH",
+    "REDIS_PERSECOND_PIPELINE_WINDOW",
+    "REDIS_PERSECOND_PIPELINE_LIMIT",
+    "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
+    "REDIS_PERSECOND_TIMEOUT",
+    "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
+];
+
+/// The `RATELIMITD_*` variables that name a Redis; any of them set, the `REDIS_*` ones are not
+/// read.
+const RATELIMITD_REDIS: [&str; 3] = [
+    "RATELIMITD_REDIS_URL",
+    "RATELIMITD_REDIS_CLUSTER",
+    "RATELIMITD_REDIS_SENTINEL",
+];
+
+/// Bytes of `LOCAL_CACHE_SIZE_IN_BYTES` counted per deny-cache entry (a key of a few dozen bytes
+/// and its deadline, as upstream's freecache holds them).
+pub const LOCAL_CACHE_BYTES_PER_ENTRY: u64 = 128;
+
+/// A `RATELIMITD_*` variable to set, and the upstream variables it comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    pub variable: &'static str,
+    pub value: String,
+    pub from: String,
+    /// The value holds a password: log it redacted.
+    pub secret: bool,
+}
+
+/// How loud a [`Notice`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// Upstream does the same, or nothing a user relies on differs.
+    Info,
+    /// Something the user may rely on differs from upstream.
+    Warn,
+}
+
+/// Something said at startup about an upstream variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub level: Level,
+    pub text: String,
+}
+
+/// What the upstream environment asks for.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Translation {
+    pub assignments: Vec<Assignment>,
+    pub notices: Vec<Notice>,
+}
+
+/// Reads envoyproxy/ratelimit's variables from `env` (the whole environment). `drop_in`: the
+/// configuration is not given to ratelimitd itself (see the module documentation). Errors name
+/// each variable that cannot be honoured without changing behaviour, or that upstream itself
+/// would refuse.
+pub fn translate(
+    env: &BTreeMap<String, String>,
+    drop_in: bool,
+) -> Result<Translation, Vec<String>> {
+    let mut reader = Reader {
+        env,
+        drop_in,
+        out: Translation::default(),
+        errors: Vec::new(),
+    };
+    reader.listeners();
+    reader.grpc_tls();
+    reader.logging();
+    reader.config_source();
+    reader.stats();
+    reader.limiter();
+    reader.redis();
+    reader.tracing();
+    if reader.errors.is_empty() {
+        Ok(reader.out)
+    } else {
+        Err(reader.errors)
+    }
+}
+
+struct Reader<'a> {
+    env: &'a BTreeMap<String, String>,
+    drop_in: bool,
+    out: Translation,
+    errors: Vec<String>,
+}
+
+impl<'a> Reader<'a> {
+    /// The variable's value; an empty one counts as unset, as Kubernetes manifests often write
+    /// `value: ""` for "default".
+    fn get(&self, name: &str) -> Option<&'a str> {
+        self.env
+            .get(name)
+            .map(String::as_str)
+            .filter(|value| !value.is_empty())
+    }
+
+    fn is_set(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    fn fail(&mut self, message: String) {
+        self.errors.push(message);
+    }
+
+    fn note(&mut self, level: Level, text: String) {
+        self.out.notices.push(Notice { level, text });
+    }
+
+    /// Says that each of `names` that is set is not used, and why.
+    fn unused(&mut self, names: &[&str], why: &str) {
+        for name in names {
+            if self.is_set(name) {
+                self.note(Level::Info, format!("{name} is not used: {why}"));
+            }
+        }
+    }
+
+    fn bool(&mut self, name: &str, default: bool) -> bool {
+        match self.get(name).map(parse_bool) {
+            None => default,
+            Some(Ok(value)) => value,
+            Some(Err(error)) => {
+                self.fail(format!("{name}: {error}"));
+                default
+            }
+        }
+    }
+
+    fn assign(&mut self, variable: &'static str, value: String, from: &str) {
+        self.assign_with(variable, value, from, false);
+    }
+
+    fn assign_with(&mut self, variable: &'static str, value: String, from: &str, secret: bool) {
+        if self.env.contains_key(variable) {
+            self.note(
+                Level::Info,
+                format!("{from} is not used: {variable} is set and wins"),
+            );
+            return;
+        }
+        self.out.assignments.push(Assignment {
+            variable,
+            value,
+            from: from.to_owned(),
+            secret,
+        });
+    }
+
+    /// A boolean variable copied to a ratelimitd boolean flag's variable, when set.
+    fn copy_bool(&mut self, name: &str, variable: &'static str) {
+        if self.is_set(name) {
+            let value = self.bool(name, false);
+            self.assign(variable, value.to_string(), name);
+        }
+    }
+
+    fn copy_duration(&mut self, name: &str, variable: &'static str, drop_in_default: Option<&str>) {
+        let text = match (self.get(name), self.drop_in) {
+            (Some(text), _) => text,
+            (None, true) => match drop_in_default {
+                Some(default) => default,
+                None => return,
+            },
+            (None, false) => return,
+        };
+        match parse_duration(text) {
+            Ok(duration) => self.assign(variable, duration_flag(duration), name),
+            Err(error) => self.fail(format!("{name}: {error}")),
+        }
+    }
+
+    /// `HOST`-and-`PORT` style pairs as a socket address (`[v6]:port`); an empty host is every
+    /// address, as Go's `:port`.
+    fn address(
+        &mut self,
+        host_name: &str,
+        port_name: &str,
+        host: &str,
+        port: &str,
+    ) -> Option<String> {
+        let host = self.get(host_name).unwrap_or(host);
+        let port = self.get(port_name).unwrap_or(port);
+        let port = match parse_unsigned(port) {
+            Ok(port) if port <= u64::from(u16::MAX) => port,
+            _ => {
+                self.fail(format!("{port_name}: `{port}` is not a port number"));
+                return None;
+            }
+        };
+        listen_address(host, port).or_else(|| {
+            self.fail(format!(
+                "{host_name}: `{host}` is not an IP address (ratelimitd listens on addresses, \
+                 not names; 0.0.0.0 listens on all)"
+            ));
+            None
+        })
+    }
+
+    fn listeners(&mut self) {
+        if self.is_set("HOST") || self.is_set("PORT") {
+            if let Some(address) = self.address("HOST", "PORT", "0.0.0.0", "8080") {
+                self.assign("RATELIMITD_HTTP_ADDR", address, "HOST/PORT");
+            }
+        }
+        if self.is_set("GRPC_HOST") || self.is_set("GRPC_PORT") {
+            if let Some(address) = self.address("GRPC_HOST", "GRPC_PORT", "0.0.0.0", "8081") {
+                self.assign("RATELIMITD_GRPC_ADDR", address, "GRPC_HOST/GRPC_PORT");
+            }
+        }
+        if self.drop_in || self.is_set("DEBUG_HOST") || self.is_set("DEBUG_PORT") {
+            if let Some(address) = self.address("DEBUG_HOST", "DEBUG_PORT", "0.0.0.0", "6070") {
+                self.assign("RATELIMITD_DEBUG_ADDR", address, "DEBUG_HOST/DEBUG_PORT");
+            }
+        }
+        if let Some(path) = self.get("GRPC_UDS") {
+            self.assign("RATELIMITD_GRPC_UDS", path.to_owned(), "GRPC_UDS");
+        }
+        self.copy_duration(
+            "GRPC_MAX_CONNECTION_AGE",
+            "RATELIMITD_GRPC_MAX_CONNECTION_AGE",
+            Some("24h"),
+        );
+        self.copy_duration(
+            "GRPC_MAX_CONNECTION_AGE_GRACE",
+            "RATELIMITD_GRPC_MAX_CONNECTION_AGE_GRACE",
+            Some("1h"),
+        );
+    }
+
+    fn grpc_tls(&mut self) {
+        const FILES: [&str; 4] = [
+            "GRPC_SERVER_TLS_CERT",
+            "GRPC_SERVER_TLS_KEY",
+            "GRPC_CLIENT_TLS_CACERT",
+            "GRPC_CLIENT_TLS_SAN",
+        ];
+        if !self.bool("GRPC_SERVER_USE_TLS", false) {
+            self.unused(&FILES, "GRPC_SERVER_USE_TLS is not true (as upstream)");
+            return;
+        }
+        let (Some(cert), Some(key)) = (self.get(FILES[0]), self.get(FILES[1])) else {
+            self.fail(
+                "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"
+                    .into(),
+            );
+            return;
+        };
+        self.assign("RATELIMITD_GRPC_TLS_CERT", cert.to_owned(), FILES[0]);
+        self.assign("RATELIMITD_GRPC_TLS_KEY", key.to_owned(), FILES[1]);
+        if let Some(ca) = self.get(FILES[2]) {
+            self.assign("RATELIMITD_GRPC_TLS_CLIENT_CA", ca.to_owned(), FILES[2]);
+        }
+        if let Some(san) = self.get(FILES[3]) {
+            self.assign("RATELIMITD_GRPC_TLS_CLIENT_SAN", san.to_owned(), FILES[3]);
+        }
+    }
+
+    fn logging(&mut self) {
+        let level = match (self.get("LOG_LEVEL"), self.drop_in) {
+            (Some(level), _) => Some(level),
+            (None, true) => Some("WARN"),
+            (None, false) => None,
+        };
+        if let Some(level) = level {
+            // logrus's level names; its fatal and panic levels log errors only, as error does.
+            let filter = match level.to_ascii_lowercase().as_str() {
+                "trace" => "trace",
+                "debug" => "debug",
+                "info" => "info",
+                "warn" | "warning" => "warn",
+                "error" | "fatal" | "panic" => "error",
+                _ => {
+                    self.fail(format!(
+                        "LOG_LEVEL: `{level}` is not a log level (trace, debug, info, warn, error)"
+                    ));
+                    return;
+                }
+            };
+            self.assign("RATELIMITD_LOG_LEVEL", filter.to_owned(), "LOG_LEVEL");
+        }
+        if let Some(format) = self.get("LOG_FORMAT") {
+            // Upstream logs JSON for `json` and text for anything else.
+            let format = if format == "json" { "json" } else { "text" };
+            self.assign("RATELIMITD_LOG_FORMAT", format.to_owned(), "LOG_FORMAT");
+        }
+    }
+
+    fn config_source(&mut self) {
+        const XDS: [&str; 15] = [
+            "CONFIG_GRPC_XDS_NODE_ID",
+            "CONFIG_GRPC_XDS_NODE_METADATA",
+            "CONFIG_GRPC_XDS_SERVER_URL",
+            "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+            "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+            "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+            "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+            "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+            "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+            "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+            "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+            "XDS_CLIENT_BACKOFF_JITTER",
+            "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+        ];
+        match self
+            .get("CONFIG_TYPE")
+            .map(str::to_ascii_uppercase)
+            .as_deref()
+        {
+            None | Some("FILE") => self.unused(&XDS, "CONFIG_TYPE is FILE (as upstream)"),
+            Some("GRPC_XDS_SOTW") => self.fail(
+                "CONFIG_TYPE=GRPC_XDS_SOTW: configuration over xDS is not supported yet; \
+                 mount the configuration files (CONFIG_TYPE=FILE)"
+                    .into(),
+            ),
+            Some(other) => self.fail(format!(
+                "CONFIG_TYPE: `{other}` is not a configuration type (FILE)"
+            )),
+        }
+        self.copy_bool(
+            "FORCE_START_WITHOUT_INITIAL_CONFIG",
+            "RATELIMITD_FORCE_START_WITHOUT_INITIAL_CONFIG",
+        );
+        self.copy_bool(
+            "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+            "RATELIMITD_HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+        );
+        self.copy_bool("MERGE_DOMAIN_CONFIG", "RATELIMITD_MERGE_DOMAIN_CONFIG");
+
+        const RUNTIME: [&str; 5] = [
+            "RUNTIME_ROOT",
+            "RUNTIME_SUBDIRECTORY",
+            "RUNTIME_APPDIRECTORY",
+            "RUNTIME_IGNOREDOTFILES",
+            "RUNTIME_WATCH_ROOT",
+        ];
+        if !self.drop_in {
+            self.unused(
+                &RUNTIME,
+                "the configuration is given by --config or RATELIMITD_CONFIG",
+            );
+            return;
+        }
+        let root = self
+            .get("RUNTIME_ROOT")
+            .unwrap_or("/srv/runtime_data/current");
+        let mut path = std::path::PathBuf::from(root);
+        if let Some(subdirectory) = self.get("RUNTIME_SUBDIRECTORY") {
+            path.push(subdirectory);
+        }
+        path.push(self.get("RUNTIME_APPDIRECTORY").unwrap_or("config"));
+        let ignore_dotfiles = self.bool("RUNTIME_IGNOREDOTFILES", false);
+        let from = "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY";
+        self.assign("RATELIMITD_CONFIG", path.display().to_string(), from);
+        self.assign("RATELIMITD_CONFIG_LAYOUT", "runtime".into(), from);
+        self.assign(
+            "RATELIMITD_CONFIG_IGNORE_DOTFILES",
+            ignore_dotfiles.to_string(),
+            "RUNTIME_IGNOREDOTFILES",
+        );
+        if self.is_set("RUNTIME_WATCH_ROOT") {
+            let watch_root = self.bool("RUNTIME_WATCH_ROOT", true);
+            self.note(
+                Level::Info,
+                format!(
+                    "RUNTIME_WATCH_ROOT={watch_root}: ratelimitd polls the files' content, so it \
+                     reloads on a swap of the root's symlink and on a change in place alike"
+                ),
+            );
+        }
+    }
+
+    fn stats(&mut self) {
+        if self.bool("USE_DOG_STATSD", false) {
+            self.fail(
+                "USE_DOG_STATSD=true: DogStatsD is not supported; use plain statsd (USE_STATSD) \
+                 or the Prometheus metrics (USE_PROMETHEUS, or /metrics on the HTTP port)"
+                    .into(),
+            );
+        }
+        self.unused(
+            &["USE_DOG_STATSD_MOGRIFIERS"],
+            "it applies to DogStatsD only",
+        );
+        const STATSD: [&str; 4] = [
+            "STATSD_HOST",
+            "STATSD_PORT",
+            "EXTRA_TAGS",
+            "STATS_FLUSH_INTERVAL",
+        ];
+        let disabled = self.bool("DISABLE_STATS", false);
+        let default_on = self.drop_in || self.is_set("STATSD_HOST") || self.is_set("STATSD_PORT");
+        let use_statsd = self.bool("USE_STATSD", default_on);
+        if disabled {
+            self.note(
+                Level::Info,
+                "DISABLE_STATS=true: no statsd; the Prometheus metrics stay at /metrics".into(),
+            );
+        }
+        if disabled || !use_statsd {
+            self.unused(&STATSD, "statsd is off");
+        } else if let Some(address) = self.statsd_address() {
+            self.assign(
+                "RATELIMITD_STATSD_ADDR",
+                address,
+                "USE_STATSD/STATSD_HOST/STATSD_PORT",
+            );
+            if let Some(tags) = self.get("EXTRA_TAGS") {
+                self.assign(
+                    "RATELIMITD_STATSD_EXTRA_TAGS",
+                    tags.to_owned(),
+                    "EXTRA_TAGS",
+                );
+            }
+            self.copy_duration(
+                "STATS_FLUSH_INTERVAL",
+                "RATELIMITD_STATSD_FLUSH_INTERVAL",
+                None,
+            );
+        }
+
+        const PROMETHEUS: [&str; 4] = [
+            "PROMETHEUS_ADDR",
+            "PROMETHEUS_PATH",
+            "PROMETHEUS_MAPPER_YAML",
+            "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+        ];
+        if !self.bool("USE_PROMETHEUS", false) {
+            self.unused(&PROMETHEUS, "USE_PROMETHEUS is not true (as upstream)");
+            return;
+        }
+        let address = self.get("PROMETHEUS_ADDR").unwrap_or(":9090");
+        match address
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+            .and_then(|(host, port)| listen_address(host, u64::from(port)))
+        {
+            Some(address) => self.assign("RATELIMITD_METRICS_ADDR", address, "PROMETHEUS_ADDR"),
+            None => self.fail(format!(
+                "PROMETHEUS_ADDR: `{address}` is not an address to listen on (HOST:PORT or :PORT)"
+            )),
+        }
+        let path = self.get("PROMETHEUS_PATH").unwrap_or("/metrics");
+        self.assign(
+            "RATELIMITD_METRICS_PATH",
+            path.to_owned(),
+            "PROMETHEUS_PATH",
+        );
+        self.note(
+            Level::Warn,
+            "USE_PROMETHEUS=true: the metrics port serves ratelimitd's metrics (ratelimitd_*), not \
+             the statsd_exporter names of upstream's mapper; dashboards built on those read the \
+             statsd stats (USE_STATSD with statsd_exporter)"
+                .into(),
+        );
+        if self.is_set("PROMETHEUS_MAPPER_YAML") {
+            self.note(
+                Level::Warn,
+                "PROMETHEUS_MAPPER_YAML is not used: ratelimitd's metrics have fixed names".into(),
+            );
+        }
+        self.unused(
+            &["PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"],
+            "ratelimitd's latency histogram is in seconds, as Prometheus names units",
+        );
+    }
+
+    fn statsd_address(&mut self) -> Option<String> {
+        let host = self.get("STATSD_HOST").unwrap_or("localhost");
+        let port = self.get("STATSD_PORT").unwrap_or("8125");
+        match parse_unsigned(port) {
+            Ok(port) if port <= u64::from(u16::MAX) => Some(match host.parse::<IpAddr>() {
+                Ok(IpAddr::V6(ip)) => format!("[{ip}]:{port}"),
+                _ => format!("{host}:{port}"),
+            }),
+            _ => {
+                self.fail(format!("STATSD_PORT: `{port}` is not a port number"));
+                None
+            }
+        }
+    }
+
+    fn limiter(&mut self) {
+        self.copy_bool("SHADOW_MODE", "RATELIMITD_SHADOW_MODE");
+        self.copy_bool("QUOTA_MODE", "RATELIMITD_QUOTA_MODE");
+        self.copy_bool(
+            "RESPONSE_DYNAMIC_METADATA",
+            "RATELIMITD_RESPONSE_DYNAMIC_METADATA",
+        );
+        if let Some(ratio) = self.get("NEAR_LIMIT_RATIO") {
+            self.assign(
+                "RATELIMITD_NEAR_LIMIT_RATIO",
+                ratio.to_owned(),
+                "NEAR_LIMIT_RATIO",
+            );
+        }
+        match self.get("LOCAL_CACHE_SIZE_IN_BYTES").map(parse_unsigned) {
+            None => {}
+            Some(Ok(0)) => self.note(
+                Level::Info,
+                "LOCAL_CACHE_SIZE_IN_BYTES=0: ratelimitd's deny cache stays on (it never changes a \
+                 decision, only saves Redis calls for exhausted counters); \
+                 RATELIMITD_DENY_CACHE=false turns it off"
+                    .into(),
+            ),
+            Some(Ok(bytes)) => {
+                let entries = (bytes / LOCAL_CACHE_BYTES_PER_ENTRY).clamp(1, u64::from(u32::MAX));
+                self.assign(
+                    "RATELIMITD_DENY_CACHE_SIZE",
+                    entries.to_string(),
+                    "LOCAL_CACHE_SIZE_IN_BYTES",
+                );
+            }
+            Some(Err(error)) => self.fail(format!("LOCAL_CACHE_SIZE_IN_BYTES: {error}")),
+        }
+        if let Some(prefix) = self.get("CACHE_KEY_PREFIX") {
+            self.assign(
+                "RATELIMITD_REDIS_KEY_PREFIX",
+                prefix.to_owned(),
+                "CACHE_KEY_PREFIX",
+            );
+        }
+        match self
+            .get("EXPIRATION_JITTER_MAX_SECONDS")
+            .map(parse_unsigned)
+        {
+            None if self.drop_in => self.assign(
+                "RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS",
+                "300".into(),
+                "EXPIRATION_JITTER_MAX_SECONDS (upstream's default)",
+            ),
+            None => {}
+            Some(Ok(seconds)) => self.assign(
+                "RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS",
+                seconds.to_string(),
+                "EXPIRATION_JITTER_MAX_SECONDS",
+            ),
+            Some(Err(error)) => self.fail(format!("EXPIRATION_JITTER_MAX_SECONDS: {error}")),
+        }
+        self.copy_bool(
+            "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+            "RATELIMITD_STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+        );
+
+        const NAMES: [(&str, &str); 3] = [
+            ("LIMIT_LIMIT_HEADER", "RATELIMITD_RESPONSE_HEADER_LIMIT"),
+            (
+                "LIMIT_REMAINING_HEADER",
+                "RATELIMITD_RESPONSE_HEADER_REMAINING",
+            ),
+            ("LIMIT_RESET_HEADER", "RATELIMITD_RESPONSE_HEADER_RESET"),
+        ];
+        if self.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
+            self.assign(
+                "RATELIMITD_RESPONSE_HEADERS",
+                "envoyproxy".into(),
+                "LIMIT_RESPONSE_HEADERS_ENABLED",
+            );
+            for (name, variable) in NAMES {
+                if let Some(header) = self.get(name) {
+                    self.assign(variable, header.to_owned(), name);
+                }
+            }
+        } else {
+            self.unused(
+                &NAMES.map(|(name, _)| name),
+                "LIMIT_RESPONSE_HEADERS_ENABLED is not true (as upstream)",
+            );
+        }
+    }
+
+    fn redis(&mut self) {
+        const MEMCACHE: [&str; 9] = [
+            "MEMCACHE_HOST_PORT",
+            "MEMCACHE_MAX_IDLE_CONNS",
+            "MEMCACHE_SRV",
+            "MEMCACHE_SRV_REFRESH",
+            "MEMCACHE_TLS",
+            "MEMCACHE_TLS_CLIENT_CERT",
+            "MEMCACHE_TLS_CLIENT_KEY",
+            "MEMCACHE_TLS_CACERT",
+            "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
+        ];
+        match self.get("BACKEND_TYPE").map(str::to_ascii_lowercase).as_deref() {
+            None | Some("redis") => self.unused(&MEMCACHE, "BACKEND_TYPE is redis (as upstream)"),
+            Some("memcache") => self.fail(
+                "BACKEND_TYPE=memcache: Memcached is not supported; use Redis (BACKEND_TYPE=redis) \
+                 or the in-memory store (no REDIS_URL, with --config)"
+                    .into(),
+            ),
+            Some(other) => self.fail(format!(
+                "BACKEND_TYPE: `{other}` is not a backend (redis)"
+            )),
+        }
+        self.unused(
+            &[
+                "REDIS_PIPELINE_WINDOW",
+                "REDIS_PIPELINE_LIMIT",
+                "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+            ],
+            "ratelimitd batches concurrent requests into one script call per Redis node by itself",
+        );
+        self.unused(
+            &["REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"],
+            "ratelimitd's health always follows a probe of Redis (NOT_SERVING while it does not answer)",
+        );
+        self.unused(
+            &["REDIS_POOL_ON_EMPTY_BEHAVIOR"],
+            "ratelimitd's Redis connections are multiplexed: a call never waits for a free one",
+        );
+        self.unused(
+            &[
+                "REDIS_STARTUP_INITIAL_INTERVAL",
+                "REDIS_STARTUP_MAX_INTERVAL",
+                "REDIS_STARTUP_MAX_ELAPSED_TIME",
+            ],
+            "ratelimitd exits when Redis cannot be reached at startup, and the orchestrator \
+             restarts it with its own backoff",
+        );
+        if self.bool("REDIS_PERSECOND", false) {
+            self.note(
+                Level::Warn,
+                "REDIS_PERSECOND=true: per-second limits are kept in the main Redis (REDIS_URL); \
+                 the REDIS_PERSECOND_* settings are not used"
+                    .into(),
+            );
+        }
+        self.unused(
+            &PER_SECOND_REDIS,
+            "ratelimitd keeps every limit in one Redis",
+        );
+
+        const CONNECTION: [&str; 10] = [
+            "REDIS_SOCKET_TYPE",
+            "REDIS_TYPE",
+            "REDIS_URL",
+            "REDIS_POOL_SIZE",
+            "REDIS_AUTH",
+            "REDIS_TLS",
+            "REDIS_TLS_CLIENT_CERT",
+            "REDIS_TLS_CLIENT_KEY",
+            "REDIS_TLS_CACERT",
+            "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+        ];
+        if let Some(variable) = RATELIMITD_REDIS.iter().find(|v| self.env.contains_key(**v)) {
+            let why = format!("{variable} is set and wins");
+            self.unused(&CONNECTION, &why);
+            self.unused(&["REDIS_SENTINEL_AUTH", "REDIS_TIMEOUT"], &why);
+            return;
+        }
+        let url = match (self.get("REDIS_URL"), self.drop_in) {
+            (Some(url), _) => url,
+            (None, true) => "/var/run/nutcracker/ratelimit.sock",
+            (None, false) => {
+                let why = "REDIS_URL is not set: counters are kept in this process";
+                self.unused(&CONNECTION, why);
+                self.unused(&["REDIS_SENTINEL_AUTH", "REDIS_TIMEOUT"], why);
+                return;
+            }
+        };
+        if let Some(size) = self.get("REDIS_POOL_SIZE") {
+            self.assign(
+                "RATELIMITD_REDIS_POOL_SIZE",
+                size.to_owned(),
+                "REDIS_POOL_SIZE",
+            );
+        }
+        self.copy_duration("REDIS_TIMEOUT", "RATELIMITD_REDIS_TIMEOUT", None);
+        let tls = self.bool("REDIS_TLS", false);
+        if tls {
+            if let Some(ca) = self.get("REDIS_TLS_CACERT") {
+                self.assign("RATELIMITD_REDIS_TLS_CA", ca.to_owned(), "REDIS_TLS_CACERT");
+            }
+            if self.is_set("REDIS_TLS_CLIENT_CERT") || self.is_set("REDIS_TLS_CLIENT_KEY") {
+                self.fail(
+                    "REDIS_TLS_CLIENT_CERT/REDIS_TLS_CLIENT_KEY: client certificates for Redis are \
+                     not supported yet; authenticate with REDIS_AUTH"
+                        .into(),
+                );
+            }
+        } else {
+            self.unused(
+                &[
+                    "REDIS_TLS_CLIENT_CERT",
+                    "REDIS_TLS_CLIENT_KEY",
+                    "REDIS_TLS_CACERT",
+                    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+                ],
+                "REDIS_TLS is not true (as upstream)",
+            );
+        }
+        let skip_verification = tls && self.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false);
+        let unix = match self
+            .get("REDIS_SOCKET_TYPE")
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            None | Some("unix") => true,
+            Some("tcp") => false,
+            Some(other) => {
+                self.fail(format!(
+                    "REDIS_SOCKET_TYPE: `{other}` is not a socket type (tcp, unix)"
+                ));
+                return;
+            }
+        };
+        let auth = self.get("REDIS_AUTH").map(credentials);
+        let sentinel_auth = self.get("REDIS_SENTINEL_AUTH").map(credentials);
+        let kind = self.get("REDIS_TYPE").map(str::to_ascii_lowercase);
+        let from = "REDIS_TYPE/REDIS_SOCKET_TYPE/REDIS_URL/REDIS_AUTH/REDIS_TLS";
+        match kind.as_deref() {
+            None | Some("single") => {
+                self.unused(&["REDIS_SENTINEL_AUTH"], "REDIS_TYPE is not SENTINEL");
+                if url.contains("://") {
+                    self.note(
+                        Level::Info,
+                        "REDIS_URL is a URL: used as it is (REDIS_SOCKET_TYPE, REDIS_AUTH and \
+                         REDIS_TLS are for host:port and socket paths)"
+                            .into(),
+                    );
+                    self.assign_with("RATELIMITD_REDIS_URL", url.to_owned(), "REDIS_URL", true);
+                    return;
+                }
+                if unix && tls {
+                    self.fail("REDIS_TLS=true with a unix socket (REDIS_SOCKET_TYPE=unix)".into());
+                    return;
+                }
+                let single = single_url(url, unix, tls, skip_verification, auth.as_ref());
+                self.assign_with("RATELIMITD_REDIS_URL", single, from, auth.is_some());
+            }
+            Some(topology @ ("cluster" | "sentinel")) => {
+                if unix {
+                    self.fail(format!(
+                        "REDIS_TYPE={topology} needs REDIS_SOCKET_TYPE=tcp (upstream's default is unix)"
+                    ));
+                    return;
+                }
+                if skip_verification {
+                    self.fail(format!(
+                        "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true is supported for a single server \
+                         only, not REDIS_TYPE={topology}; give the CA with REDIS_TLS_CACERT"
+                    ));
+                }
+                if let Some((user, password)) = &auth {
+                    if let Some(user) = user {
+                        self.assign("RATELIMITD_REDIS_USER", user.clone(), "REDIS_AUTH");
+                    }
+                    self.assign_with(
+                        "RATELIMITD_REDIS_PASSWORD",
+                        password.clone(),
+                        "REDIS_AUTH",
+                        true,
+                    );
+                }
+                if tls {
+                    self.assign("RATELIMITD_REDIS_TLS", "true".into(), "REDIS_TLS");
+                }
+                if topology == "cluster" {
+                    self.unused(&["REDIS_SENTINEL_AUTH"], "REDIS_TYPE is not SENTINEL");
+                    self.assign("RATELIMITD_REDIS_CLUSTER", url.to_owned(), "REDIS_URL");
+                    return;
+                }
+                let Some((master, sentinels)) = url.split_once(',') else {
+                    self.fail(format!(
+                        "REDIS_URL: `{url}` is not MASTER_NAME,HOST:PORT[,HOST:PORT...] \
+                         (REDIS_TYPE=SENTINEL)"
+                    ));
+                    return;
+                };
+                self.assign(
+                    "RATELIMITD_REDIS_SENTINEL",
+                    format!("{master}@{sentinels}"),
+                    "REDIS_URL",
+                );
+                if let Some((user, password)) = sentinel_auth {
+                    if let Some(user) = user {
+                        self.assign(
+                            "RATELIMITD_REDIS_SENTINEL_USER",
+                            user,
+                            "REDIS_SENTINEL_AUTH",
+                        );
+                    }
+                    self.assign_with(
+                        "RATELIMITD_REDIS_SENTINEL_PASSWORD",
+                        password,
+                        "REDIS_SENTINEL_AUTH",
+                        true,
+                    );
+                }
+            }
+            Some(other) => self.fail(format!(
+                "REDIS_TYPE: `{other}` is not a Redis type (SINGLE, CLUSTER, SENTINEL)"
+            )),
+        }
+    }
+
+    fn tracing(&mut self) {
+        const SETTINGS: [&str; 5] = [
+            "TRACING_SERVICE_NAME",
+            "TRACING_SERVICE_NAMESPACE",
+            "TRACING_SERVICE_INSTANCE_ID",
+            "TRACING_EXPORTER_PROTOCOL",
+            "TRACING_SAMPLING_RATE",
+        ];
+        if self.bool("TRACING_ENABLED", false) {
+            self.note(
+                Level::Warn,
+                "TRACING_ENABLED=true: ratelimitd does not export traces yet; requests are served \
+                 without spans"
+                    .into(),
+            );
+        }
+        self.unused(&SETTINGS, "ratelimitd does not export traces yet");
+    }
+}
+
+/// `host:port` to listen on: an IP address (`[v6]` bracketed), `localhost` as 127.0.0.1, an empty
+/// host as every address. `None` for a host name.
+fn listen_address(host: &str, port: u64) -> Option<String> {
+    let host = match host {
+        "" => "0.0.0.0",
+        "localhost" => "127.0.0.1",
+        host => host.trim_start_matches('[').trim_end_matches(']'),
+    };
+    match host.parse::<IpAddr>().ok()? {
+        IpAddr::V4(ip) => Some(format!("{ip}:{port}")),
+        IpAddr::V6(ip) => Some(format!("[{ip}]:{port}")),
+    }
+}
+
+/// `REDIS_AUTH`: `password`, or `user:password` (as upstream splits it).
+fn credentials(auth: &str) -> (Option<String>, String) {
+    match auth.split_once(':') {
+        Some((user, password)) => (Some(user.to_owned()), password.to_owned()),
+        None => (None, auth.to_owned()),
+    }
+}
+
+/// The URL of a single server at upstream's `REDIS_URL` (`host:port`, or a socket path).
+fn single_url(
+    address: &str,
+    unix: bool,
+    tls: bool,
+    skip_verification: bool,
+    auth: Option<&(Option<String>, String)>,
+) -> String {
+    if unix {
+        let mut url = format!("unix://{address}");
+        if let Some((user, password)) = auth {
+            url.push_str("?pass=");
+            url.push_str(&percent_encode(password));
+            if let Some(user) = user {
+                url.push_str("&user=");
+                url.push_str(&percent_encode(user));
+            }
+        }
+        return url;
+    }
+    let scheme = if tls { "rediss" } else { "redis" };
+    let userinfo = match auth {
+        None => String::new(),
+        Some((user, password)) => format!(
+            "{}:{}@",
+            user.as_deref().map(percent_encode).unwrap_or_default(),
+            percent_encode(password)
+        ),
+    };
+    let fragment = if skip_verification { "#insecure" } else { "" };
+    format!("{scheme}://{userinfo}{address}{fragment}")
+}
+
+/// Percent-encodes everything but unreserved characters (RFC 3986), for URL user info.
+fn percent_encode(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,322 @@
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect()
+}
+
+fn assigned(translation: &Translation) -> BTreeMap<&'static str, String> {
+    translation
+        .assignments
+        .iter()
+        .map(|a| (a.variable, a.value.clone()))
+        .collect()
+}
+
+fn names_in(text: &str) -> Vec<&str> {
+    text.split(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+        .filter(|word| !word.is_empty())
+        .collect()
+}
+
+#[test]
+fn an_environment_without_upstream_variables_changes_nothing() {
+    let translation = translate(&env(&[("PATH", "/bin"), ("HOME", "/root")]), false).unwrap();
+    assert_eq!(translation, Translation::default());
+}
+
+#[test]
+fn every_upstream_variable_is_answered_by_name() {
+    for name in VARIABLES {
+        let said = match translate(&env(&[(name, "true")]), false) {
+            Ok(translation) => {
+                let mut said: Vec<String> = translation
+                    .assignments
+                    .iter()
+                    .map(|a| a.from.clone())
+                    .collect();
+                said.extend(translation.notices.iter().map(|n| n.text.clone()));
+                said
+            }
+            Err(errors) => errors,
+        };
+        assert!(
+            said.iter().any(|text| names_in(text).contains(&name)),
+            "{name}=true got no word: {said:?}"
+        );
+    }
+}
+
+#[test]
+fn the_variable_list_has_no_duplicates() {
+    let unique: std::collections::BTreeSet<_> = VARIABLES.iter().collect();
+    assert_eq!(unique.len(), VARIABLES.len());
+    for name in PER_SECOND_REDIS {
+        assert!(VARIABLES.contains(&name), "{name}");
+    }
+}
+
+#[test]
+fn drop_in_mode_takes_upstreams_defaults() {
+    let translation = translate(&env(&[]), true).unwrap();
+    let set = assigned(&translation);
+    assert_eq!(set["RATELIMITD_CONFIG"], "/srv/runtime_data/current/config");
+    assert_eq!(set["RATELIMITD_CONFIG_LAYOUT"], "runtime");
+    assert_eq!(set["RATELIMITD_CONFIG_IGNORE_DOTFILES"], "false");
+    assert_eq!(set["RATELIMITD_STATSD_ADDR"], "localhost:8125");
+    assert_eq!(
+        set["RATELIMITD_REDIS_URL"],
+        "unix:///var/run/nutcracker/ratelimit.sock"
+    );
+    assert_eq!(set["RATELIMITD_DEBUG_ADDR"], "0.0.0.0:6070");
+    assert_eq!(set["RATELIMITD_LOG_LEVEL"], "warn");
+    assert_eq!(
+        humantime::parse_duration(&set["RATELIMITD_GRPC_MAX_CONNECTION_AGE"]),
+        Ok(std::time::Duration::from_secs(86_400))
+    );
+    assert_eq!(
+        humantime::parse_duration(&set["RATELIMITD_GRPC_MAX_CONNECTION_AGE_GRACE"]),
+        Ok(std::time::Duration::from_secs(3_600))
+    );
+    assert_eq!(set["RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS"], "300");
+    assert!(!set.contains_key("RATELIMITD_GRPC_ADDR"));
+    assert!(!set.contains_key("RATELIMITD_HTTP_ADDR"));
+}
+
+#[test]
+fn a_typical_kubernetes_deployment() {
+    let translation = translate(
+        &env(&[
+            ("LOG_LEVEL", "debug"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "redis.default.svc:6379"),
+            ("USE_STATSD", "false"),
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("RUNTIME_WATCH_ROOT", "false"),
+            ("RUNTIME_IGNOREDOTFILES", "true"),
+            ("GRPC_PORT", "9081"),
+        ]),
+        true,
+    )
+    .unwrap();
+    let set = assigned(&translation);
+    assert_eq!(set["RATELIMITD_CONFIG"], "/data/ratelimit/config");
+    assert_eq!(set["RATELIMITD_CONFIG_IGNORE_DOTFILES"], "true");
+    assert_eq!(
+        set["RATELIMITD_REDIS_URL"],
+        "redis://redis.default.svc:6379"
+    );
+    assert_eq!(set["RATELIMITD_LOG_LEVEL"], "debug");
+    assert_eq!(set["RATELIMITD_GRPC_ADDR"], "0.0.0.0:9081");
+    assert!(!set.contains_key("RATELIMITD_STATSD_ADDR"));
+    assert!(translation
+        .notices
+        .iter()
+        .any(|n| n.text.starts_with("RUNTIME_WATCH_ROOT=false")));
+}
+
+#[test]
+fn ratelimitd_variables_win() {
+    let translation = translate(
+        &env(&[
+            ("GRPC_PORT", "9081"),
+            ("RATELIMITD_GRPC_ADDR", "127.0.0.1:7000"),
+            ("REDIS_URL", "h:1"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("RATELIMITD_REDIS_CLUSTER", "h:2"),
+        ]),
+        false,
+    )
+    .unwrap();
+    let set = assigned(&translation);
+    assert!(!set.contains_key("RATELIMITD_GRPC_ADDR"));
+    assert!(!set.contains_key("RATELIMITD_REDIS_URL"));
+    let notices: Vec<&str> = translation
+        .notices
+        .iter()
+        .map(|n| n.text.as_str())
+        .collect();
+    assert!(
+        notices.contains(&"GRPC_HOST/GRPC_PORT is not used: RATELIMITD_GRPC_ADDR is set and wins")
+    );
+    assert!(notices.contains(&"REDIS_URL is not used: RATELIMITD_REDIS_CLUSTER is set and wins"));
+}
+
+#[test]
+fn redis_topologies_and_credentials() {
+    let single = translate(
+        &env(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "10.0.0.1:6380"),
+            ("REDIS_AUTH", "app:p@ss:w/rd"),
+            ("REDIS_TLS", "true"),
+            ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "1"),
+            ("REDIS_TLS_CACERT", "/ca.pem"),
+        ]),
+        false,
+    )
+    .unwrap();
+    let set = assigned(&single);
+    assert_eq!(
+        set["RATELIMITD_REDIS_URL"],
+        "rediss://app:p%40ss%3Aw%2Frd@10.0.0.1:6380#insecure"
+    );
+    assert_eq!(set["RATELIMITD_REDIS_TLS_CA"], "/ca.pem");
+    assert!(single
+        .assignments
+        .iter()
+        .any(|a| a.variable == "RATELIMITD_REDIS_URL" && a.secret));
+
+    let unix = assigned(
+        &translate(
+            &env(&[("REDIS_URL", "/run/redis.sock"), ("REDIS_AUTH", "pw")]),
+            false,
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        unix["RATELIMITD_REDIS_URL"],
+        "unix:///run/redis.sock?pass=pw"
+    );
+
+    let cluster = assigned(
+        &translate(
+            &env(&[
+                ("REDIS_SOCKET_TYPE", "tcp"),
+                ("REDIS_TYPE", "CLUSTER"),
+                ("REDIS_URL", "a:7000,b:7001"),
+                ("REDIS_AUTH", "secret"),
+                ("REDIS_TLS", "t"),
+            ]),
+            false,
+        )
+        .unwrap(),
+    );
+    assert_eq!(cluster["RATELIMITD_REDIS_CLUSTER"], "a:7000,b:7001");
+    assert_eq!(cluster["RATELIMITD_REDIS_PASSWORD"], "secret");
+    assert_eq!(cluster["RATELIMITD_REDIS_TLS"], "true");
+    assert!(!cluster.contains_key("RATELIMITD_REDIS_USER"));
+
+    let sentinel = assigned(
+        &translate(
+            &env(&[
+                ("REDIS_SOCKET_TYPE", "tcp"),
+                ("REDIS_TYPE", "sentinel"),
+                ("REDIS_URL", "mymaster,s1:26379,s2:26379"),
+                ("REDIS_SENTINEL_AUTH", "watcher:spw"),
+            ]),
+            false,
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        sentinel["RATELIMITD_REDIS_SENTINEL"],
+        "mymaster@s1:26379,s2:26379"
+    );
+    assert_eq!(sentinel["RATELIMITD_REDIS_SENTINEL_USER"], "watcher");
+    assert_eq!(sentinel["RATELIMITD_REDIS_SENTINEL_PASSWORD"], "spw");
+}
+
+#[test]
+fn what_cannot_be_honoured_is_refused_by_name() {
+    for (pairs, expected) in [
+        (vec![("BACKEND_TYPE", "memcache")], "BACKEND_TYPE=memcache"),
+        (vec![("USE_DOG_STATSD", "true")], "USE_DOG_STATSD=true"),
+        (
+            vec![("CONFIG_TYPE", "GRPC_XDS_SOTW")],
+            "CONFIG_TYPE=GRPC_XDS_SOTW",
+        ),
+        (
+            vec![("GRPC_SERVER_USE_TLS", "true")],
+            "GRPC_SERVER_USE_TLS=true needs",
+        ),
+        (
+            vec![("SHADOW_MODE", "yes")],
+            "SHADOW_MODE: `yes` is not a Go boolean",
+        ),
+        (
+            vec![("GRPC_PORT", "80800")],
+            "GRPC_PORT: `80800` is not a port number",
+        ),
+        (
+            vec![("GRPC_HOST", "example.com")],
+            "GRPC_HOST: `example.com` is not an IP address",
+        ),
+        (
+            vec![("REDIS_URL", "h:1"), ("REDIS_TIMEOUT", "10")],
+            "REDIS_TIMEOUT: `10` is not a Go duration",
+        ),
+        (
+            vec![("REDIS_URL", "h:1"), ("REDIS_TYPE", "cluster")],
+            "REDIS_TYPE=cluster needs REDIS_SOCKET_TYPE=tcp",
+        ),
+        (
+            vec![
+                ("REDIS_URL", "h:1"),
+                ("REDIS_SOCKET_TYPE", "tcp"),
+                ("REDIS_TLS", "true"),
+                ("REDIS_TLS_CLIENT_CERT", "/c.pem"),
+            ],
+            "REDIS_TLS_CLIENT_CERT/REDIS_TLS_CLIENT_KEY",
+        ),
+    ] {
+        let errors = translate(&env(&pairs), false).unwrap_err();
+        assert!(
+            errors.iter().any(|e| e.starts_with(expected)),
+            "{pairs:?}: {errors:?}"
+        );
+    }
+}
+
+#[test]
+fn statsd_follows_use_statsd_and_its_default() {
+    let set = assigned(
+        &translate(
+            &env(&[
+                ("STATSD_HOST", "statsd.local"),
+                ("STATSD_PORT", "9125"),
+                ("EXTRA_TAGS", "a:1,b:2"),
+                ("STATS_FLUSH_INTERVAL", "1s"),
+            ]),
+            false,
+        )
+        .unwrap(),
+    );
+    assert_eq!(set["RATELIMITD_STATSD_ADDR"], "statsd.local:9125");
+    assert_eq!(set["RATELIMITD_STATSD_EXTRA_TAGS"], "a:1,b:2");
+    let off = assigned(&translate(&env(&[("USE_STATSD", "false")]), true).unwrap());
+    assert!(!off.contains_key("RATELIMITD_STATSD_ADDR"));
+    let disabled = assigned(&translate(&env(&[("DISABLE_STATS", "true")]), true).unwrap());
+    assert!(!disabled.contains_key("RATELIMITD_STATSD_ADDR"));
+}
+
+#[test]
+fn prometheus_and_headers() {
+    let set = assigned(
+        &translate(
+            &env(&[
+                ("USE_PROMETHEUS", "true"),
+                ("PROMETHEUS_ADDR", ":19090"),
+                ("PROMETHEUS_PATH", "/stats/prometheus"),
+                ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+                ("LIMIT_REMAINING_HEADER", "X-Left"),
+            ]),
+            false,
+        )
+        .unwrap(),
+    );
+    assert_eq!(set["RATELIMITD_METRICS_ADDR"], "0.0.0.0:19090");
+    assert_eq!(set["RATELIMITD_METRICS_PATH"], "/stats/prometheus");
+    assert_eq!(set["RATELIMITD_RESPONSE_HEADERS"], "envoyproxy");
+    assert_eq!(set["RATELIMITD_RESPONSE_HEADER_REMAINING"], "X-Left");
+    assert!(!set.contains_key("RATELIMITD_RESPONSE_HEADER_LIMIT"));
+}
+
+#[test]
+fn empty_values_count_as_unset() {
+    let translation = translate(&env(&[("GRPC_PORT", ""), ("SHADOW_MODE", "")]), false).unwrap();
+    assert_eq!(translation, Translation::default());
+}
