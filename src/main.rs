@@ -1,5 +1,7 @@
 //! `ratelimitd`: command line only. Parses flags, sets up logging, calls into the library.
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,12 +12,13 @@ use clap::{Parser, Subcommand, ValueEnum};
 use ratelimitd::limiter::{Modes, RequestLimits};
 use ratelimitd::server::limits::{self, Limits};
 use ratelimitd::server::open_files;
+use ratelimitd::service::headers::LimitHeaderNames;
 use ratelimitd::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use ratelimitd::service::rls::StoreErrorPolicy;
 use ratelimitd::service::ResponseHeaders;
 use ratelimitd::store::redis::{HostPort, ServerAuth, Topology};
 use ratelimitd::store::{DenyCacheSettings, RedisSettings};
-use ratelimitd::{config, server};
+use ratelimitd::{config, envoyproxy_env, server};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
@@ -66,9 +69,20 @@ fn parse_ratio(text: &str) -> Result<f64, String> {
     }
 }
 
+/// How a configuration directory is read.
+#[derive(Clone, Copy, ValueEnum)]
+enum ConfigLayout {
+    /// The directory's own *.yaml / *.yml files.
+    Files,
+    /// envoyproxy/ratelimit's runtime directory: every file, subdirectories included.
+    Runtime,
+}
+
+/// Where the configuration is and how its directories are read, for `serve` and `check`.
 #[derive(clap::Args)]
-struct ServeArgs {
-    /// Configuration file, or directory of *.yaml / *.yml files (repeatable).
+struct ConfigSourceArgs {
+    /// Configuration file, or directory of *.yaml / *.yml files (repeatable). Without it (and
+    /// RATELIMITD_CONFIG), envoyproxy/ratelimit's RUNTIME_ROOT layout is read (see docs/migration.md).
     #[arg(
         long = "config",
         env = "RATELIMITD_CONFIG",
@@ -76,6 +90,46 @@ struct ServeArgs {
         value_delimiter = ','
     )]
     config: Vec<PathBuf>,
+    /// How configuration directories are read: files (their own *.yaml / *.yml files, names
+    /// starting with `.` skipped) or runtime (every file, in subdirectories too, as
+    /// envoyproxy/ratelimit reads $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY).
+    #[arg(
+        long,
+        env = "RATELIMITD_CONFIG_LAYOUT",
+        value_enum,
+        default_value = "files"
+    )]
+    config_layout: ConfigLayout,
+    /// With --config-layout runtime: skip files and directories whose names start with `.`
+    /// (envoyproxy/ratelimit's RUNTIME_IGNOREDOTFILES).
+    #[arg(long, env = "RATELIMITD_CONFIG_IGNORE_DOTFILES")]
+    config_ignore_dotfiles: bool,
+    /// Merge configuration files that name the same domain (a top-level descriptor defined in
+    /// two of them is an error); without it, a domain in two files is an error.
+    #[arg(long, env = "RATELIMITD_MERGE_DOMAIN_CONFIG")]
+    merge_domain_config: bool,
+    #[command(flatten)]
+    limits: ConfigLimitArgs,
+}
+
+impl ConfigSourceArgs {
+    fn load_options(&self) -> config::LoadOptions {
+        config::LoadOptions {
+            merge_domains: self.merge_domain_config,
+            layout: match self.config_layout {
+                ConfigLayout::Files => config::DirectoryLayout::YamlFiles,
+                ConfigLayout::Runtime => config::DirectoryLayout::RuntimeTree {
+                    ignore_dotfiles: self.config_ignore_dotfiles,
+                },
+            },
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    config: ConfigSourceArgs,
     /// Address of the gRPC port (RLS, health, reflection).
     #[arg(long, env = "RATELIMITD_GRPC_ADDR", default_value = "0.0.0.0:8081")]
     grpc_addr: SocketAddr,
@@ -128,9 +182,19 @@ struct ServeArgs {
     #[arg(long, env = "RATELIMITD_REDIS_TLS_CA", value_name = "PATH")]
     redis_tls_ca: Option<PathBuf>,
     /// Rate-limit headers to return in `response_headers_to_add` (Envoy adds them to the
-    /// client's response): none, draft03 (X-RateLimit-*) or ietf (RateLimit, RateLimit-Policy).
+    /// client's response): none, draft03 (X-RateLimit-*), ietf (RateLimit, RateLimit-Policy) or
+    /// envoyproxy (envoyproxy/ratelimit's RateLimit-Limit, -Remaining, -Reset).
     #[arg(long, env = "RATELIMITD_RESPONSE_HEADERS", default_value = "none")]
     response_headers: ResponseHeaders,
+    /// With --response-headers envoyproxy: the name of the limit header.
+    #[arg(long, env = "RATELIMITD_RESPONSE_HEADER_LIMIT", default_value = LimitHeaderNames::DEFAULT_LIMIT, value_parser = parse_header_name)]
+    response_header_limit: String,
+    /// With --response-headers envoyproxy: the name of the remaining header.
+    #[arg(long, env = "RATELIMITD_RESPONSE_HEADER_REMAINING", default_value = LimitHeaderNames::DEFAULT_REMAINING, value_parser = parse_header_name)]
+    response_header_remaining: String,
+    /// With --response-headers envoyproxy: the name of the reset header (seconds).
+    #[arg(long, env = "RATELIMITD_RESPONSE_HEADER_RESET", default_value = LimitHeaderNames::DEFAULT_RESET, value_parser = parse_header_name)]
+    response_header_reset: String,
     /// How often to check the configuration files for changes and reload them (`0s`: only on
     /// SIGHUP). A configuration with errors is rejected and the running one stays.
     #[arg(long, env = "RATELIMITD_RELOAD_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
@@ -175,10 +239,6 @@ struct ServeArgs {
     /// the matched rules' `metadata`), as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA.
     #[arg(long, env = "RATELIMITD_RESPONSE_DYNAMIC_METADATA")]
     response_dynamic_metadata: bool,
-    /// Merge configuration files that name the same domain (a top-level descriptor defined in
-    /// two of them is an error); without it, a domain in two files is an error.
-    #[arg(long, env = "RATELIMITD_MERGE_DOMAIN_CONFIG")]
-    merge_domain_config: bool,
     /// Threads serving gRPC connections, each with its own single-threaded runtime (connections
     /// are dealt out in turn). Default: the CPUs this process may run on.
     #[arg(long, env = "RATELIMITD_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
@@ -197,9 +257,54 @@ struct ServeArgs {
     #[command(flatten)]
     request_limits: RequestLimitArgs,
     #[command(flatten)]
-    config_limits: ConfigLimitArgs,
-    #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    ports: ExtraPortArgs,
+    #[command(flatten)]
+    initial_config: InitialConfigArgs,
+}
+
+/// The ports besides gRPC and HTTP, where envoyproxy/ratelimit has them.
+#[derive(clap::Args)]
+struct ExtraPortArgs {
+    /// A port of its own for the Prometheus metrics (at --metrics-path), as envoyproxy/ratelimit's
+    /// USE_PROMETHEUS opens one; /metrics on the HTTP port stays.
+    #[arg(long, env = "RATELIMITD_METRICS_ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    /// Path of the Prometheus metrics on the --metrics-addr port.
+    #[arg(long, env = "RATELIMITD_METRICS_PATH", default_value = "/metrics", value_parser = parse_http_path)]
+    metrics_path: String,
+    /// A second port serving what the HTTP port serves (/rlconfig among it), where
+    /// envoyproxy/ratelimit's debug port (DEBUG_HOST/DEBUG_PORT) is expected.
+    #[arg(long, env = "RATELIMITD_DEBUG_ADDR")]
+    debug_addr: Option<SocketAddr>,
+}
+
+/// What happens while no valid configuration has loaded.
+#[derive(clap::Args)]
+struct InitialConfigArgs {
+    /// Start even when the configuration does not load (its errors are logged): no domain is
+    /// configured until a valid one is loaded (envoyproxy/ratelimit's
+    /// FORCE_START_WITHOUT_INITIAL_CONFIG).
+    #[arg(long, env = "RATELIMITD_FORCE_START_WITHOUT_INITIAL_CONFIG")]
+    force_start_without_initial_config: bool,
+    /// Health is NOT_SERVING until a valid configuration has loaded (envoyproxy/ratelimit's
+    /// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED; only differs with
+    /// --force-start-without-initial-config).
+    #[arg(long, env = "RATELIMITD_HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")]
+    healthy_with_at_least_one_config_loaded: bool,
+}
+
+fn parse_http_path(text: &str) -> Result<String, String> {
+    if text.starts_with('/') && text.len() <= 256 && text.bytes().all(|b| b.is_ascii_graphic()) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("`{text}` is not an HTTP path (it starts with `/`)"))
+    }
+}
+
+fn parse_header_name(text: &str) -> Result<String, String> {
+    LimitHeaderNames::check(text).map(|()| text.to_owned())
 }
 
 /// What one request may carry; a request beyond it is refused with INVALID_ARGUMENT.
@@ -356,19 +461,8 @@ fn parse_positive_duration(text: &str) -> Result<Duration, String> {
 
 #[derive(clap::Args)]
 struct CheckArgs {
-    /// Configuration file, or directory of *.yaml / *.yml files (repeatable).
-    #[arg(
-        long = "config",
-        env = "RATELIMITD_CONFIG",
-        required = true,
-        value_delimiter = ','
-    )]
-    config: Vec<PathBuf>,
-    /// Merge configuration files that name the same domain, as `serve --merge-domain-config`.
-    #[arg(long, env = "RATELIMITD_MERGE_DOMAIN_CONFIG")]
-    merge_domain_config: bool,
     #[command(flatten)]
-    config_limits: ConfigLimitArgs,
+    config: ConfigSourceArgs,
 }
 
 /// How long exit waits for blocking work still running (a reload reading files) once serving
@@ -376,10 +470,72 @@ struct CheckArgs {
 const BLOCKING_WORK_GRACE: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
+    let mut arguments: Vec<OsString> = std::env::args_os().collect();
+    // Bare, it serves: as envoyproxy/ratelimit's binary, configured by its environment alone.
+    if arguments.len() == 1 {
+        arguments.push("serve".into());
+    }
+    let upstream = match read_upstream_environment(&arguments) {
+        Ok(translation) => translation,
+        Err(errors) => {
+            for error in errors {
+                eprintln!("error: {error}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    match Cli::parse_from(arguments).command {
         Command::Check(args) => check(&args),
-        Command::Serve(args) => serve(*args),
+        Command::Serve(args) => serve(*args, &upstream),
         Command::Health(args) => health(&args),
+    }
+}
+
+/// Sets the `RATELIMITD_*` variables that envoyproxy/ratelimit's variables ask for (see
+/// [`envoyproxy_env`]), before the command line is parsed, so flags and `RATELIMITD_*`
+/// variables win and every value goes through the same parser. Drop-in mode: `serve` or
+/// `check` without `--config` or `RATELIMITD_CONFIG`.
+fn read_upstream_environment(
+    arguments: &[OsString],
+) -> Result<envoyproxy_env::Translation, Vec<String>> {
+    let environment: BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+        .collect();
+    let subcommand = arguments.get(1).and_then(|a| a.to_str());
+    let config_given = environment.contains_key("RATELIMITD_CONFIG")
+        || arguments.iter().any(|argument| {
+            argument
+                .to_str()
+                .is_some_and(|a| a == "--config" || a.starts_with("--config="))
+        });
+    let drop_in = matches!(subcommand, Some("serve" | "check")) && !config_given;
+    let translation = envoyproxy_env::translate(&environment, drop_in)?;
+    for assignment in &translation.assignments {
+        // Still one thread: nothing reads the environment concurrently.
+        std::env::set_var(assignment.variable, &assignment.value);
+    }
+    Ok(translation)
+}
+
+/// Logs what envoyproxy/ratelimit's variables did, once logging is set up.
+fn log_upstream_environment(translation: &envoyproxy_env::Translation) {
+    for assignment in &translation.assignments {
+        let value = if assignment.secret {
+            "***"
+        } else {
+            assignment.value.as_str()
+        };
+        tracing::info!(
+            from = %assignment.from,
+            "envoyproxy/ratelimit setting: {}={value}",
+            assignment.variable
+        );
+    }
+    for notice in &translation.notices {
+        match notice.level {
+            envoyproxy_env::Level::Info => tracing::info!("{}", notice.text),
+            envoyproxy_env::Level::Warn => tracing::warn!("{}", notice.text),
+        }
     }
 }
 
@@ -409,12 +565,10 @@ fn health(args: &HealthArgs) -> ExitCode {
 }
 
 fn check(args: &CheckArgs) -> ExitCode {
-    let options = config::LoadOptions {
-        merge_domains: args.merge_domain_config,
-    };
-    match config::Loader::new(args.config_limits.limits())
-        .with_options(options)
-        .load(&args.config)
+    let source = &args.config;
+    match config::Loader::new(source.limits.limits())
+        .with_options(source.load_options())
+        .load(&source.config)
     {
         Ok(rules) => {
             let limits = rules.limits().len();
@@ -442,8 +596,9 @@ fn init_logging(format: LogFormat, filter: &str) {
     }
 }
 
-fn serve(args: ServeArgs) -> ExitCode {
+fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCode {
     init_logging(args.log_format, &args.log_level);
+    log_upstream_environment(upstream);
     open_files::raise_to_hard_limit();
     let topology = match redis_topology(&args) {
         Ok(topology) => topology,
@@ -465,10 +620,28 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        let grpc = TcpListener::bind(args.grpc_addr).await?;
-        let http = TcpListener::bind(args.http_addr).await?;
+        let listeners = server::Listeners {
+            grpc: TcpListener::bind(args.grpc_addr).await?,
+            http: TcpListener::bind(args.http_addr).await?,
+            metrics: match args.ports.metrics_addr {
+                Some(addr) => Some(TcpListener::bind(addr).await?),
+                None => None,
+            },
+            debug: match args.ports.debug_addr {
+                Some(addr) => Some(TcpListener::bind(addr).await?),
+                None => None,
+            },
+        };
+        let response_headers = match args.response_headers {
+            ResponseHeaders::Envoyproxy(_) => ResponseHeaders::Envoyproxy(LimitHeaderNames {
+                limit: args.response_header_limit.as_str().into(),
+                remaining: args.response_header_remaining.as_str().into(),
+                reset: args.response_header_reset.as_str().into(),
+            }),
+            other => other,
+        };
         let settings = server::Settings {
-            config_paths: args.config,
+            config_paths: args.config.config.clone(),
             redis: topology.map(|topology| RedisSettings {
                 timeout: args.redis_timeout,
                 pool_size: args.redis_pool_size,
@@ -476,7 +649,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                 wait_replicas: args.redis_wait_replicas,
                 ..RedisSettings::for_topology(topology)
             }),
-            response_headers: args.response_headers,
+            response_headers,
             reload_interval: (!args.reload_interval.is_zero()).then_some(args.reload_interval),
             on_store_error: args.on_store_error,
             deny_cache: (args.deny_cache && !args.no_deny_cache).then_some(DenyCacheSettings {
@@ -491,13 +664,18 @@ fn serve(args: ServeArgs) -> ExitCode {
                 quota_mode: args.quota_mode,
             },
             response_dynamic_metadata: args.response_dynamic_metadata,
-            load: config::LoadOptions {
-                merge_domains: args.merge_domain_config,
-            },
+            load: args.config.load_options(),
             request_limits: args.request_limits.limits(),
-            config_limits: args.config_limits.limits(),
+            config_limits: args.config.limits.limits(),
+            initial_config: server::InitialConfig {
+                force_start: args.initial_config.force_start_without_initial_config,
+                healthy_only_when_loaded: args
+                    .initial_config
+                    .healthy_with_at_least_one_config_loaded,
+            },
+            metrics_path: args.ports.metrics_path.clone(),
         };
-        server::run(settings, grpc, http, shutdown_signal()).await
+        server::run(settings, listeners, shutdown_signal()).await
     });
     runtime.shutdown_timeout(BLOCKING_WORK_GRACE);
     match result {

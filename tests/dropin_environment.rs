@@ -1,0 +1,448 @@
+//! The real binary configured the way envoyproxy/ratelimit is: by its environment variables
+//! only (no flags, no `RATELIMITD_*`), its configuration in a `RUNTIME_ROOT` tree behind a
+//! `current` symlink, and Redis named by `REDIS_SOCKET_TYPE` / `REDIS_URL`, as upstream
+//! Deployments set them.
+
+mod common;
+
+use std::fs;
+use std::net::SocketAddr;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::ratelimitd::{
+    client, command, http_get, log_field, overall, request, run_to_end, should, Ratelimitd,
+};
+use common::redis_server::RedisServer;
+use ratelimitd::proto::rls::rate_limit_response::Code;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+const EDGE_V1: &str = "domain: edge\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 3}\n";
+const EDGE_V2: &str = "domain: edge\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 5}\n";
+const SHOP: &str = "domain: shop\ndescriptors:\n  - key: cart\n    rate_limit: {unit: hour, requests_per_unit: 1}\n";
+
+/// `root/current -> v1`, with `v1/ratelimit/config/` holding the configuration files.
+struct RuntimeTree {
+    dir: tempfile::TempDir,
+}
+
+impl RuntimeTree {
+    fn new(files: &[(&str, &str)]) -> RuntimeTree {
+        let tree = RuntimeTree {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        tree.write_version("v1", files);
+        symlink("v1", tree.current()).unwrap();
+        tree
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn current(&self) -> PathBuf {
+        self.root().join("current")
+    }
+
+    fn write_version(&self, version: &str, files: &[(&str, &str)]) {
+        let config = self.root().join(version).join("ratelimit/config");
+        for (name, text) in files {
+            let path = config.join(name);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, text).unwrap();
+        }
+    }
+
+    /// Points `current` at `version` in one rename, as a deploy tool swaps it.
+    fn swap_to(&self, version: &str) {
+        let next = self.root().join("current.next");
+        symlink(version, &next).unwrap();
+        fs::rename(&next, self.current()).unwrap();
+    }
+
+    /// The upstream variables that find this tree.
+    fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("RUNTIME_ROOT".into(), self.current().display().to_string()),
+            ("RUNTIME_SUBDIRECTORY".into(), "ratelimit".into()),
+        ]
+    }
+}
+
+/// Upstream variables for loopback ports the kernel picks, logged at `info` so the harness
+/// reads the addresses, with statsd off (nothing listens on localhost:8125 here).
+fn loopback_env() -> Vec<(String, String)> {
+    [
+        ("GRPC_HOST", "127.0.0.1"),
+        ("GRPC_PORT", "0"),
+        ("HOST", "127.0.0.1"),
+        ("PORT", "0"),
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", "0"),
+        ("LOG_LEVEL", "info"),
+        ("USE_STATSD", "false"),
+    ]
+    .iter()
+    .map(|(name, value)| (name.to_string(), value.to_string()))
+    .collect()
+}
+
+fn redis_env(redis: &RedisServer) -> Vec<(String, String)> {
+    vec![
+        ("REDIS_SOCKET_TYPE".into(), "tcp".into()),
+        ("REDIS_URL".into(), format!("127.0.0.1:{}", redis.port())),
+    ]
+}
+
+/// Starts the binary with no arguments at all and exactly `env` (beside the harness's own
+/// hygiene variables).
+fn start_bare(env: &[(String, String)]) -> Ratelimitd {
+    let mut cmd = command();
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    Ratelimitd::spawn(cmd)
+}
+
+/// The address a `serving HTTP` line gives for `port` (`metrics` or `debug`).
+fn extra_port(server: &Ratelimitd, port: &str) -> SocketAddr {
+    let marker = format!("port=\"{port}\"");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let output = server.output();
+        if let Some(addr) = output
+            .lines()
+            .filter(|line| line.contains(&marker))
+            .find_map(|line| log_field(line, "addr"))
+        {
+            return addr;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {port} port in the log:\n{output}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+async fn codes(server: &Ratelimitd, domain: &str, key: &str, value: &str, n: usize) -> Vec<Code> {
+    let mut client = client(server.grpc_addr()).await;
+    let mut codes = Vec::new();
+    for _ in 0..n {
+        let response = should(&mut client, request(domain, &[&[(key, value)]], 1)).await;
+        codes.push(overall(&response));
+    }
+    codes
+}
+
+async fn health(server: &Ratelimitd) -> ServingStatus {
+    let mut health = HealthClient::new(common::ratelimitd::channel(server.grpc_addr()).await);
+    let status = health
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("health check")
+        .into_inner()
+        .status;
+    ServingStatus::try_from(status).expect("a serving status")
+}
+
+async fn wait_for(what: &str, mut condition: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !condition().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_upstream_deployment_is_served_from_redis_and_reloads_on_a_symlink_swap() {
+    let redis = RedisServer::start();
+    let tree = RuntimeTree::new(&[("edge.yaml", EDGE_V1), ("teams/shop.yaml", SHOP)]);
+    let mut env = loopback_env();
+    env.extend(tree.env());
+    env.extend(redis_env(&redis));
+    let server = start_bare(&env);
+
+    assert_eq!(health(&server).await, ServingStatus::Serving);
+    let ok_ok_ok_over = vec![Code::Ok, Code::Ok, Code::Ok, Code::OverLimit];
+    assert_eq!(
+        codes(&server, "edge", "client", "a", 4).await,
+        ok_ok_ok_over
+    );
+    // A file in a subdirectory of the runtime tree is configuration too, as upstream loads it.
+    assert_eq!(
+        codes(&server, "shop", "cart", "c1", 2).await,
+        vec![Code::Ok, Code::OverLimit]
+    );
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut redis.connection())
+        .unwrap();
+    assert!(
+        keys.len() >= 2,
+        "the counters live in the Redis of REDIS_URL: {keys:?}"
+    );
+
+    // The debug port serves /rlconfig, as upstream's does.
+    let debug = extra_port(&server, "debug");
+    let (status, body) = http_get(debug, "/rlconfig").await;
+    assert_eq!(status, 200);
+    assert!(body.contains("edge.client"), "{body}");
+
+    tree.write_version("v2", &[("edge.yaml", EDGE_V2), ("teams/shop.yaml", SHOP)]);
+    tree.swap_to("v2");
+    wait_for("the swapped tree's limit", async || {
+        let (_, body) = http_get(server.http_addr(), "/rlconfig").await;
+        body.contains("requests_per_unit=5")
+    })
+    .await;
+    let codes = codes(&server, "edge", "client", "b", 6).await;
+    assert_eq!(
+        codes.iter().filter(|c| **c == Code::Ok).count(),
+        5,
+        "{codes:?}"
+    );
+    let log = server.output();
+    assert!(
+        log.contains("envoyproxy/ratelimit setting: RATELIMITD_REDIS_URL"),
+        "{log}"
+    );
+}
+
+#[test]
+fn check_reads_the_runtime_tree_with_upstreams_dotfile_rule() {
+    let tree = RuntimeTree::new(&[
+        ("edge.yaml", EDGE_V1),
+        // Upstream loads every file of the tree, whatever its name.
+        ("teams/shop", SHOP),
+        (".edge-copy.yaml", EDGE_V2),
+    ]);
+    let run = |ignore_dotfiles: &str| {
+        let mut cmd = command();
+        cmd.arg("check");
+        for (name, value) in tree.env() {
+            cmd.env(name, value);
+        }
+        cmd.env("RUNTIME_IGNOREDOTFILES", ignore_dotfiles);
+        run_to_end(cmd, Duration::from_secs(20))
+    };
+    let (status, stdout, stderr) = run("true");
+    assert!(status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("2 domain(s), 2 limit(s)"), "{stdout}");
+
+    // Without RUNTIME_IGNOREDOTFILES (upstream's default: false), the dotfile is read too and
+    // its domain is defined twice.
+    let (status, _, stderr) = run("false");
+    assert!(!status.success());
+    assert!(
+        stderr.contains(".edge-copy.yaml") && stderr.contains("domain `edge` is already defined"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn global_modes_headers_and_merging_follow_upstreams_variables() {
+    let tree = RuntimeTree::new(&[
+        ("edge.yaml", EDGE_V1),
+        ("edge-more.yaml", SHOP.replace("shop", "edge").as_str()),
+    ]);
+    let mut env = loopback_env();
+    env.extend(tree.env());
+    // No REDIS_URL: drop-in mode would use upstream's nutcracker socket; a Redis is given.
+    let redis = RedisServer::start();
+    env.extend(redis_env(&redis));
+    for (name, value) in [
+        ("MERGE_DOMAIN_CONFIG", "true"),
+        ("SHADOW_MODE", "1"),
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "T"),
+        ("LIMIT_REMAINING_HEADER", "X-Left"),
+        ("RESPONSE_DYNAMIC_METADATA", "true"),
+    ] {
+        env.push((name.into(), value.into()));
+    }
+    let server = start_bare(&env);
+    let mut client = client(server.grpc_addr()).await;
+    let mut last = None;
+    for _ in 0..4 {
+        last = Some(should(&mut client, request("edge", &[&[("client", "z")]], 1)).await);
+    }
+    let response = last.unwrap();
+    // SHADOW_MODE: over the limit, yet the answer is OK and the status keeps its code.
+    assert_eq!(overall(&response), Code::Ok);
+    assert_eq!(response.statuses[0].code, Code::OverLimit as i32);
+    let headers: Vec<(String, String)> = response
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect();
+    assert_eq!(headers[0], ("RateLimit-Limit".into(), "3".into()));
+    assert_eq!(headers[1], ("X-Left".into(), "0".into()));
+    assert_eq!(headers[2].0, "RateLimit-Reset");
+    assert!(response.dynamic_metadata.is_some());
+    // MERGE_DOMAIN_CONFIG: the second file's `cart` is part of domain `edge`.
+    assert_eq!(
+        codes(&server, "edge", "cart", "c", 2).await,
+        vec![Code::Ok, Code::Ok],
+        "shadow mode answers OK"
+    );
+    let (_, body) = http_get(server.http_addr(), "/rlconfig").await;
+    assert!(body.contains("edge.cart"), "{body}");
+}
+
+#[tokio::test]
+async fn use_prometheus_opens_its_own_port_and_path() {
+    let tree = RuntimeTree::new(&[("edge.yaml", EDGE_V1)]);
+    let redis = RedisServer::start();
+    let mut env = loopback_env();
+    env.extend(tree.env());
+    env.extend(redis_env(&redis));
+    env.push(("USE_PROMETHEUS".into(), "true".into()));
+    env.push(("PROMETHEUS_ADDR".into(), "127.0.0.1:0".into()));
+    env.push(("PROMETHEUS_PATH".into(), "/stats/prometheus".into()));
+    let server = start_bare(&env);
+    codes(&server, "edge", "client", "p", 1).await;
+    let metrics = extra_port(&server, "metrics");
+    let (status, body) = http_get(metrics, "/stats/prometheus").await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("ratelimitd_total_hits_total{domain=\"edge\",rule=\"edge.client\"} 1"),
+        "{body}"
+    );
+    assert_eq!(http_get(metrics, "/metrics").await.0, 404);
+    // The HTTP port keeps /metrics.
+    assert_eq!(http_get(server.http_addr(), "/metrics").await.0, 200);
+}
+
+#[tokio::test]
+async fn a_forced_start_is_unhealthy_until_a_configuration_loads() {
+    let tree = RuntimeTree::new(&[("edge.yaml", "domain: edge\nbogus: 1\n")]);
+    let redis = RedisServer::start();
+    let mut env = loopback_env();
+    env.extend(tree.env());
+    env.extend(redis_env(&redis));
+    env.push(("FORCE_START_WITHOUT_INITIAL_CONFIG".into(), "true".into()));
+    env.push((
+        "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED".into(),
+        "true".into(),
+    ));
+    let server = start_bare(&env);
+    assert_eq!(health(&server).await, ServingStatus::NotServing);
+    assert!(
+        server.output().contains("edge.yaml:2:1"),
+        "{}",
+        server.output()
+    );
+
+    tree.write_version("v1", &[("edge.yaml", EDGE_V1)]);
+    wait_for("health after a valid configuration", async || {
+        health(&server).await == ServingStatus::Serving
+    })
+    .await;
+    assert_eq!(
+        codes(&server, "edge", "client", "f", 4).await,
+        vec![Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]
+    );
+}
+
+#[tokio::test]
+async fn redis_auth_and_a_unix_socket_as_upstream_names_them() {
+    let socket_dir = tempfile::tempdir().unwrap();
+    let socket = socket_dir.path().join("redis.sock");
+    let socket_text = socket.display().to_string();
+    let redis = RedisServer::start_with(&[
+        "--requirepass",
+        "s3c@r/t",
+        "--unixsocket",
+        &socket_text,
+        "--unixsocketperm",
+        "700",
+    ]);
+    let tree = RuntimeTree::new(&[("edge.yaml", EDGE_V1)]);
+    for (socket_type, url) in [
+        // REDIS_SOCKET_TYPE defaults to unix, as upstream's.
+        (None, socket_text.clone()),
+        (Some("tcp"), format!("127.0.0.1:{}", redis.port())),
+    ] {
+        let mut env = loopback_env();
+        env.extend(tree.env());
+        env.push(("REDIS_URL".into(), url));
+        env.push(("REDIS_AUTH".into(), "s3c@r/t".into()));
+        if let Some(socket_type) = socket_type {
+            env.push(("REDIS_SOCKET_TYPE".into(), socket_type.into()));
+        }
+        let server = start_bare(&env);
+        let value = format!("{socket_type:?}");
+        assert_eq!(
+            codes(&server, "edge", "client", &value, 4).await,
+            vec![Code::Ok, Code::Ok, Code::Ok, Code::OverLimit],
+            "{socket_type:?}"
+        );
+        assert!(
+            !server.output().contains("s3c@r"),
+            "the password is never logged:\n{}",
+            server.output()
+        );
+    }
+}
+
+#[test]
+fn ratelimitd_flags_and_variables_win_over_upstreams() {
+    let tree = RuntimeTree::new(&[("edge.yaml", EDGE_V1)]);
+    let own = tempfile::tempdir().unwrap();
+    fs::write(own.path().join("shop.yaml"), SHOP).unwrap();
+    let mut cmd = command();
+    cmd.arg("check");
+    for (name, value) in tree.env() {
+        cmd.env(name, value);
+    }
+    cmd.env("RATELIMITD_CONFIG", own.path());
+    let (status, stdout, stderr) = run_to_end(cmd, Duration::from_secs(20));
+    assert!(status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("1 domain(s), 1 limit(s)"), "{stdout}");
+
+    let redis = RedisServer::start();
+    let mut env = loopback_env();
+    env.extend(redis_env(&redis));
+    env.push(("GRPC_PORT".into(), "1".into()));
+    let mut cmd = command();
+    cmd.args(["serve", "--config"]).arg(own.path());
+    cmd.args(["--grpc-addr", "127.0.0.1:0"]);
+    for (name, value) in &env {
+        cmd.env(name, value);
+    }
+    let server = Ratelimitd::spawn(cmd);
+    assert_ne!(server.grpc_addr().port(), 1, "the flag wins over GRPC_PORT");
+}
+
+#[test]
+fn variables_that_cannot_be_honoured_stop_startup_by_name() {
+    for (name, value, expected) in [
+        (
+            "BACKEND_TYPE",
+            "memcache",
+            "BACKEND_TYPE=memcache: Memcached is not supported",
+        ),
+        (
+            "USE_DOG_STATSD",
+            "true",
+            "USE_DOG_STATSD=true: DogStatsD is not supported",
+        ),
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_TYPE=GRPC_XDS_SOTW"),
+        (
+            "SHADOW_MODE",
+            "yes",
+            "SHADOW_MODE: `yes` is not a Go boolean",
+        ),
+    ] {
+        let mut cmd = command();
+        cmd.env(name, value);
+        let (status, stdout, stderr) = run_to_end(cmd, Duration::from_secs(20));
+        assert_eq!(status.code(), Some(1), "{name}={value}: {stdout}{stderr}");
+        assert!(stderr.contains(expected), "{name}={value}: {stderr}");
+    }
+}
