@@ -23,15 +23,16 @@ RUN apt-get update \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin ratelimitd \
     && mkdir -p /etc/ratelimitd
 COPY --from=build /usr/local/bin/ratelimitd /usr/local/bin/ratelimitd
+# envoyproxy/ratelimit's image has no entrypoint: its Deployments run `/bin/ratelimit`, which
+# here is ratelimitd run bare, configured by that project's environment variables.
+RUN ln -s /usr/local/bin/ratelimitd /bin/ratelimit
 COPY examples/config.yaml /etc/ratelimitd/config.yaml
 USER ratelimitd
-# Every flag also reads an environment variable; these are the defaults, spelled out.
-ENV RATELIMITD_CONFIG=/etc/ratelimitd \
-    RATELIMITD_GRPC_ADDR=0.0.0.0:8081 \
-    RATELIMITD_HTTP_ADDR=0.0.0.0:8080
+# No RATELIMITD_* variables are set here: they would win over envoyproxy/ratelimit's
+# (GRPC_PORT, ...) in Deployments that run /bin/ratelimit.
 EXPOSE 8081 8080
 # gRPC health (grpc.health.v1) asked by the binary itself: no probe tool needed in the image.
 HEALTHCHECK --interval=5s --timeout=3s --start-period=5s --retries=3 \
     CMD ["ratelimitd", "health", "--grpc-addr", "127.0.0.1:8081"]
 ENTRYPOINT ["/usr/local/bin/ratelimitd"]
-CMD ["serve"]
+CMD ["serve", "--config", "/etc/ratelimitd"]
