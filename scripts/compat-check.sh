@@ -189,6 +189,28 @@ else
     failures=$((failures + 1))
 fi
 
+# settings.tsv: every variable upstream reads must be one ratelimitd knows
+# (src/envoyproxy_env/mod.rs VARIABLES) and has a row in docs/migration.md.
+settings="no settings.tsv"
+if [ -f "$dir/settings.tsv" ]; then
+    echo "==> $dir/settings.tsv against src/envoyproxy_env/mod.rs and docs/migration.md"
+    expected="$(grep -v '^#' "$dir/settings.tsv" | cut -f1 | sed '/^$/d' | sort)"
+    known="$(sed -n '/^pub const VARIABLES/,/^];/p' src/envoyproxy_env/mod.rs | grep -Eo '"[A-Z0-9_]+"' | tr -d '"' | sort)"
+    documented="$(grep -Eo '^\| `[A-Z0-9_]+`' docs/migration.md | grep -Eo '[A-Z0-9_]+' | sort)"
+    settings_failures=0
+    for list in known documented; do
+        difference="$(diff <(printf '%s\n' "$expected") <(printf '%s\n' "${!list}") || true)"
+        if [ -n "$difference" ]; then
+            echo "  FAIL settings.tsv differs from the $list variables:"
+            printf '%s\n' "$difference" | sed 's/^/         /'
+            settings_failures=$((settings_failures + 1))
+        fi
+    done
+    failures=$((failures + settings_failures))
+    settings="settings.tsv: $(printf '%s\n' "$expected" | wc -l) variables, each known and documented"
+    [ "$settings_failures" -eq 0 ] || settings="settings.tsv: FAILED"
+fi
+
 later="no later/ directory"
 if [ -d "$dir/later" ]; then
     later="later/: $later_loaded of $later_required supported files load, merged and refused as upstream"
@@ -198,7 +220,7 @@ if [ -d "$dir/later" ]; then
 fi
 echo
 echo "compat-check: $valid valid accepted, $invalid invalid rejected with file:line," \
-    "serving checks $serving; $later"
+    "serving checks $serving; $later; $settings"
 if [ "$failures" -gt 0 ]; then
     echo "compat-check: $failures check(s) FAILED against $dir" >&2
     exit 1
