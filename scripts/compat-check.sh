@@ -23,7 +23,9 @@
 #   later/ file not in LATER_SUPPORTED is reported as loaded or rejected, never failing the script.
 # Then it runs the ignored tests of tests/compat_upstream.rs with RATELIMITD_COMPAT_DIR=DIR: each
 # invalid file's line and reason, and each valid file served by the real binary on free ports and
-# queried over gRPC, giving the limits envoyproxy/ratelimit gives.
+# queried over gRPC, giving the limits envoyproxy/ratelimit gives. Last, DIR/settings.tsv (the
+# environment variables of envoyproxy/ratelimit) must list exactly the variables ratelimitd reads
+# (src/envoyproxy_env/mod.rs) and docs/migration.md answers.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
