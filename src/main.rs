@@ -12,6 +12,7 @@ use ratelimitd::server::limits::{self, Limits};
 use ratelimitd::server::open_files;
 use ratelimitd::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use ratelimitd::service::rls::StoreErrorPolicy;
+use ratelimitd::service::statsd::{ExtraTags, StatsdAddr, StatsdSettings};
 use ratelimitd::service::ResponseHeaders;
 use ratelimitd::store::redis::{HostPort, ServerAuth, Topology};
 use ratelimitd::store::{DenyCacheSettings, RedisSettings};
@@ -200,6 +201,35 @@ struct ServeArgs {
     config_limits: ConfigLimitArgs,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    statsd: StatsdArgs,
+}
+
+/// The statsd sink: envoyproxy/ratelimit's stats, under its names, over UDP.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Statsd")]
+struct StatsdArgs {
+    /// Send envoyproxy/ratelimit's statsd stats over UDP to HOST:PORT (HOST may be a name,
+    /// looked up at start and again after a failure). Without it, no statsd.
+    #[arg(long, env = "RATELIMITD_STATSD_ADDR", value_name = "HOST:PORT", value_parser = StatsdAddr::parse)]
+    statsd_addr: Option<StatsdAddr>,
+    /// How often to send the stats (envoyproxy/ratelimit's STATS_FLUSH_INTERVAL).
+    #[arg(long, env = "RATELIMITD_STATSD_FLUSH_INTERVAL", default_value = "10s", value_parser = parse_positive_duration, requires = "statsd_addr")]
+    statsd_flush_interval: Duration,
+    /// Tags added to every stat, as envoyproxy/ratelimit's EXTRA_TAGS (written into the stat
+    /// names as `.__K=V`, as its statsd library does).
+    #[arg(long, env = "RATELIMITD_STATSD_EXTRA_TAGS", value_name = "K:V[,K:V...]", value_parser = ExtraTags::parse, requires = "statsd_addr")]
+    statsd_extra_tags: Option<ExtraTags>,
+}
+
+impl StatsdArgs {
+    fn settings(&self) -> Option<StatsdSettings> {
+        self.statsd_addr.clone().map(|addr| StatsdSettings {
+            flush_interval: self.statsd_flush_interval,
+            extra_tags: self.statsd_extra_tags.clone().unwrap_or_default(),
+            ..StatsdSettings::new(addr)
+        })
+    }
 }
 
 /// What one request may carry; a request beyond it is refused with INVALID_ARGUMENT.
@@ -496,6 +526,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             },
             request_limits: args.request_limits.limits(),
             config_limits: args.config_limits.limits(),
+            statsd: args.statsd.settings(),
         };
         server::run(settings, grpc, http, shutdown_signal()).await
     });

@@ -39,6 +39,7 @@ use crate::service::http::HttpState;
 use crate::service::limited::Port;
 use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use crate::service::rls::StoreErrorPolicy;
+use crate::service::statsd::{self, StatsdSettings};
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
 use crate::store::{
     DenyCache, DenyCacheSettings, MemoryStore, RedisSettings, RedisStore, Store, StoreError,
@@ -49,6 +50,9 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long in-flight calls may take to finish once shutdown starts.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the statsd sink's last flush may take once serving has stopped.
+const STATSD_LAST_FLUSH: Duration = Duration::from_secs(3);
 
 /// Everything `serve` needs besides the listeners.
 #[derive(Debug, Clone)]
@@ -84,6 +88,8 @@ pub struct Settings {
     pub request_limits: RequestLimits,
     /// Bounds on configuration files (size, alias expansion).
     pub config_limits: config::Limits,
+    /// The statsd sink (envoyproxy/ratelimit's stats over UDP); `None`: off.
+    pub statsd: Option<StatsdSettings>,
 }
 
 impl Settings {
@@ -106,6 +112,7 @@ impl Settings {
             load: LoadOptions::default(),
             request_limits: RequestLimits::default(),
             config_limits: config::Limits::default(),
+            statsd: None,
         }
     }
 }
@@ -151,6 +158,7 @@ struct Context {
     modes: Modes,
     response_dynamic_metadata: bool,
     request_limits: RequestLimits,
+    statsd: Option<StatsdSettings>,
 }
 
 /// Loads the configuration, builds the store and serves until `shutdown` completes. Then health
@@ -171,6 +179,9 @@ pub async fn run(
     let metrics = Arc::new(Metrics::new(settings.near_limit_ratio));
     metrics.register_rules(&rules.load());
     metrics.register_config_loader(loader);
+    if settings.statsd.is_some() {
+        metrics.keep_response_times();
+    }
     let mut context = Context {
         rules,
         reloader,
@@ -184,6 +195,7 @@ pub async fn run(
         modes: settings.modes,
         response_dynamic_metadata: settings.response_dynamic_metadata,
         request_limits: settings.request_limits,
+        statsd: settings.statsd.clone(),
     };
     match settings.redis {
         None => {
@@ -303,6 +315,13 @@ async fn serve<S: Store>(
         hangups(),
         stopping.clone(),
     ));
+    let statsd_sink = context.statsd.clone().map(|settings| {
+        tokio::spawn(statsd::run(
+            settings,
+            context.metrics.clone(),
+            stopping.clone(),
+        ))
+    });
 
     let grpc_addr = grpc.local_addr()?;
     let http_addr = http.local_addr()?;
@@ -378,6 +397,14 @@ async fn serve<S: Store>(
         .await;
     stopping.cancel();
     let _ = http_task.await;
+    if let Some(sink) = statsd_sink {
+        if tokio::time::timeout(STATSD_LAST_FLUSH, sink).await.is_err() {
+            tracing::warn!(
+                ?STATSD_LAST_FLUSH,
+                "the last statsd flush did not finish in time"
+            );
+        }
+    }
     tracing::info!("stopped");
     result.map_err(ServerError::from)
 }
