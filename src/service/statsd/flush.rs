@@ -77,3 +77,70 @@ pub fn compose(metrics: &Metrics, names: &StatNames) -> Datagrams {
     }
     datagrams
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::service::metrics::RequestResult;
+    use crate::service::statsd::tags::ExtraTags;
+
+    fn lines(metrics: &Metrics) -> Vec<String> {
+        let names = StatNames::new(&ExtraTags::default());
+        let (datagrams, dropped) = compose(metrics, &names).finish();
+        assert_eq!(dropped, 0);
+        datagrams
+            .iter()
+            .flat_map(|d| {
+                String::from_utf8(d.clone())
+                    .unwrap()
+                    .lines()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn counters_are_deltas_and_zero_ones_are_not_sent() {
+        let metrics = Metrics::default();
+        metrics.keep_response_times();
+        metrics.record_request(RequestResult::Ok, Duration::from_micros(2_100));
+        metrics.record_request(RequestResult::InvalidArgument, Duration::from_micros(10));
+        // `a:b` and `a|b` sanitize alike: one line with both.
+        metrics.record_domain_not_found("a:b", 1);
+        metrics.record_domain_not_found("a|b", 2);
+        assert_eq!(
+            lines(&metrics),
+            [
+                "ratelimit.service.call.should_rate_limit.service_error:1|c",
+                "ratelimit.service.config_load_success:1|c",
+                "ratelimit.service.rate_limit.a_b.domain_not_found:3|c",
+                "ratelimit_server.ShouldRateLimit.total_requests:2|c",
+                "ratelimit_server.ShouldRateLimit.response_time:0|ms",
+                "ratelimit_server.ShouldRateLimit.response_time:2|ms",
+            ]
+        );
+        assert!(lines(&metrics).is_empty(), "nothing changed since");
+    }
+
+    #[test]
+    fn beyond_the_timer_cap_lines_carry_a_sample_rate() {
+        let metrics = Metrics::default();
+        metrics.keep_response_times();
+        let total = 4 * MAX_TIMER_LINES;
+        for i in 0..total {
+            let micros = if i % 4 == 0 { 3_000 } else { 200 };
+            metrics.record_request(RequestResult::Ok, Duration::from_micros(micros));
+        }
+        let timers: Vec<String> = lines(&metrics)
+            .into_iter()
+            .filter(|l| l.contains("response_time"))
+            .collect();
+        assert_eq!(timers.len() as u64, MAX_TIMER_LINES);
+        let at_3 = timers.iter().filter(|l| l.contains(":3|ms|@0.25")).count() as u64;
+        let at_0 = timers.iter().filter(|l| l.contains(":0|ms|@0.25")).count() as u64;
+        assert_eq!((at_0, at_3), (3 * MAX_TIMER_LINES / 4, MAX_TIMER_LINES / 4));
+    }
+}
