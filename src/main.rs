@@ -15,6 +15,7 @@ use ratelimitd::server::open_files;
 use ratelimitd::service::headers::LimitHeaderNames;
 use ratelimitd::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use ratelimitd::service::rls::StoreErrorPolicy;
+use ratelimitd::service::statsd::{ExtraTags, StatsdAddr, StatsdSettings};
 use ratelimitd::service::ResponseHeaders;
 use ratelimitd::store::redis::{HostPort, ServerAuth, Topology};
 use ratelimitd::store::{DenyCacheSettings, RedisSettings};
@@ -262,6 +263,35 @@ struct ServeArgs {
     ports: ExtraPortArgs,
     #[command(flatten)]
     initial_config: InitialConfigArgs,
+    #[command(flatten)]
+    statsd: StatsdArgs,
+}
+
+/// The statsd sink: envoyproxy/ratelimit's stats, under its names, over UDP.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Statsd")]
+struct StatsdArgs {
+    /// Send envoyproxy/ratelimit's statsd stats over UDP to HOST:PORT (HOST may be a name,
+    /// looked up at start and again after a failure). Without it, no statsd.
+    #[arg(long, env = "RATELIMITD_STATSD_ADDR", value_name = "HOST:PORT", value_parser = StatsdAddr::parse)]
+    statsd_addr: Option<StatsdAddr>,
+    /// How often to send the stats (envoyproxy/ratelimit's STATS_FLUSH_INTERVAL).
+    #[arg(long, env = "RATELIMITD_STATSD_FLUSH_INTERVAL", default_value = "10s", value_parser = parse_positive_duration, requires = "statsd_addr")]
+    statsd_flush_interval: Duration,
+    /// Tags added to every stat, as envoyproxy/ratelimit's EXTRA_TAGS (written into the stat
+    /// names as `.__K=V`, as its statsd library does).
+    #[arg(long, env = "RATELIMITD_STATSD_EXTRA_TAGS", value_name = "K:V[,K:V...]", value_parser = ExtraTags::parse, requires = "statsd_addr")]
+    statsd_extra_tags: Option<ExtraTags>,
+}
+
+impl StatsdArgs {
+    fn settings(&self) -> Option<StatsdSettings> {
+        self.statsd_addr.clone().map(|addr| StatsdSettings {
+            flush_interval: self.statsd_flush_interval,
+            extra_tags: self.statsd_extra_tags.clone().unwrap_or_default(),
+            ..StatsdSettings::new(addr)
+        })
+    }
 }
 
 /// The ports besides gRPC and HTTP, where envoyproxy/ratelimit has them.
@@ -674,6 +704,7 @@ fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCode {
                     .healthy_with_at_least_one_config_loaded,
             },
             metrics_path: args.ports.metrics_path.clone(),
+            statsd: args.statsd.settings(),
         };
         server::run(settings, listeners, shutdown_signal()).await
     });

@@ -39,6 +39,7 @@ use crate::service::http::{HttpState, DEFAULT_METRICS_PATH};
 use crate::service::limited::Port;
 use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use crate::service::rls::StoreErrorPolicy;
+use crate::service::statsd::{self, StatsdSettings};
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
 use crate::store::{
     DenyCache, DenyCacheSettings, MemoryStore, RedisSettings, RedisStore, Store, StoreError,
@@ -49,6 +50,9 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long in-flight calls may take to finish once shutdown starts.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the statsd sink's last flush may take once serving has stopped.
+const STATSD_LAST_FLUSH: Duration = Duration::from_secs(3);
 
 /// Everything `serve` needs besides the listeners.
 #[derive(Debug, Clone)]
@@ -89,6 +93,8 @@ pub struct Settings {
     pub initial_config: InitialConfig,
     /// Where the metrics port (see [`Listeners::metrics`]) serves the Prometheus text.
     pub metrics_path: String,
+    /// The statsd sink (envoyproxy/ratelimit's stats over UDP); `None`: off.
+    pub statsd: Option<StatsdSettings>,
 }
 
 /// What happens while no valid configuration has loaded (envoyproxy/ratelimit's
@@ -139,6 +145,7 @@ impl Settings {
             config_limits: config::Limits::default(),
             initial_config: InitialConfig::default(),
             metrics_path: DEFAULT_METRICS_PATH.to_owned(),
+            statsd: None,
         }
     }
 }
@@ -186,6 +193,7 @@ struct Context {
     request_limits: RequestLimits,
     initial_config: InitialConfig,
     metrics_path: String,
+    statsd: Option<StatsdSettings>,
 }
 
 /// Loads the configuration, builds the store and serves until `shutdown` completes. Then health
@@ -216,6 +224,9 @@ pub async fn run(
     let metrics = Arc::new(Metrics::new(settings.near_limit_ratio));
     metrics.register_rules(&rules.load());
     metrics.register_config_loader(loader);
+    if settings.statsd.is_some() {
+        metrics.keep_response_times();
+    }
     let mut context = Context {
         rules,
         reloader,
@@ -231,6 +242,7 @@ pub async fn run(
         request_limits: settings.request_limits,
         initial_config: settings.initial_config,
         metrics_path: settings.metrics_path.clone(),
+        statsd: settings.statsd.clone(),
     };
     match settings.redis {
         None => {
@@ -366,6 +378,13 @@ async fn serve<S: Store>(
         hangups(),
         stopping.clone(),
     ));
+    let statsd_sink = context.statsd.clone().map(|settings| {
+        tokio::spawn(statsd::run(
+            settings,
+            context.metrics.clone(),
+            stopping.clone(),
+        ))
+    });
 
     let grpc_addr = grpc.local_addr()?;
     let http_addr = http.local_addr()?;
@@ -461,6 +480,14 @@ async fn serve<S: Store>(
         .await;
     stopping.cancel();
     let _ = http_task.await;
+    if let Some(sink) = statsd_sink {
+        if tokio::time::timeout(STATSD_LAST_FLUSH, sink).await.is_err() {
+            tracing::warn!(
+                ?STATSD_LAST_FLUSH,
+                "the last statsd flush did not finish in time"
+            );
+        }
+    }
     tracing::info!("stopped");
     result.map_err(ServerError::from)
 }

@@ -14,7 +14,9 @@ fn the_migration_table_has_one_row_per_upstream_variable() {
         let Some(rest) = line.strip_prefix("| `") else {
             continue;
         };
-        let (name, rest) = rest.split_once("` |").expect("a row: | `NAME` | default | answer |");
+        let (name, rest) = rest
+            .split_once("` |")
+            .expect("a row: | `NAME` | default | answer |");
         let answer = rest.rsplit('|').nth(1).unwrap_or("").trim();
         assert!(!answer.is_empty(), "{name} has no answer");
         rows.push(name.to_string());
@@ -25,5 +27,8 @@ fn the_migration_table_has_one_row_per_upstream_variable() {
     let missing: Vec<_> = known.difference(&documented).collect();
     let unknown: Vec<_> = documented.difference(&known).collect();
     assert!(missing.is_empty(), "variables without a row: {missing:?}");
-    assert!(unknown.is_empty(), "rows for unknown variables: {unknown:?}");
+    assert!(
+        unknown.is_empty(),
+        "rows for unknown variables: {unknown:?}"
+    );
 }

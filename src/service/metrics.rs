@@ -21,16 +21,25 @@
 //! [`DETAILED_LABEL_MAX_BYTES`]). At most [`DETAILED_METRIC_CAP`] distinct descriptor labels are
 //! kept per rule; the hits of any further descriptor count under `descriptor="_other"`.
 //!
+//! The same counters also feed the statsd sink (`super::statsd`), which reads them off the
+//! request path: [`Metrics::take_upstream_deltas`] hands it what changed since it last asked,
+//! keyed as envoyproxy/ratelimit names its stats. For that, overridden descriptors keep their
+//! hits apart per descriptor (envoyproxy/ratelimit names their stats after the request's values,
+//! `domain.key_value.key2_value2`, at most [`DETAILED_METRIC_CAP`] per rule), which `/metrics`
+//! adds back into the rule's series; and requests naming an unknown domain are counted per
+//! domain (at most [`UNKNOWN_DOMAIN_CAP`] domains), which `/metrics` shows only as a total.
+//!
 //! Also: the request latency histogram, requests by result, requests refused by a request limit,
 //! store errors by kind, answers given by the store-failure policy, configuration reloads, what
 //! loading configurations did (files read and parsed, files refused by a configuration limit),
-//! what the transport limits refused or closed (by [`Limited`]), accept errors by port, and the
-//! counters other components expose (Redis script reloads, deny-cache hits, open connections),
-//! read when scraped.
-use std::collections::HashMap;
+//! what the transport limits refused or closed (by [`Limited`]), accept errors by port, requests
+//! in an unknown domain, requests global shadow mode let through, and the counters other
+//! components expose (Redis script reloads, deny-cache hits, open connections, the statsd
+//! sink's datagrams), read when scraped.
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
@@ -39,7 +48,8 @@ use super::limited::{Limited, Port};
 use crate::config::{ConfigLimit, Loader};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::{
-    Code, ConfiguredLimit, Outcome, Plan, Request, RequestLimit, Resolution, RuleSet, Rules,
+    Code, ConfiguredLimit, LimitKind, Outcome, Plan, Request, RequestLimit, Resolution, RuleSet,
+    Rules,
 };
 use crate::store::StoreError;
 
@@ -53,6 +63,11 @@ pub const OVERFLOW_LABEL: &str = "_other";
 pub const OVERRIDE_RULE: &str = "(override)";
 /// envoyproxy/ratelimit's default `NEAR_LIMIT_RATIO`.
 pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.8;
+/// Most unknown domains counted one by one; requests naming any further one count under
+/// [`OVERFLOW_LABEL`].
+pub const UNKNOWN_DOMAIN_CAP: usize = 100;
+/// Response times are kept per whole millisecond up to this; longer ones count as this.
+pub const RESPONSE_TIME_MAX_MS: u64 = 10_000;
 
 /// Upper bounds of the latency histogram buckets, in µs.
 const LATENCY_BUCKETS_US: [u64; 14] = [
@@ -89,6 +104,7 @@ impl RequestResult {
 
 const STORE_ERROR_KINDS: [&str; 3] = ["timeout", "unavailable", "protocol"];
 
+/// The five rule counters, and what the upstream-stats reader took of them so far.
 #[derive(Debug, Default)]
 struct Counters {
     total: AtomicU64,
@@ -96,6 +112,8 @@ struct Counters {
     near: AtomicU64,
     over: AtomicU64,
     shadow: AtomicU64,
+    /// The values [`Counters::take`] last read; only the one upstream-stats reader moves them.
+    taken: [AtomicU64; 5],
 }
 
 impl Counters {
@@ -104,6 +122,70 @@ impl Counters {
             counter.fetch_add(n, Ordering::Relaxed);
         }
     }
+
+    /// total, within, near, over, shadow.
+    fn read(&self) -> [u64; 5] {
+        [
+            self.total.load(Ordering::Relaxed),
+            self.within.load(Ordering::Relaxed),
+            self.near.load(Ordering::Relaxed),
+            self.over.load(Ordering::Relaxed),
+            self.shadow.load(Ordering::Relaxed),
+        ]
+    }
+
+    /// What each counter gained since the previous call.
+    fn take(&self) -> [u64; 5] {
+        let now = self.read();
+        std::array::from_fn(|i| {
+            now[i].saturating_sub(self.taken[i].swap(now[i], Ordering::Relaxed))
+        })
+    }
+}
+
+/// A counter and what the upstream-stats reader took of it so far.
+#[derive(Debug, Default)]
+struct Latched {
+    value: AtomicU64,
+    taken: Taken,
+}
+
+/// The value a cumulative count had when the upstream-stats reader last read it.
+#[derive(Debug, Default)]
+struct Taken(AtomicU64);
+
+impl Taken {
+    /// What `now` gained since the previous call.
+    fn delta(&self, now: u64) -> u64 {
+        now.saturating_sub(self.0.swap(now, Ordering::Relaxed))
+    }
+}
+
+/// Counters per label, at most [`DETAILED_METRIC_CAP`] labels; further labels share `overflow`.
+#[derive(Debug, Default)]
+struct CappedSeries {
+    by_label: RwLock<HashMap<String, Arc<Counters>>>,
+    overflow: Arc<Counters>,
+    overflow_used: AtomicBool,
+}
+
+impl CappedSeries {
+    fn counters(&self, label: String) -> Arc<Counters> {
+        if let Some(counters) = self.by_label.read().get(&label) {
+            return counters.clone();
+        }
+        let mut by_label = self.by_label.write();
+        if let Some(counters) = by_label.get(&label) {
+            return counters.clone();
+        }
+        if by_label.len() < DETAILED_METRIC_CAP {
+            let counters = Arc::new(Counters::default());
+            by_label.insert(label, counters.clone());
+            return counters;
+        }
+        self.overflow_used.store(true, Ordering::Relaxed);
+        self.overflow.clone()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -111,10 +193,80 @@ struct RuleStats {
     /// Hits counted without a descriptor label (rules without `detailed_metric`).
     plain: Counters,
     plain_used: AtomicBool,
-    /// `detailed_metric` rules: per descriptor label, at most `DETAILED_METRIC_CAP`.
-    detailed: RwLock<HashMap<String, Arc<Counters>>>,
-    overflow: Counters,
-    overflow_used: AtomicBool,
+    /// `detailed_metric` rules: per descriptor label.
+    detailed: CappedSeries,
+    /// Hits of descriptors with a client override, per `domain.key_value` suffix (see
+    /// [`override_label`]); `/metrics` adds them to the rule's plain or detailed series.
+    overridden: CappedSeries,
+    /// The rule has `detailed_metric: true`, as last configured.
+    is_detailed: AtomicBool,
+    /// The rule is `unlimited: true`, as last configured (envoyproxy/ratelimit counts nothing
+    /// for those, so they are left out of its stats).
+    is_unlimited: AtomicBool,
+}
+
+impl RuleStats {
+    fn configure(&self, limit: &ConfiguredLimit) {
+        self.is_detailed
+            .store(limit.detailed_metric, Ordering::Relaxed);
+        self.is_unlimited
+            .store(limit.kind == LimitKind::Unlimited, Ordering::Relaxed);
+    }
+}
+
+/// The counters one descriptor's hits go to.
+enum Slot<'a> {
+    Plain(&'a Counters),
+    Labelled(Arc<Counters>),
+}
+
+impl std::ops::Deref for Slot<'_> {
+    type Target = Counters;
+
+    fn deref(&self) -> &Counters {
+        match self {
+            Slot::Plain(counters) => counters,
+            Slot::Labelled(counters) => counters,
+        }
+    }
+}
+
+/// What changed since the previous [`Metrics::take_upstream_deltas`], as envoyproxy/ratelimit
+/// names and counts it: what its statsd stats are made of.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct UpstreamDeltas {
+    /// Per stat key (`domain.key_value.key2`, unsanitized), the hits gained by total_hits,
+    /// within_limit, near_limit, over_limit and shadow_mode. Only keys that gained some;
+    /// unlimited rules are left out (envoyproxy/ratelimit counts nothing for them). A detailed
+    /// rule's descriptors beyond the cap count under `<rule path>._other`, overridden ones
+    /// under `<domain>._other`.
+    pub rules: Vec<(String, [u64; 5])>,
+    /// Per unknown domain (cut at [`DETAILED_LABEL_MAX_BYTES`]; beyond [`UNKNOWN_DOMAIN_CAP`]
+    /// domains, `_other`): descriptors of the requests that named it.
+    pub domains_not_found: Vec<(String, u64)>,
+    /// Configurations loaded: the one at startup (counted at the first call) and every reload.
+    pub config_load_success: u64,
+    /// Reloads rejected.
+    pub config_load_error: u64,
+    /// Requests whose store call failed.
+    pub store_errors: u64,
+    /// Requests answered INVALID_ARGUMENT.
+    pub invalid_requests: u64,
+    /// Requests global shadow mode answered OK although a descriptor was over its limit.
+    pub global_shadow_mode: u64,
+    /// Requests decided (every result).
+    pub requests: u64,
+}
+
+/// What the scalar upstream counters were when last taken.
+#[derive(Debug, Default)]
+struct UpstreamTaken {
+    config_load_success: Taken,
+    config_load_error: Taken,
+    store_errors: Taken,
+    invalid_requests: Taken,
+    global_shadow_mode: Taken,
+    requests: Taken,
 }
 
 #[derive(Debug)]
@@ -176,6 +328,15 @@ pub struct Metrics {
     limited: [AtomicU64; Limited::ALL.len()],
     accept_errors: [AtomicU64; Port::ALL.len()],
     externals: Mutex<Vec<External>>,
+    /// Unknown domain -> descriptors asked for in it, at most [`UNKNOWN_DOMAIN_CAP`] domains.
+    domains_not_found: RwLock<HashMap<String, Arc<Latched>>>,
+    domains_not_found_overflow: Latched,
+    domains_not_found_total: AtomicU64,
+    global_shadow_mode: AtomicU64,
+    /// Requests per whole millisecond they took (index `RESPONSE_TIME_MAX_MS`: that or more),
+    /// kept only once [`Metrics::keep_response_times`] asked for them.
+    response_ms: OnceLock<Box<[AtomicU64]>>,
+    upstream_taken: UpstreamTaken,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -218,6 +379,12 @@ impl Metrics {
             limited: Default::default(),
             accept_errors: Default::default(),
             externals: Mutex::new(Vec::new()),
+            domains_not_found: RwLock::new(HashMap::new()),
+            domains_not_found_overflow: Latched::default(),
+            domains_not_found_total: AtomicU64::new(0),
+            global_shadow_mode: AtomicU64::new(0),
+            response_ms: OnceLock::new(),
+            upstream_taken: UpstreamTaken::default(),
         }
     }
 
@@ -247,6 +414,7 @@ impl Metrics {
             let by_path = map.entry(name.clone()).or_default();
             for limit in limits {
                 let stats = by_path.entry(limit.path.clone()).or_default();
+                stats.configure(&limit);
                 if !limit.detailed_metric {
                     stats.plain_used.store(true, Ordering::Relaxed);
                 }
@@ -254,7 +422,7 @@ impl Metrics {
         }
     }
 
-    fn rule(&self, domain: &str, path: &str) -> Arc<RuleStats> {
+    fn rule(&self, domain: &str, path: &str, limit: Option<&ConfiguredLimit>) -> Arc<RuleStats> {
         if let Some(stats) = self.rules.read().get(domain).and_then(|d| d.get(path)) {
             return stats.clone();
         }
@@ -263,7 +431,13 @@ impl Metrics {
             .entry(domain.to_string())
             .or_default()
             .entry(path.to_string())
-            .or_default()
+            .or_insert_with(|| {
+                let stats = RuleStats::default();
+                if let Some(limit) = limit {
+                    stats.configure(limit);
+                }
+                Arc::new(stats)
+            })
             .clone()
     }
 
@@ -302,35 +476,26 @@ impl Metrics {
                     (c.hits, near)
                 }
             };
+            let overridden = matches!(
+                resolution,
+                Resolution::Counted {
+                    overridden: true,
+                    ..
+                } | Resolution::Blocked {
+                    overridden: true,
+                    ..
+                }
+            );
             let path = matched.map_or(OVERRIDE_RULE, |limit| limit.path.as_str());
-            let stats = self.rule(&request.domain, path);
-            let counters: &Counters;
-            let detailed_arc;
-            if matched.is_some_and(|limit| limit.detailed_metric) {
-                let label = detailed_label(descriptor);
-                let known = stats.detailed.read().get(&label).cloned();
-                detailed_arc = known.or_else(|| {
-                    let mut detailed = stats.detailed.write();
-                    if let Some(c) = detailed.get(&label) {
-                        return Some(c.clone());
-                    }
-                    (detailed.len() < DETAILED_METRIC_CAP).then(|| {
-                        let c = Arc::new(Counters::default());
-                        detailed.insert(label, c.clone());
-                        c
-                    })
-                });
-                counters = match &detailed_arc {
-                    Some(c) => c,
-                    None => {
-                        stats.overflow_used.store(true, Ordering::Relaxed);
-                        &stats.overflow
-                    }
-                };
+            let stats = self.rule(&request.domain, path, matched.map(Arc::as_ref));
+            let counters = if overridden {
+                Slot::Labelled(stats.overridden.counters(override_label(descriptor)))
+            } else if matched.is_some_and(|limit| limit.detailed_metric) {
+                Slot::Labelled(stats.detailed.counters(detailed_label(descriptor)))
             } else {
                 stats.plain_used.store(true, Ordering::Relaxed);
-                counters = &stats.plain;
-            }
+                Slot::Plain(&stats.plain)
+            };
             Counters::add(&counters.total, hits);
             let over =
                 status.code == Code::OverLimit || status.shadow_denied || status.quota_violated;
@@ -344,6 +509,36 @@ impl Metrics {
                 Counters::add(&counters.near, near);
             }
         }
+        if plan.modes.shadow_mode
+            && outcome
+                .statuses
+                .iter()
+                .any(|status| status.code == Code::OverLimit)
+        {
+            self.global_shadow_mode.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A request in `domain`, which no configuration defines, with `descriptors` descriptors
+    /// (envoyproxy/ratelimit counts each descriptor).
+    pub fn record_domain_not_found(&self, domain: &str, descriptors: usize) {
+        let descriptors = descriptors as u64;
+        self.domains_not_found_total
+            .fetch_add(descriptors, Ordering::Relaxed);
+        let domain = cut(domain, DETAILED_LABEL_MAX_BYTES);
+        if let Some(counter) = self.domains_not_found.read().get(domain) {
+            counter.value.fetch_add(descriptors, Ordering::Relaxed);
+            return;
+        }
+        let mut domains = self.domains_not_found.write();
+        let counter = match domains.get(domain) {
+            Some(counter) => counter,
+            None if domains.len() < UNKNOWN_DOMAIN_CAP => domains
+                .entry(domain.to_string())
+                .or_insert_with(|| Arc::new(Latched::default())),
+            None => &self.domains_not_found_overflow,
+        };
+        counter.value.fetch_add(descriptors, Ordering::Relaxed);
     }
 
     /// Of `hits` admitted leaving `remaining` of `capacity`, those above the near-limit
@@ -358,6 +553,12 @@ impl Metrics {
     /// Records how long a request took and how it ended.
     pub fn record_request(&self, result: RequestResult, elapsed: Duration) {
         self.latency.observe(elapsed);
+        if let Some(per_ms) = self.response_ms.get() {
+            let ms = (elapsed.as_millis() as u64).min(RESPONSE_TIME_MAX_MS) as usize;
+            if let Some(count) = per_ms.get(ms) {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let index = RequestResult::ALL
             .iter()
             .position(|r| *r == result)
@@ -585,6 +786,28 @@ impl Metrics {
         }
         family(
             &mut out,
+            "ratelimitd_domain_not_found_total",
+            "Descriptors of requests whose domain no configuration defines (answered OK without a limit).",
+            "counter",
+        );
+        let _ = writeln!(
+            out,
+            "ratelimitd_domain_not_found_total {}",
+            self.domains_not_found_total.load(Ordering::Relaxed)
+        );
+        family(
+            &mut out,
+            "ratelimitd_global_shadow_mode_total",
+            "Requests answered OK by global shadow mode (--shadow-mode) although a descriptor was over its limit.",
+            "counter",
+        );
+        let _ = writeln!(
+            out,
+            "ratelimitd_global_shadow_mode_total {}",
+            self.global_shadow_mode.load(Ordering::Relaxed)
+        );
+        family(
+            &mut out,
             "ratelimitd_transport_limited_total",
             "Calls, messages and connections a transport limit refused or closed, by limit (see the README's Limits and hardening).",
             "counter",
@@ -620,42 +843,42 @@ impl Metrics {
     }
 
     fn render_rules(&self, out: &mut String) {
-        // Snapshot the series, sorted, so every family lists them in the same order.
-        type Series = (String, String, Option<String>, [u64; 5]);
-        let mut series: Vec<Series> = Vec::new();
-        let read = |c: &Counters| {
-            [
-                c.total.load(Ordering::Relaxed),
-                c.within.load(Ordering::Relaxed),
-                c.near.load(Ordering::Relaxed),
-                c.over.load(Ordering::Relaxed),
-                c.shadow.load(Ordering::Relaxed),
-            ]
+        // One sorted snapshot, so every family lists the series in the same order. Overridden
+        // hits join the rule's series: its plain one, or for a detailed rule the descriptor's.
+        type Labels = (String, String, Option<String>);
+        let mut series: BTreeMap<Labels, [u64; 5]> = BTreeMap::new();
+        let mut add = |labels: Labels, values: [u64; 5]| {
+            let sum = series.entry(labels).or_default();
+            for (sum, value) in sum.iter_mut().zip(values) {
+                *sum += value;
+            }
         };
         for (domain, rules) in self.rules.read().iter() {
             for (path, stats) in rules {
+                let labels = |descriptor: Option<&str>| {
+                    (domain.clone(), path.clone(), descriptor.map(str::to_string))
+                };
                 if stats.plain_used.load(Ordering::Relaxed) {
-                    series.push((domain.clone(), path.clone(), None, read(&stats.plain)));
+                    add(labels(None), stats.plain.read());
                 }
-                for (label, counters) in stats.detailed.read().iter() {
-                    series.push((
-                        domain.clone(),
-                        path.clone(),
-                        Some(label.clone()),
-                        read(counters),
-                    ));
+                for (label, counters) in stats.detailed.by_label.read().iter() {
+                    add(labels(Some(label)), counters.read());
                 }
-                if stats.overflow_used.load(Ordering::Relaxed) {
-                    series.push((
-                        domain.clone(),
-                        path.clone(),
-                        Some(OVERFLOW_LABEL.to_string()),
-                        read(&stats.overflow),
-                    ));
+                if stats.detailed.overflow_used.load(Ordering::Relaxed) {
+                    add(labels(Some(OVERFLOW_LABEL)), stats.detailed.overflow.read());
+                }
+                let detailed = stats.is_detailed.load(Ordering::Relaxed);
+                for (label, counters) in stats.overridden.by_label.read().iter() {
+                    add(labels(detailed.then_some(label)), counters.read());
+                }
+                if stats.overridden.overflow_used.load(Ordering::Relaxed) {
+                    add(
+                        labels(detailed.then_some(OVERFLOW_LABEL)),
+                        stats.overridden.overflow.read(),
+                    );
                 }
             }
         }
-        series.sort_by(|a, b| (&a.0, &a.1, &a.2).cmp(&(&b.0, &b.1, &b.2)));
         let families = [
             (
                 "ratelimitd_total_hits_total",
@@ -680,7 +903,7 @@ impl Metrics {
         ];
         for (i, (name, help)) in families.iter().enumerate() {
             family(out, name, help, "counter");
-            for (domain, path, descriptor, values) in &series {
+            for ((domain, path, descriptor), values) in &series {
                 let _ = write!(
                     out,
                     "{name}{{domain=\"{}\",rule=\"{}\"",
@@ -693,6 +916,99 @@ impl Metrics {
                 let _ = writeln!(out, "}} {}", values[i]);
             }
         }
+    }
+
+    /// Keeps each request's time per whole millisecond from now on, for
+    /// [`Metrics::take_response_times`] (the statsd sink's timer).
+    pub fn keep_response_times(&self) {
+        let _ = self.response_ms.set(
+            (0..=RESPONSE_TIME_MAX_MS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        );
+    }
+
+    /// Calls `each(milliseconds, requests)` for every whole-millisecond response time seen since
+    /// the previous call (nothing unless [`Metrics::keep_response_times`] was called), in
+    /// increasing order; `RESPONSE_TIME_MAX_MS` stands for that or more.
+    pub fn take_response_times(&self, mut each: impl FnMut(u64, u64)) {
+        let Some(per_ms) = self.response_ms.get() else {
+            return;
+        };
+        for (ms, count) in per_ms.iter().enumerate() {
+            let requests = count.swap(0, Ordering::Relaxed);
+            if requests > 0 {
+                each(ms as u64, requests);
+            }
+        }
+    }
+
+    /// What every counter envoyproxy/ratelimit's stats are made of gained since the previous
+    /// call. Meant for one reader (the statsd sink): each call takes what it returns, so two
+    /// readers would each see part of the hits.
+    pub fn take_upstream_deltas(&self) -> UpstreamDeltas {
+        fn changed(delta: &[u64; 5]) -> bool {
+            delta.iter().any(|d| *d > 0)
+        }
+        let mut deltas = UpstreamDeltas::default();
+        let mut push = |key: &dyn Fn() -> String, delta: [u64; 5], counted: bool| {
+            if counted && changed(&delta) {
+                deltas.rules.push((key(), delta));
+            }
+        };
+        for (domain, rules) in self.rules.read().iter() {
+            for (path, stats) in rules {
+                let counted = !stats.is_unlimited.load(Ordering::Relaxed);
+                push(
+                    &|| path.clone(),
+                    stats.plain.take(),
+                    counted && path != OVERRIDE_RULE,
+                );
+                for (label, counters) in stats.detailed.by_label.read().iter() {
+                    push(&|| format!("{domain}.{label}"), counters.take(), counted);
+                }
+                push(
+                    &|| format!("{path}.{OVERFLOW_LABEL}"),
+                    stats.detailed.overflow.take(),
+                    counted,
+                );
+                for (label, counters) in stats.overridden.by_label.read().iter() {
+                    push(&|| format!("{domain}.{label}"), counters.take(), true);
+                }
+                push(
+                    &|| format!("{domain}.{OVERFLOW_LABEL}"),
+                    stats.overridden.overflow.take(),
+                    true,
+                );
+            }
+        }
+        let mut take_domain = |domain: &str, counter: &Latched| {
+            let delta = counter.taken.delta(counter.value.load(Ordering::Relaxed));
+            if delta > 0 {
+                deltas.domains_not_found.push((domain.to_string(), delta));
+            }
+        };
+        for (domain, counter) in self.domains_not_found.read().iter() {
+            take_domain(domain, counter);
+        }
+        take_domain(OVERFLOW_LABEL, &self.domains_not_found_overflow);
+
+        let taken = &self.upstream_taken;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let sum = |counters: &[AtomicU64]| counters.iter().map(load).sum::<u64>();
+        deltas.config_load_success = taken.config_load_success.delta(1 + load(&self.reloads_ok));
+        deltas.config_load_error = taken.config_load_error.delta(load(&self.reloads_failed));
+        deltas.store_errors = taken.store_errors.delta(sum(&self.store_errors));
+        let invalid = RequestResult::ALL
+            .iter()
+            .position(|r| *r == RequestResult::InvalidArgument)
+            .map_or(0, |i| load(&self.requests[i]));
+        deltas.invalid_requests = taken.invalid_requests.delta(invalid);
+        deltas.global_shadow_mode = taken
+            .global_shadow_mode
+            .delta(load(&self.global_shadow_mode));
+        deltas.requests = taken.requests.delta(sum(&self.requests));
+        deltas
     }
 }
 
@@ -755,16 +1071,28 @@ fn escape(value: &str) -> String {
     out
 }
 
-/// envoyproxy/ratelimit's detailed stat suffix: `key_value` per entry (`key` when the value is
-/// empty), joined by `.`, cut at [`DETAILED_LABEL_MAX_BYTES`].
+/// The stat suffix envoyproxy/ratelimit gives a `detailed_metric` rule's descriptor:
+/// `key_value` per entry, joined by `.` (`key_` when the value is empty, as its
+/// `config_impl.go` builds it), cut at [`DETAILED_LABEL_MAX_BYTES`].
 fn detailed_label(descriptor: &crate::limiter::Descriptor) -> String {
+    join_entries(descriptor, true)
+}
+
+/// The stat suffix envoyproxy/ratelimit gives a descriptor with a client override: `key_value`
+/// per entry, joined by `.` (`key` alone when the value is empty, its `descriptorKey`), cut at
+/// [`DETAILED_LABEL_MAX_BYTES`].
+fn override_label(descriptor: &crate::limiter::Descriptor) -> String {
+    join_entries(descriptor, false)
+}
+
+fn join_entries(descriptor: &crate::limiter::Descriptor, underscore_empty: bool) -> String {
     let mut label = String::new();
     for (i, entry) in descriptor.entries.iter().enumerate() {
         if i > 0 {
             label.push('.');
         }
         label.push_str(&entry.key);
-        if !entry.value.is_empty() {
+        if underscore_empty || !entry.value.is_empty() {
             label.push('_');
             label.push_str(&entry.value);
         }
@@ -772,14 +1100,21 @@ fn detailed_label(descriptor: &crate::limiter::Descriptor) -> String {
             break;
         }
     }
-    if label.len() > DETAILED_LABEL_MAX_BYTES {
-        let mut end = DETAILED_LABEL_MAX_BYTES;
-        while !label.is_char_boundary(end) {
-            end -= 1;
-        }
-        label.truncate(end);
-    }
+    let end = cut(&label, DETAILED_LABEL_MAX_BYTES).len();
+    label.truncate(end);
     label
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 fn unix_now() -> u64 {
@@ -819,5 +1154,143 @@ mod tests {
         let label = detailed_label(&long);
         assert!(label.len() <= DETAILED_LABEL_MAX_BYTES);
         assert!(label.starts_with("k_é"));
+    }
+
+    fn entries(pairs: &[(&str, &str)]) -> Vec<crate::limiter::Entry> {
+        pairs
+            .iter()
+            .map(|(key, value)| crate::limiter::Entry {
+                key: key.to_string(),
+                value: value.to_string(),
+            })
+            .collect()
+    }
+
+    fn descriptor(pairs: &[(&str, &str)]) -> crate::limiter::Descriptor {
+        crate::limiter::Descriptor {
+            entries: entries(pairs),
+            limit_override: None,
+            hits_addend: None,
+        }
+    }
+
+    #[test]
+    fn detailed_and_override_suffixes_differ_on_empty_values_as_upstream() {
+        let d = descriptor(&[("route", "api"), ("user", "")]);
+        assert_eq!(detailed_label(&d), "route_api.user_");
+        assert_eq!(override_label(&d), "route_api.user");
+    }
+
+    /// Decides `request` as a store that admits (or denies) every check would, and records it.
+    fn record(metrics: &Metrics, rules: &Rules, request: &Request, admit: bool) {
+        let plan = crate::limiter::plan(rules, request).expect("a plan");
+        let verdicts: Vec<Verdict> = plan
+            .checks
+            .iter()
+            .map(|check| Verdict {
+                admitted: admit,
+                remaining: if admit { check.rate.burst() - 1 } else { 0 },
+                reset_after_us: 0,
+            })
+            .collect();
+        let outcome = crate::limiter::outcome(&plan, &verdicts);
+        metrics.record_decision(request, &plan, Some(&verdicts), &outcome);
+    }
+
+    #[test]
+    fn upstream_deltas_are_keyed_as_upstream_and_taken_once() {
+        let yaml = "domain: d\ndescriptors:\n  - key: plain\n    rate_limit: {unit: hour, requests_per_unit: 100}\n  - key: wide\n    detailed_metric: true\n    rate_limit: {unit: hour, requests_per_unit: 100}\n  - key: free\n    rate_limit: {unlimited: true}\n";
+        let domain = crate::config::parse_domain(std::path::Path::new("d.yaml"), yaml)
+            .expect("valid configuration");
+        let mut rules = Rules::default();
+        rules.domains.insert("d".into(), domain);
+        let metrics = Metrics::default();
+        metrics.register_rules(&rules);
+        let request = |descriptors: Vec<crate::limiter::Descriptor>| Request {
+            domain: "d".into(),
+            descriptors,
+            hits_addend: 0,
+        };
+        let mut overridden = descriptor(&[("nomatch", "1")]);
+        overridden.limit_override = Some(crate::limiter::LimitOverride {
+            requests_per_unit: 5,
+            unit: crate::limiter::Unit::Hour,
+            unit_multiplier: 1,
+        });
+        record(
+            &metrics,
+            &rules,
+            &request(vec![descriptor(&[("plain", "a")])]),
+            true,
+        );
+        record(
+            &metrics,
+            &rules,
+            &request(vec![descriptor(&[("plain", "b")])]),
+            false,
+        );
+        record(
+            &metrics,
+            &rules,
+            &request(vec![descriptor(&[("wide", "x")])]),
+            true,
+        );
+        record(
+            &metrics,
+            &rules,
+            &request(vec![descriptor(&[("free", "z")])]),
+            true,
+        );
+        record(&metrics, &rules, &request(vec![overridden.clone()]), true);
+        metrics.record_domain_not_found("nope", 2);
+
+        let mut deltas = metrics.take_upstream_deltas();
+        deltas.rules.sort();
+        assert_eq!(
+            deltas.rules,
+            [
+                ("d.nomatch_1".to_string(), [1, 1, 0, 0, 0]),
+                ("d.plain".to_string(), [2, 1, 0, 1, 0]),
+                ("d.wide_x".to_string(), [1, 1, 0, 0, 0]),
+            ],
+            "the unlimited rule counts nothing, as upstream"
+        );
+        assert_eq!(deltas.domains_not_found, [("nope".to_string(), 2)]);
+        assert_eq!(deltas.config_load_success, 1, "the load at startup");
+        assert_eq!(deltas.requests, 0, "record_request was not called");
+
+        record(&metrics, &rules, &request(vec![overridden]), true);
+        let again = metrics.take_upstream_deltas();
+        assert_eq!(again.rules, [("d.nomatch_1".to_string(), [1, 1, 0, 0, 0])]);
+        assert_eq!(again.config_load_success, 0);
+        assert!(again.domains_not_found.is_empty());
+
+        // /metrics keeps showing overrides under the rule they matched, here `(override)`.
+        let text = metrics.render();
+        assert!(
+            text.contains("ratelimitd_total_hits_total{domain=\"d\",rule=\"(override)\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ratelimitd_domain_not_found_total 2\n"),
+            "{text}"
+        );
+        assert!(!text.contains("nope"), "{text}");
+    }
+
+    #[test]
+    fn response_times_are_kept_per_millisecond_once_asked_for() {
+        let metrics = Metrics::default();
+        metrics.record_request(RequestResult::Ok, Duration::from_micros(300));
+        metrics.keep_response_times();
+        for micros in [300, 900, 2_500, 20_000_000] {
+            metrics.record_request(RequestResult::Ok, Duration::from_micros(micros));
+        }
+        let mut seen = Vec::new();
+        metrics.take_response_times(|ms, n| seen.push((ms, n)));
+        assert_eq!(seen, [(0, 2), (2, 1), (RESPONSE_TIME_MAX_MS, 1)]);
+        seen.clear();
+        metrics.take_response_times(|ms, n| seen.push((ms, n)));
+        assert!(seen.is_empty());
     }
 }

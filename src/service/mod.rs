@@ -9,6 +9,7 @@ pub mod json;
 pub mod limited;
 pub mod metrics;
 pub mod rls;
+pub mod statsd;
 pub mod throttle;
 
 pub use headers::ResponseHeaders;

@@ -186,6 +186,9 @@ impl<S: Store> RateLimitEdge<S> {
         let outcome = outcome(&plan, &verdicts);
         if let Some(metrics) = &self.metrics {
             metrics.record_decision(&request, &plan, from_store.then_some(&verdicts), &outcome);
+            if plan.checks.is_empty() && rules.domain(&request.domain).is_none() {
+                metrics.record_domain_not_found(&request.domain, request.descriptors.len());
+            }
         }
         let mut response = response_to_proto(&outcome);
         if self.dynamic_metadata {
