@@ -6,6 +6,8 @@ FROM rust:1-slim-bookworm AS build
 WORKDIR /src
 # Sources only: the build context never needs target/ or .git.
 COPY Cargo.toml Cargo.lock build.rs ./
+# The workspace lists the benchmark tools' member: its manifest must exist, its sources are never built.
+COPY bench/Cargo.toml ./bench/
 COPY proto ./proto
 COPY lua ./lua
 COPY src ./src

@@ -100,8 +100,8 @@ if ((${#need_apt[@]})); then
 fi
 
 if [ "$CARGO_BUILD" = 1 ]; then
-  log "cargo build --release --bins"
-  cargo build --release --bins --quiet >&2
+  log "cargo build --release --workspace --bins"
+  cargo build --release --workspace --bins --quiet >&2
 fi
 BIN=${BIN:-$ROOT/target/release}
 for b in ratelimitd ratelimit-bench rls-ceiling; do

@@ -30,8 +30,8 @@ for tool in redis-server redis-cli python3 curl; do
   command -v "$tool" >/dev/null 2>&1 || { log "missing $tool"; exit 1; }
 done
 if [ "$CARGO_BUILD" = 1 ]; then
-  log "cargo build --release --bins"
-  cargo build --release --bins --quiet
+  log "cargo build --release --workspace --bins"
+  cargo build --release --workspace --bins --quiet
 fi
 for b in ratelimitd ratelimit-bench; do
   [ -x "$BIN/$b" ] || { log "missing $BIN/$b"; exit 1; }

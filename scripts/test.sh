@@ -46,11 +46,11 @@ fi
 echo "==> cargo fmt --all -- --check"
 cargo fmt --all -- --check
 
-echo "==> cargo clippy --all-targets -- -D warnings"
-cargo clippy --all-targets -- -D warnings
+echo "==> cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
 
-echo "==> cargo test --all-targets"
-cargo test --all-targets
+echo "==> cargo test --workspace --all-targets"
+cargo test --workspace --all-targets
 
 # Coverage-guided fuzzing (cargo-fuzz, libFuzzer; the targets are fuzz/, a package of its own that
 # the steps above never build): each target runs for FUZZ_SECONDS (default 60; 0 skips this step)
