@@ -32,10 +32,6 @@ use markdown::{documentation, flags, repo_root, simple_commands, slug, Doc, Simp
 const SUBCOMMANDS: [&str; 3] = ["serve", "check", "health"];
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Pages linked before they exist: written on another branch. Once a page exists, its links
-/// are checked like any other.
-const PAGES_WRITTEN_ELSEWHERE: &[&str] = &["docs/migration.md"];
-
 fn docs() -> &'static [Doc] {
     static DOCS: OnceLock<Vec<Doc>> = OnceLock::new();
     DOCS.get_or_init(|| documentation(&repo_root()))
@@ -582,17 +578,11 @@ fn every_relative_link_resolves_to_a_file_and_heading() {
                 normalized(&base.join(file))
             };
             let path = root.join(&relative);
-            if !path.exists() {
-                let pending = PAGES_WRITTEN_ELSEWHERE
-                    .iter()
-                    .any(|page| Path::new(page) == relative);
-                assert!(
-                    pending,
-                    "{at}: link to {} which does not exist",
-                    relative.display()
-                );
-                continue;
-            }
+            assert!(
+                path.exists(),
+                "{at}: link to {} which does not exist",
+                relative.display()
+            );
             if !anchor.is_empty() {
                 assert!(
                     relative.extension().is_some_and(|e| e == "md"),
