@@ -446,3 +446,47 @@ fn variables_that_cannot_be_honoured_stop_startup_by_name() {
         assert!(stderr.contains(expected), "{name}={value}: {stderr}");
     }
 }
+
+#[tokio::test]
+async fn statsd_is_on_by_default_as_upstreams_and_takes_its_host_port_tags_and_interval() {
+    let statsd = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    statsd
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let tree = RuntimeTree::new(&[("edge.yaml", EDGE_V1)]);
+    let redis = RedisServer::start();
+    let mut env: Vec<(String, String)> = loopback_env()
+        .into_iter()
+        .filter(|(name, _)| name != "USE_STATSD")
+        .collect();
+    env.extend(tree.env());
+    env.extend(redis_env(&redis));
+    env.push(("STATSD_HOST".into(), "127.0.0.1".into()));
+    let port = statsd.local_addr().unwrap().port().to_string();
+    env.push(("STATSD_PORT".into(), port));
+    env.push(("STATS_FLUSH_INTERVAL".into(), "100ms".into()));
+    env.push(("EXTRA_TAGS".into(), "env:test".into()));
+    let server = start_bare(&env);
+    assert_eq!(
+        codes(&server, "edge", "client", "s", 4).await,
+        vec![Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]
+    );
+    let mut totals = std::collections::BTreeMap::<String, i64>::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let hits = "ratelimit.service.rate_limit.edge.client.total_hits.__env=test";
+    let over = "ratelimit.service.rate_limit.edge.client.over_limit.__env=test";
+    while totals.get(hits) != Some(&4) || totals.get(over) != Some(&1) {
+        assert!(Instant::now() < deadline, "statsd received {totals:?}");
+        let mut buffer = [0u8; 2048];
+        let Ok(length) = statsd.recv(&mut buffer) else {
+            continue;
+        };
+        for line in String::from_utf8_lossy(&buffer[..length]).lines() {
+            if let Some((name, rest)) = line.split_once(':') {
+                if let Some(count) = rest.strip_suffix("|c") {
+                    *totals.entry(name.to_string()).or_default() += count.parse::<i64>().unwrap();
+                }
+            }
+        }
+    }
+}
