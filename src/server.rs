@@ -1,18 +1,22 @@
 //! Wiring: configuration -> store -> RLS edge -> tonic services (RLS, health, reflection) + HTTP.
 //!
 //! [`run`] takes already-bound listeners so tests can bind port 0 and read the real ports. The
-//! transport (connections, their limits, the HTTP port) lives in the submodules.
+//! transport (connections, their limits, TLS, the HTTP port) lives in the submodules.
 
 mod accept;
 mod call_gate;
+pub mod connection_age;
 mod connections;
 mod grpc_connection;
+pub mod grpc_options;
 mod grpc_timeout;
 mod http_port;
 mod lanes;
 pub mod limits;
+pub mod listener;
 pub mod open_files;
 mod request_body;
+pub mod tls;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -26,9 +30,13 @@ use tonic::service::Routes;
 
 use self::accept::AcceptBackoff;
 use self::connections::Registry;
-use self::grpc_connection::GrpcTransport;
+use self::grpc_connection::{GrpcTransport, TransportOptions};
+pub use self::grpc_options::GrpcOptions;
 use self::http_port::HttpLimits;
 pub use self::limits::Limits;
+use self::listener::GrpcAddress;
+pub use self::listener::GrpcListener;
+use self::tls::{ServerTls, TlsError, TLS_RELOAD_INTERVAL};
 
 use crate::config::reload::{ReloadOutcome, Reloader};
 use crate::config::{self, ConfigErrors, LoadOptions};
@@ -84,12 +92,14 @@ pub struct Settings {
     pub request_limits: RequestLimits,
     /// Bounds on configuration files (size, alias expansion).
     pub config_limits: config::Limits,
+    /// The gRPC port's TLS and connection age.
+    pub grpc: GrpcOptions,
 }
 
 impl Settings {
     /// Defaults for everything but the configuration: in-memory store, no headers, reload
     /// checked every second, `unavailable` on store errors, deny cache on (with Redis), near
-    /// limit at 80 %, the default transport limits.
+    /// limit at 80 %, the default transport limits, plaintext gRPC without an age limit.
     pub fn new(config_paths: Vec<PathBuf>) -> Settings {
         Settings {
             config_paths,
@@ -106,6 +116,7 @@ impl Settings {
             load: LoadOptions::default(),
             request_limits: RequestLimits::default(),
             config_limits: config::Limits::default(),
+            grpc: GrpcOptions::default(),
         }
     }
 }
@@ -134,6 +145,8 @@ pub enum ServerError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("socket error: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 /// What the serving loop needs besides the store, whatever the store is.
@@ -151,16 +164,29 @@ struct Context {
     modes: Modes,
     response_dynamic_metadata: bool,
     request_limits: RequestLimits,
+    transport: TransportOptions,
 }
 
-/// Loads the configuration, builds the store and serves until `shutdown` completes. Then health
-/// turns NOT_SERVING, listeners close, and in-flight calls finish before this returns.
+/// Loads the TLS files and the configuration, builds the store and serves until `shutdown`
+/// completes. Then health turns NOT_SERVING, listeners close (a unix socket's file is removed),
+/// and in-flight calls finish before this returns.
 pub async fn run(
     settings: Settings,
-    grpc: TcpListener,
+    grpc: impl Into<GrpcListener>,
     http: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    let grpc = grpc.into();
+    let transport = TransportOptions {
+        tls: settings
+            .grpc
+            .tls
+            .clone()
+            .map(ServerTls::load)
+            .transpose()?
+            .map(Arc::new),
+        connection_age: settings.grpc.connection_age,
+    };
     let loader = Arc::new(config::Loader::new(settings.config_limits).with_options(settings.load));
     let reloader = Arc::new(Reloader::start(
         settings.config_paths.clone(),
@@ -184,6 +210,7 @@ pub async fn run(
         modes: settings.modes,
         response_dynamic_metadata: settings.response_dynamic_metadata,
         request_limits: settings.request_limits,
+        transport,
     };
     match settings.redis {
         None => {
@@ -261,7 +288,7 @@ pub async fn run(
 async fn serve<S: Store>(
     context: Context,
     store: Arc<S>,
-    grpc: TcpListener,
+    grpc: GrpcListener,
     http: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
@@ -304,7 +331,11 @@ async fn serve<S: Store>(
         stopping.clone(),
     ));
 
-    let grpc_addr = grpc.local_addr()?;
+    if let Some(tls) = context.transport.tls.clone() {
+        tokio::spawn(tls::watch(tls, TLS_RELOAD_INTERVAL, stopping.clone()));
+    }
+
+    let grpc_address = grpc.address()?;
     let http_addr = http.local_addr()?;
     let limits = &context.limits;
     let open_files = open_files::current_soft_limit().unwrap_or(u64::MAX);
@@ -330,14 +361,25 @@ async fn serve<S: Store>(
         metrics.clone(),
         stopping.clone().cancelled_owned(),
     ));
-    tracing::info!(
-        %grpc_addr,
-        %http_addr,
-        grpc_max_connections = caps.grpc,
-        http_max_connections = caps.http,
-        open_files,
-        "serving"
-    );
+    log_transport(&context.transport);
+    match &grpc_address {
+        GrpcAddress::Tcp(grpc_addr) => tracing::info!(
+            %grpc_addr,
+            %http_addr,
+            grpc_max_connections = caps.grpc,
+            http_max_connections = caps.http,
+            open_files,
+            "serving"
+        ),
+        GrpcAddress::Unix(path) => tracing::info!(
+            grpc_uds = %path.display(),
+            %http_addr,
+            grpc_max_connections = caps.grpc,
+            http_max_connections = caps.http,
+            open_files,
+            "serving"
+        ),
+    }
 
     // Health turns NOT_SERVING (and its Watch streams end) before the lanes start draining.
     let closing = CancellationToken::new();
@@ -356,7 +398,12 @@ async fn serve<S: Store>(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(rls);
-    let transport = Arc::new(GrpcTransport::new(routes, limits));
+    let transport = Arc::new(GrpcTransport::new(
+        routes,
+        limits,
+        context.transport.clone(),
+    ));
+    register_connection_counters(&metrics, &transport, &context.transport);
     let lane = {
         let stopping = stopping.clone();
         move |connections: lanes::Connections| {
@@ -382,8 +429,70 @@ async fn serve<S: Store>(
     result.map_err(ServerError::from)
 }
 
+/// Says what the gRPC port speaks (TLS, client certificates) and how long its connections live.
+fn log_transport(transport: &TransportOptions) {
+    if let Some(tls) = &transport.tls {
+        let settings = tls.settings();
+        let client_auth = settings.client_auth.as_ref();
+        tracing::info!(
+            cert = %settings.cert.display(),
+            key = %settings.key.display(),
+            client_ca = client_auth.map(|auth| auth.ca.display().to_string()),
+            client_san = client_auth.and_then(|auth| auth.san.clone()),
+            reload_interval = ?TLS_RELOAD_INTERVAL,
+            "gRPC port speaks TLS"
+        );
+    }
+    if let Some(age) = transport.connection_age {
+        tracing::info!(
+            max_connection_age = ?age.max_age,
+            max_connection_age_grace = ?age.grace,
+            "gRPC connections get GOAWAY at their maximum age (±10 %)"
+        );
+    }
+}
+
+/// Counters of aged connections, and of TLS handshakes and reloads (with TLS only).
+fn register_connection_counters(
+    metrics: &Metrics,
+    transport: &Arc<GrpcTransport>,
+    options: &TransportOptions,
+) {
+    let aged = transport.clone();
+    metrics.register_counter(
+        "ratelimitd_grpc_connections_aged_total",
+        "gRPC connections sent GOAWAY for reaching --grpc-max-connection-age.",
+        move || aged.aged_connections(),
+    );
+    let Some(tls) = &options.tls else { return };
+    let failures = transport.clone();
+    metrics.register_counter(
+        "ratelimitd_grpc_tls_handshake_failures_total",
+        "gRPC TLS handshakes that failed or timed out (plaintext clients, refused client certificates).",
+        move || failures.tls_handshake_failures(),
+    );
+    let reloads = tls.clone();
+    metrics.register_counter(
+        "ratelimitd_grpc_tls_reloads_total",
+        "Times changed gRPC TLS files were put in use.",
+        move || reloads.reloads(),
+    );
+    let rejected = tls.clone();
+    metrics.register_counter(
+        "ratelimitd_grpc_tls_reloads_rejected_total",
+        "Times changed gRPC TLS files could not be used (the certificate in use stayed).",
+        move || rejected.rejected(),
+    );
+}
+
 /// Gauges of what the gRPC connections hold, read when scraped.
 fn register_transport_gauges(metrics: &Metrics, registry: &Arc<Registry>) {
+    let accepted = registry.clone();
+    metrics.register_counter(
+        "ratelimitd_grpc_connections_accepted_total",
+        "gRPC connections accepted (and not refused at the connection cap).",
+        move || accepted.admitted(),
+    );
     let open = registry.clone();
     metrics.register_gauge(
         "ratelimitd_grpc_connections",
