@@ -444,9 +444,13 @@ fn log_transport(transport: &TransportOptions) {
         );
     }
     if let Some(age) = transport.connection_age {
+        let grace = age.grace.map_or_else(
+            || "none (calls run to their end)".to_owned(),
+            |grace| humantime::format_duration(grace).to_string(),
+        );
         tracing::info!(
-            max_connection_age = ?age.max_age,
-            max_connection_age_grace = ?age.grace,
+            max_connection_age = %humantime::format_duration(age.max_age),
+            max_connection_age_grace = %grace,
             "gRPC connections get GOAWAY at their maximum age (±10 %)"
         );
     }

@@ -151,7 +151,12 @@ async fn tls_serves_rls_and_health_and_refuses_plaintext() {
         || async { metric(&server, "ratelimitd_grpc_tls_handshake_failures_total").await >= 1 },
     )
     .await;
-    assert!(server.output().contains("gRPC TLS handshake failed"));
+    eventually(Duration::from_secs(5), "the plaintext client named", || async {
+        server
+            .output()
+            .contains("gRPC TLS handshake failed error=received corrupt message of type InvalidContentType (not TLS: a plaintext client?)")
+    })
+    .await;
 
     // The health probe, as a container HEALTHCHECK runs it.
     let grpc_addr = addr.to_string();

@@ -163,7 +163,7 @@ impl GrpcTransport {
         let failure = tokio::select! {
             done = handshake => match done {
                 Ok(Ok(stream)) => return self.serve(stream, registered, closing).await,
-                Ok(Err(error)) => error.to_string(),
+                Ok(Err(error)) => handshake_error(&error),
                 Err(_) => format!("not completed within {TLS_HANDSHAKE_TIMEOUT:?}"),
             },
             _ = registered.shed() => return,
@@ -236,6 +236,24 @@ impl GrpcTransport {
                 _ = until(close_at) => return,
             }
         }
+    }
+}
+
+/// What went wrong in a handshake, saying so plainly when the peer did not speak TLS at all.
+fn handshake_error(error: &std::io::Error) -> String {
+    let not_tls = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|inner| {
+            matches!(
+                inner,
+                rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)
+            )
+        });
+    if not_tls {
+        format!("{error} (not TLS: a plaintext client?)")
+    } else {
+        error.to_string()
     }
 }
 
