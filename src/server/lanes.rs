@@ -80,11 +80,11 @@ pub struct LaneStopped;
 
 impl Lanes {
     /// Accepts connections until `stopping` is cancelled and deals them out in turn (TCP ones
-    /// with Nagle's algorithm off, see [`super::listener::Incoming::into_std`]). Each connection is first admitted by `registry` (which may shed an
-    /// idle one to make room, or refuse it: then it is closed at once). Failed accepts back off
-    /// ([`AcceptBackoff`]). A lane that ends on its own (it panicked) cancels `stopping`, so the
-    /// whole server shuts down rather than run on with fewer lanes. Then waits for every lane to
-    /// finish.
+    /// with Nagle's algorithm off, see [`super::listener::Incoming::into_std`]). Each connection
+    /// is first admitted by `registry` (which may shed an idle one to make room, or refuse it:
+    /// then it is closed at once). Failed accepts back off ([`AcceptBackoff`]). A lane that ends
+    /// on its own (it panicked) cancels `stopping`, so the whole server shuts down rather than
+    /// run on with fewer lanes. Then waits for every lane to finish.
     pub async fn accept(
         self,
         listener: GrpcListener,
