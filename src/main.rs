@@ -10,10 +10,14 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use ratelimitd::limiter::{Modes, RequestLimits};
+use ratelimitd::server::connection_age::ConnectionAge;
 use ratelimitd::server::limits::{self, Limits};
 use ratelimitd::server::open_files;
+use ratelimitd::server::tls::{ClientAuth, TlsSettings};
+use ratelimitd::server::{GrpcListener, GrpcOptions};
 use ratelimitd::service::headers::LimitHeaderNames;
 use ratelimitd::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
+use ratelimitd::service::probe_transport::{ProbeAddress, ProbeTarget, ProbeTls};
 use ratelimitd::service::rls::StoreErrorPolicy;
 use ratelimitd::service::statsd::{ExtraTags, StatsdAddr, StatsdSettings};
 use ratelimitd::service::ResponseHeaders;
@@ -55,6 +59,67 @@ struct HealthArgs {
     /// Give up after this long.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    #[command(flatten)]
+    transport: HealthTransportArgs,
+}
+
+/// How `health` reaches a server started with --grpc-uds or --grpc-tls-*.
+#[derive(clap::Args)]
+struct HealthTransportArgs {
+    /// Ask over the unix domain socket at PATH (a server started with --grpc-uds) instead of
+    /// --grpc-addr.
+    #[arg(long, env = "RATELIMITD_GRPC_UDS", value_name = "PATH")]
+    grpc_uds: Option<PathBuf>,
+    /// Speak TLS, checking the server's certificate against --tls-ca (the public roots without
+    /// it). Implied by --tls-ca and --tls-cert.
+    #[arg(long, env = "RATELIMITD_HEALTH_TLS")]
+    tls: bool,
+    /// PEM CA certificate(s) the server's certificate must chain to.
+    #[arg(long, env = "RATELIMITD_HEALTH_TLS_CA", value_name = "PATH")]
+    tls_ca: Option<PathBuf>,
+    /// PEM client certificate chain, for a server started with --grpc-tls-client-ca (with
+    /// --tls-key).
+    #[arg(long, env = "RATELIMITD_HEALTH_TLS_CERT", value_name = "PATH")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "RATELIMITD_HEALTH_TLS_KEY", value_name = "PATH")]
+    tls_key: Option<PathBuf>,
+    /// Name the server's certificate must carry, sent as SNI (default: the host of --grpc-addr,
+    /// `localhost` with --grpc-uds).
+    #[arg(long, env = "RATELIMITD_HEALTH_TLS_SERVER_NAME", value_name = "NAME")]
+    tls_server_name: Option<String>,
+}
+
+impl HealthTransportArgs {
+    /// The server to probe at `grpc_addr` (unless --grpc-uds), refusing TLS flags that do not go
+    /// together.
+    fn target(&self, grpc_addr: &str) -> Result<ProbeTarget, String> {
+        let identity = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            (None, None) => None,
+            _ => {
+                return Err(
+                    "--tls-cert and --tls-key go together (a client certificate and its key)"
+                        .into(),
+                )
+            }
+        };
+        let tls = self.tls || self.tls_ca.is_some() || identity.is_some();
+        if !tls && self.tls_server_name.is_some() {
+            return Err("--tls-server-name needs --tls or --tls-ca".into());
+        }
+        Ok(ProbeTarget {
+            address: match &self.grpc_uds {
+                Some(path) => ProbeAddress::Unix(path.clone()),
+                None => ProbeAddress::Tcp(grpc_addr.to_owned()),
+            },
+            tls: tls.then(|| ProbeTls {
+                ca: self.tls_ca.clone(),
+                identity,
+                server_name: self.tls_server_name.clone(),
+            }),
+        })
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -265,6 +330,89 @@ struct ServeArgs {
     initial_config: InitialConfigArgs,
     #[command(flatten)]
     statsd: StatsdArgs,
+    #[command(flatten)]
+    grpc_transport: GrpcTransportArgs,
+}
+
+/// What the gRPC port speaks and how long its connections live.
+#[derive(clap::Args)]
+#[command(next_help_heading = "gRPC transport")]
+struct GrpcTransportArgs {
+    /// PEM certificate chain of the gRPC port (with --grpc-tls-key): the port speaks TLS only,
+    /// ALPN h2. Reloaded when the file changes: new handshakes use the new certificate.
+    #[arg(long, env = "RATELIMITD_GRPC_TLS_CERT", value_name = "PATH")]
+    grpc_tls_cert: Option<PathBuf>,
+    /// PEM private key of --grpc-tls-cert (PKCS#8, PKCS#1 or SEC1, unencrypted).
+    #[arg(long, env = "RATELIMITD_GRPC_TLS_KEY", value_name = "PATH")]
+    grpc_tls_key: Option<PathBuf>,
+    /// PEM CA certificate(s): every client must present a certificate they signed (mutual TLS),
+    /// or its handshake is refused. Reloaded like the certificate.
+    #[arg(long, env = "RATELIMITD_GRPC_TLS_CLIENT_CA", value_name = "PATH")]
+    grpc_tls_client_ca: Option<PathBuf>,
+    /// A Subject Alternative Name client certificates must also carry: a DNS name, an IP
+    /// address or a URI (e.g. a SPIFFE ID).
+    #[arg(long, env = "RATELIMITD_GRPC_TLS_CLIENT_SAN", value_name = "NAME")]
+    grpc_tls_client_san: Option<String>,
+    /// Serve gRPC on a unix domain socket at PATH instead of --grpc-addr. A leftover socket
+    /// there is removed first (any other file is refused); the socket is removed on exit.
+    #[arg(long, env = "RATELIMITD_GRPC_UDS", value_name = "PATH")]
+    grpc_uds: Option<PathBuf>,
+    /// Send each gRPC connection GOAWAY at this age (±10 % jitter), so clients reconnect and
+    /// spread over replicas. Default: no age limit.
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_CONNECTION_AGE", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    grpc_max_connection_age: Option<Duration>,
+    /// After the GOAWAY of --grpc-max-connection-age, how long calls may run before the
+    /// connection is closed. Default: as long as they take.
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_CONNECTION_AGE_GRACE", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    grpc_max_connection_age_grace: Option<Duration>,
+}
+
+impl GrpcTransportArgs {
+    /// The options these flags make, refusing combinations that cannot work (naming the flags).
+    /// A duration of `0s` means the same as leaving the flag out.
+    fn options(&self) -> Result<GrpcOptions, String> {
+        let client_auth = match (&self.grpc_tls_client_ca, &self.grpc_tls_client_san) {
+            (_, Some(san)) if san.trim().is_empty() => {
+                return Err("--grpc-tls-client-san is empty".into())
+            }
+            (None, Some(_)) => {
+                return Err("--grpc-tls-client-san needs --grpc-tls-client-ca: the name is checked on client certificates the CA signed".into())
+            }
+            (Some(ca), san) => Some(ClientAuth {
+                ca: ca.clone(),
+                san: san.clone(),
+            }),
+            (None, None) => None,
+        };
+        let tls = match (&self.grpc_tls_cert, &self.grpc_tls_key) {
+            (Some(cert), Some(key)) => Some(TlsSettings {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_auth,
+            }),
+            (None, None) if client_auth.is_some() => {
+                return Err("--grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key: client certificates are checked in the TLS handshake".into())
+            }
+            (None, None) => None,
+            (Some(_), None) => return Err("--grpc-tls-cert needs --grpc-tls-key (the certificate's private key)".into()),
+            (None, Some(_)) => return Err("--grpc-tls-key needs --grpc-tls-cert (the key's certificate)".into()),
+        };
+        let nonzero = |d: Option<Duration>| d.filter(|d| !d.is_zero());
+        let grace = nonzero(self.grpc_max_connection_age_grace);
+        let connection_age = match nonzero(self.grpc_max_connection_age) {
+            Some(max_age) => Some(ConnectionAge { max_age, grace }),
+            None if grace.is_some() => {
+                return Err(
+                    "--grpc-max-connection-age-grace needs --grpc-max-connection-age".into(),
+                )
+            }
+            None => None,
+        };
+        Ok(GrpcOptions {
+            tls,
+            connection_age,
+        })
+    }
 }
 
 /// The statsd sink: envoyproxy/ratelimit's stats, under its names, over UDP.
@@ -570,7 +718,14 @@ fn log_upstream_environment(translation: &envoyproxy_env::Translation) {
 }
 
 fn health(args: &HealthArgs) -> ExitCode {
-    let probe = ratelimitd::service::health::probe(&args.grpc_addr, &args.service, args.timeout);
+    let target = match args.transport.target(&args.grpc_addr) {
+        Ok(target) => target,
+        Err(error) => {
+            eprintln!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let probe = ratelimitd::service::health::probe(&target, &args.service, args.timeout);
     let result = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -637,6 +792,13 @@ fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let grpc_options = match args.grpc_transport.options() {
+        Ok(options) => options,
+        Err(error) => {
+            tracing::error!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
     // Serving lane 0 and the housekeeping (HTTP, health probes, reload) share this thread; the
     // other lanes start their own (see `server::run`).
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -650,8 +812,17 @@ fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
+        let grpc: GrpcListener = match &args.grpc_transport.grpc_uds {
+            Some(path) => GrpcListener::bind_unix(path).map_err(|error| {
+                std::io::Error::new(
+                    error.kind(),
+                    format!("--grpc-uds {}: {error}", path.display()),
+                )
+            })?,
+            None => TcpListener::bind(args.grpc_addr).await?.into(),
+        };
         let listeners = server::Listeners {
-            grpc: TcpListener::bind(args.grpc_addr).await?,
+            grpc,
             http: TcpListener::bind(args.http_addr).await?,
             metrics: match args.ports.metrics_addr {
                 Some(addr) => Some(TcpListener::bind(addr).await?),
@@ -705,6 +876,7 @@ fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCode {
             },
             metrics_path: args.ports.metrics_path.clone(),
             statsd: args.statsd.settings(),
+            grpc: grpc_options,
         };
         server::run(settings, listeners, shutdown_signal()).await
     });

@@ -1,18 +1,22 @@
 //! Wiring: configuration -> store -> RLS edge -> tonic services (RLS, health, reflection) + HTTP.
 //!
 //! [`run`] takes already-bound listeners so tests can bind port 0 and read the real ports. The
-//! transport (connections, their limits, the HTTP port) lives in the submodules.
+//! transport (connections, their limits, TLS, the HTTP port) lives in the submodules.
 
 mod accept;
 mod call_gate;
+pub mod connection_age;
 mod connections;
 mod grpc_connection;
+pub mod grpc_options;
 mod grpc_timeout;
 mod http_port;
 mod lanes;
 pub mod limits;
+pub mod listener;
 pub mod open_files;
 mod request_body;
+pub mod tls;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -26,9 +30,13 @@ use tonic::service::Routes;
 
 use self::accept::AcceptBackoff;
 use self::connections::Registry;
-use self::grpc_connection::GrpcTransport;
+use self::grpc_connection::{GrpcTransport, TransportOptions};
+pub use self::grpc_options::GrpcOptions;
 use self::http_port::HttpLimits;
 pub use self::limits::Limits;
+use self::listener::GrpcAddress;
+pub use self::listener::GrpcListener;
+use self::tls::{ServerTls, TlsError, TLS_RELOAD_INTERVAL};
 
 use crate::config::reload::{ReloadOutcome, Reloader};
 use crate::config::{self, ConfigErrors, LoadOptions};
@@ -95,6 +103,8 @@ pub struct Settings {
     pub metrics_path: String,
     /// The statsd sink (envoyproxy/ratelimit's stats over UDP); `None`: off.
     pub statsd: Option<StatsdSettings>,
+    /// The gRPC port's TLS and connection age.
+    pub grpc: GrpcOptions,
 }
 
 /// What happens while no valid configuration has loaded (envoyproxy/ratelimit's
@@ -109,10 +119,9 @@ pub struct InitialConfig {
 }
 
 /// The sockets [`run`] serves, bound by the caller (tests bind port 0).
-#[derive(Debug)]
 pub struct Listeners {
-    /// RLS, health and reflection.
-    pub grpc: TcpListener,
+    /// RLS, health and reflection: TCP or a unix socket.
+    pub grpc: GrpcListener,
     /// `/healthcheck`, `/metrics`, `/json`, `/rlconfig`.
     pub http: TcpListener,
     /// A port of its own for the Prometheus text at [`Settings::metrics_path`] (and
@@ -126,7 +135,7 @@ pub struct Listeners {
 impl Settings {
     /// Defaults for everything but the configuration: in-memory store, no headers, reload
     /// checked every second, `unavailable` on store errors, deny cache on (with Redis), near
-    /// limit at 80 %, the default transport limits.
+    /// limit at 80 %, the default transport limits, plaintext gRPC without an age limit.
     pub fn new(config_paths: Vec<PathBuf>) -> Settings {
         Settings {
             config_paths,
@@ -146,6 +155,7 @@ impl Settings {
             initial_config: InitialConfig::default(),
             metrics_path: DEFAULT_METRICS_PATH.to_owned(),
             statsd: None,
+            grpc: GrpcOptions::default(),
         }
     }
 }
@@ -174,6 +184,8 @@ pub enum ServerError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("socket error: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 /// What the serving loop needs besides the store, whatever the store is.
@@ -194,15 +206,27 @@ struct Context {
     initial_config: InitialConfig,
     metrics_path: String,
     statsd: Option<StatsdSettings>,
+    transport: TransportOptions,
 }
 
-/// Loads the configuration, builds the store and serves until `shutdown` completes. Then health
-/// turns NOT_SERVING, listeners close, and in-flight calls finish before this returns.
+/// Loads the TLS files and the configuration, builds the store and serves until `shutdown`
+/// completes. Then health turns NOT_SERVING, listeners close (a unix socket's file is removed),
+/// and in-flight calls finish before this returns.
 pub async fn run(
     settings: Settings,
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    let transport = TransportOptions {
+        tls: settings
+            .grpc
+            .tls
+            .clone()
+            .map(ServerTls::load)
+            .transpose()?
+            .map(Arc::new),
+        connection_age: settings.grpc.connection_age,
+    };
     let loader = Arc::new(config::Loader::new(settings.config_limits).with_options(settings.load));
     let reloader = if settings.initial_config.force_start {
         let (reloader, errors) =
@@ -243,6 +267,7 @@ pub async fn run(
         initial_config: settings.initial_config,
         metrics_path: settings.metrics_path.clone(),
         statsd: settings.statsd.clone(),
+        transport,
     };
     match settings.redis {
         None => {
@@ -386,7 +411,11 @@ async fn serve<S: Store>(
         ))
     });
 
-    let grpc_addr = grpc.local_addr()?;
+    if let Some(tls) = context.transport.tls.clone() {
+        tokio::spawn(tls::watch(tls, TLS_RELOAD_INTERVAL, stopping.clone()));
+    }
+
+    let grpc_address = grpc.address()?;
     let http_addr = http.local_addr()?;
     let limits = &context.limits;
     let open_files = open_files::current_soft_limit().unwrap_or(u64::MAX);
@@ -429,14 +458,25 @@ async fn serve<S: Store>(
         metrics.clone(),
         stopping.clone().cancelled_owned(),
     ));
-    tracing::info!(
-        %grpc_addr,
-        %http_addr,
-        grpc_max_connections = caps.grpc,
-        http_max_connections = caps.http,
-        open_files,
-        "serving"
-    );
+    log_transport(&context.transport);
+    match &grpc_address {
+        GrpcAddress::Tcp(grpc_addr) => tracing::info!(
+            %grpc_addr,
+            %http_addr,
+            grpc_max_connections = caps.grpc,
+            http_max_connections = caps.http,
+            open_files,
+            "serving"
+        ),
+        GrpcAddress::Unix(path) => tracing::info!(
+            grpc_uds = %path.display(),
+            %http_addr,
+            grpc_max_connections = caps.grpc,
+            http_max_connections = caps.http,
+            open_files,
+            "serving"
+        ),
+    }
     for (port, addr) in extra_ports {
         tracing::info!(port, %addr, "serving HTTP");
     }
@@ -458,7 +498,12 @@ async fn serve<S: Store>(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(rls);
-    let transport = Arc::new(GrpcTransport::new(routes, limits));
+    let transport = Arc::new(GrpcTransport::new(
+        routes,
+        limits,
+        context.transport.clone(),
+    ));
+    register_connection_counters(&metrics, &transport, &context.transport);
     let lane = {
         let stopping = stopping.clone();
         move |connections: lanes::Connections| {
@@ -492,8 +537,74 @@ async fn serve<S: Store>(
     result.map_err(ServerError::from)
 }
 
+/// Says what the gRPC port speaks (TLS, client certificates) and how long its connections live.
+fn log_transport(transport: &TransportOptions) {
+    if let Some(tls) = &transport.tls {
+        let settings = tls.settings();
+        let client_auth = settings.client_auth.as_ref();
+        tracing::info!(
+            cert = %settings.cert.display(),
+            key = %settings.key.display(),
+            client_ca = client_auth.map(|auth| auth.ca.display().to_string()),
+            client_san = client_auth.and_then(|auth| auth.san.clone()),
+            reload_interval = ?TLS_RELOAD_INTERVAL,
+            "gRPC port speaks TLS"
+        );
+    }
+    if let Some(age) = transport.connection_age {
+        let grace = age.grace.map_or_else(
+            || "none (calls run to their end)".to_owned(),
+            |grace| humantime::format_duration(grace).to_string(),
+        );
+        tracing::info!(
+            max_connection_age = %humantime::format_duration(age.max_age),
+            max_connection_age_grace = %grace,
+            "gRPC connections get GOAWAY at their maximum age (±10 %)"
+        );
+    }
+}
+
+/// Counters of aged connections, and of TLS handshakes and reloads (with TLS only).
+fn register_connection_counters(
+    metrics: &Metrics,
+    transport: &Arc<GrpcTransport>,
+    options: &TransportOptions,
+) {
+    let aged = transport.clone();
+    metrics.register_counter(
+        "ratelimitd_grpc_connections_aged_total",
+        "gRPC connections sent GOAWAY for reaching --grpc-max-connection-age.",
+        move || aged.aged_connections(),
+    );
+    let Some(tls) = &options.tls else { return };
+    let failures = transport.clone();
+    metrics.register_counter(
+        "ratelimitd_grpc_tls_handshake_failures_total",
+        "gRPC TLS handshakes that failed or timed out (plaintext clients, refused client certificates).",
+        move || failures.tls_handshake_failures(),
+    );
+    let reloads = tls.clone();
+    metrics.register_counter(
+        "ratelimitd_grpc_tls_reloads_total",
+        "Times changed gRPC TLS files were put in use.",
+        move || reloads.reloads(),
+    );
+    let rejected = tls.clone();
+    metrics.register_counter(
+        "ratelimitd_grpc_tls_reloads_rejected_total",
+        "Times changed gRPC TLS files could not be used (the certificate in use stayed).",
+        move || rejected.rejected(),
+    );
+}
+
 /// Gauges of what the gRPC connections hold, read when scraped.
 fn register_transport_gauges(metrics: &Metrics, registry: &Arc<Registry>) {
+    let accepted = registry.clone();
+    metrics.register_counter(
+        "ratelimitd_grpc_connections_accepted_total",
+        "gRPC connections accepted (and not refused at the connection cap).",
+        move || accepted.admitted(),
+    );
     let open = registry.clone();
     metrics.register_gauge(
         "ratelimitd_grpc_connections",

@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use common::pki::{Issued, Pki};
 use common::ratelimitd::{self as rld, Ratelimitd};
 use common::redis_server::RedisServer;
 use ratelimitd::proto::rls::rate_limit_response::Code;
@@ -103,6 +104,17 @@ struct Envoy {
 
 impl Envoy {
     async fn start(ratelimitd: SocketAddr, upstream: SocketAddr, options: FilterOptions) -> Envoy {
+        Envoy::start_with_transport(ratelimitd, upstream, options, "").await
+    }
+
+    /// Like [`Envoy::start`], with `transport_socket` (YAML of the ratelimit cluster's
+    /// `transport_socket:` key, indented for it) to reach ratelimitd, e.g. over TLS.
+    async fn start_with_transport(
+        ratelimitd: SocketAddr,
+        upstream: SocketAddr,
+        options: FilterOptions,
+        transport_socket: &str,
+    ) -> Envoy {
         let dir = tempfile::tempdir().expect("temporary directory for Envoy");
         let template = std::fs::read_to_string(rld::fixture("envoy/envoy.yaml"))
             .expect("read tests/fixtures/envoy/envoy.yaml");
@@ -121,7 +133,8 @@ impl Envoy {
                     "OFF"
                 },
             )
-            .replace("{{RETRY_AFTER_HEADER}}", &options.envoy_headers.to_string());
+            .replace("{{RETRY_AFTER_HEADER}}", &options.envoy_headers.to_string())
+            .replace("{{RATELIMIT_TRANSPORT_SOCKET}}", transport_socket);
         let left: Vec<&str> = config
             .lines()
             .filter(|line| !line.trim_start().starts_with('#') && line.contains("{{"))
@@ -882,6 +895,150 @@ async fn envoy_keeps_the_service_retry_after() {
         "Envoy's and the service's, both rounded up: {r:?}"
     );
     assert_eq!(all("retry-after"), ["1800"], "{r:?}");
+}
+
+/// The ratelimit cluster's `transport_socket`: TLS that trusts `ca`, checks ratelimitd's
+/// certificate for `localhost` and presents `client`'s certificate (mutual TLS).
+fn tls_transport_socket(ca: &Path, client: &Issued) -> String {
+    format!(
+        r#"      transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+          sni: localhost
+          common_tls_context:
+            alpn_protocols: ["h2"]
+            tls_certificates:
+              - certificate_chain: {{filename: "{}"}}
+                private_key: {{filename: "{}"}}
+            validation_context:
+              trusted_ca: {{filename: "{}"}}
+              match_typed_subject_alt_names:
+                - san_type: DNS
+                  matcher: {{exact: localhost}}
+"#,
+        client.cert.display(),
+        client.key.display(),
+        ca.display()
+    )
+}
+
+/// ratelimitd's gRPC port speaks mutual TLS: Envoy's ratelimit cluster connects through a TLS
+/// transport socket that checks ratelimitd's certificate and presents Envoy's own, which
+/// ratelimitd requires (`--grpc-tls-client-ca`) and pins to Envoy's SPIFFE ID
+/// (`--grpc-tls-client-san`). Requests are limited exactly as over plaintext. With
+/// `--grpc-max-connection-age 1s`, Envoy follows every GOAWAY to a new connection (a new TLS
+/// handshake) without a single failed rate-limit call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_reaches_ratelimitd_over_mutual_tls() {
+    let pki = Pki::new();
+    let ca = pki.ca("mesh");
+    let server_cert = ca.server("ratelimitd", "ratelimitd", 2);
+    let envoy_cert = ca.client(
+        "envoy",
+        "DNS:envoy.mesh.test, URI:spiffe://mesh.test/ns/edge/sa/envoy",
+    );
+    let redis = RedisServer::start();
+    let tls_args: Vec<String> = [
+        "--grpc-tls-cert",
+        server_cert.cert.to_str().unwrap(),
+        "--grpc-tls-key",
+        server_cert.key.to_str().unwrap(),
+        "--grpc-tls-client-ca",
+        ca.cert.to_str().unwrap(),
+        "--grpc-tls-client-san",
+        "spiffe://mesh.test/ns/edge/sa/envoy",
+        "--grpc-max-connection-age",
+        "1s",
+    ]
+    .iter()
+    .map(|arg| arg.to_string())
+    .collect();
+    let ratelimitd = start_ratelimitd(&redis, "127.0.0.1:0", &tls_args);
+    let upstream = Upstream::start().await;
+    let envoy = Envoy::start_with_transport(
+        ratelimitd.grpc_addr(),
+        upstream.addr,
+        ALLOW,
+        &tls_transport_socket(&ca.cert, &envoy_cert),
+    )
+    .await;
+    let context = || {
+        format!(
+            "--- Envoy log ---\n{}\n--- ratelimitd output ---\n{}",
+            envoy.log(),
+            ratelimitd.output()
+        )
+    };
+
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let reply = get(envoy.addr(), "/slow", &[("x-api-key", "k1")]).await;
+        statuses.push(reply.status);
+        if reply.status == 429 {
+            assert_eq!(
+                reply.header("x-envoy-ratelimited"),
+                Some("true"),
+                "{reply:?}"
+            );
+            assert_eq!(reply.number("x-ratelimit-remaining"), 0, "{reply:?}");
+        }
+    }
+    assert_eq!(statuses, [200, 200, 429], "{}", context());
+    assert_eq!(upstream.hits(), 2, "the 429 never reached the upstream");
+    assert!(
+        envoy.stat("cluster.ratelimit.ssl.handshake").await >= 1,
+        "Envoy spoke TLS to ratelimitd: {}",
+        context()
+    );
+    assert_eq!(envoy.stat("cluster.upstream.ratelimit.over_limit").await, 1);
+
+    // Requests for 3.5 s while every connection ages out after about a second: each one is
+    // decided by ratelimitd (none is an RLS error Envoy would have to fail open on).
+    let started = Instant::now();
+    let mut sent = 3;
+    while started.elapsed() < Duration::from_millis(3_500) {
+        let reply = get(envoy.addr(), "/other", &[("x-api-key", "k2")]).await;
+        assert!(matches!(reply.status, 200 | 429), "{reply:?}");
+        sent += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let decided = envoy.stat("cluster.upstream.ratelimit.ok").await
+        + envoy.stat("cluster.upstream.ratelimit.over_limit").await;
+    assert_eq!(
+        envoy.stat("cluster.upstream.ratelimit.error").await,
+        0,
+        "{}",
+        context()
+    );
+    assert_eq!(decided, sent, "every request decided by ratelimitd");
+    let metric = |metrics: &str, name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))
+            .map_or(0, |value| value.trim().parse().unwrap())
+    };
+    let (_, metrics) = rld::http_get(ratelimitd.http_addr(), "/metrics").await;
+    println!(
+        "{sent} requests decided over {} connections ({} aged), {} TLS handshakes",
+        metric(&metrics, "ratelimitd_grpc_connections_accepted_total"),
+        metric(&metrics, "ratelimitd_grpc_connections_aged_total"),
+        envoy.stat("cluster.ratelimit.ssl.handshake").await
+    );
+    assert!(
+        metric(&metrics, "ratelimitd_grpc_connections_aged_total") >= 2
+            && metric(&metrics, "ratelimitd_grpc_connections_accepted_total") >= 3,
+        "{metrics}"
+    );
+    assert!(
+        envoy.stat("cluster.ratelimit.ssl.handshake").await >= 3,
+        "a TLS handshake per new connection"
+    );
+    assert_eq!(
+        metric(&metrics, "ratelimitd_grpc_tls_handshake_failures_total"),
+        0,
+        "{metrics}"
+    );
 }
 
 /// The example configurations stay valid for Envoy 1.40 (`envoy --mode validate`) and for

@@ -369,11 +369,25 @@ impl<'a> Reader<'a> {
         if let Some(path) = self.get("GRPC_UDS") {
             self.assign("RATELIMITD_GRPC_UDS", path.to_owned(), "GRPC_UDS");
         }
-        self.copy_duration(
-            "GRPC_MAX_CONNECTION_AGE",
-            "RATELIMITD_GRPC_MAX_CONNECTION_AGE",
-            Some("24h"),
-        );
+        // A grace alone means upstream's default age, as there (ratelimitd refuses a grace
+        // without an age).
+        let age_default =
+            (self.drop_in || self.is_set("GRPC_MAX_CONNECTION_AGE_GRACE")).then_some("24h");
+        if self.get("GRPC_MAX_CONNECTION_AGE").is_none() && !self.drop_in {
+            if let Some(default) = age_default {
+                self.assign(
+                    "RATELIMITD_GRPC_MAX_CONNECTION_AGE",
+                    duration_flag(parse_duration(default).unwrap_or_default()),
+                    "GRPC_MAX_CONNECTION_AGE (upstream's default, with GRPC_MAX_CONNECTION_AGE_GRACE)",
+                );
+            }
+        } else {
+            self.copy_duration(
+                "GRPC_MAX_CONNECTION_AGE",
+                "RATELIMITD_GRPC_MAX_CONNECTION_AGE",
+                age_default,
+            );
+        }
         self.copy_duration(
             "GRPC_MAX_CONNECTION_AGE_GRACE",
             "RATELIMITD_GRPC_MAX_CONNECTION_AGE_GRACE",

@@ -320,3 +320,17 @@ fn empty_values_count_as_unset() {
     let translation = translate(&env(&[("GRPC_PORT", ""), ("SHADOW_MODE", "")]), false).unwrap();
     assert_eq!(translation, Translation::default());
 }
+
+#[test]
+fn a_connection_age_grace_alone_takes_upstreams_default_age() {
+    let set =
+        assigned(&translate(&env(&[("GRPC_MAX_CONNECTION_AGE_GRACE", "30s")]), false).unwrap());
+    assert_eq!(
+        humantime::parse_duration(&set["RATELIMITD_GRPC_MAX_CONNECTION_AGE"]),
+        Ok(std::time::Duration::from_secs(86_400))
+    );
+    assert_eq!(
+        humantime::parse_duration(&set["RATELIMITD_GRPC_MAX_CONNECTION_AGE_GRACE"]),
+        Ok(std::time::Duration::from_secs(30))
+    );
+}

@@ -83,6 +83,11 @@ impl Registry {
         self.open.lock().len()
     }
 
+    /// Connections admitted since startup.
+    pub fn admitted(&self) -> u64 {
+        self.next_id.load(Ordering::Relaxed)
+    }
+
     /// Streaming calls open on all connections.
     pub fn streaming_calls(&self) -> usize {
         self.streaming_calls.load(Ordering::Relaxed)

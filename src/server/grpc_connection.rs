@@ -1,17 +1,21 @@
 //! Serving gRPC connections with hyper's HTTP/2 server directly (rather than through tonic's
 //! `Server`), so that each connection can be closed on its own: with GOAWAY when it has been idle
-//! too long or is shed to make room, and for good [`SHED_GRACE`] later.
+//! too long, is shed to make room or reached its maximum age, and for good [`SHED_GRACE`] (or
+//! the age grace) later.
 //!
 //! Every connection advertises the stream limit and flow-control windows of the [`Limits`]: a
 //! peer may send at most a stream window per stream and a connection window in all before the
-//! server reads, and what the server reads is checked message by message ([`CallGate`]).
+//! server reads, and what the server reads is checked message by message ([`CallGate`]). With
+//! TLS, the handshake runs on the connection's lane, within [`TLS_HANDSHAKE_TIMEOUT`].
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -19,15 +23,29 @@ use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
 
 use super::call_gate::{CallGate, GateLimits};
+use super::connection_age::ConnectionAge;
 use super::connections::{Registered, SHED_GRACE};
 use super::lanes::Accepted;
 use super::limits::Limits;
+use super::listener::AcceptedStream;
 use super::request_body::BodyLimits;
+use super::tls::ServerTls;
 use crate::service::limited::Limited;
+use crate::service::throttle::WarnThrottle;
 
 /// HTTP/2 PINGs to idle clients, so a vanished peer does not hold a connection forever.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Time a client has to complete its TLS handshake; a connection that has not by then is closed.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the gRPC connections are served with besides the [`Limits`]: TLS and their age limit.
+#[derive(Clone, Default)]
+pub struct TransportOptions {
+    pub tls: Option<Arc<ServerTls>>,
+    pub connection_age: Option<ConnectionAge>,
+}
 
 /// What every gRPC connection of the process is served with.
 pub struct GrpcTransport {
@@ -35,10 +53,14 @@ pub struct GrpcTransport {
     http2: http2::Builder<TokioExecutor>,
     gate: Arc<GateLimits>,
     idle_timeout: Option<Duration>,
+    options: TransportOptions,
+    handshake_failures: AtomicU64,
+    handshake_warnings: WarnThrottle,
+    aged: AtomicU64,
 }
 
 impl GrpcTransport {
-    pub fn new(routes: Routes, limits: &Limits) -> GrpcTransport {
+    pub fn new(routes: Routes, limits: &Limits, options: TransportOptions) -> GrpcTransport {
         let mut http2 = http2::Builder::new(TokioExecutor::new());
         http2
             .timer(TokioTimer::new())
@@ -67,7 +89,21 @@ impl GrpcTransport {
             http2,
             gate: Arc::new(gate),
             idle_timeout: limits.grpc_idle_timeout.filter(|t| !t.is_zero()),
+            options,
+            handshake_failures: AtomicU64::new(0),
+            handshake_warnings: WarnThrottle::new(),
+            aged: AtomicU64::new(0),
         }
+    }
+
+    /// TLS handshakes that failed or timed out (plaintext clients, refused client certificates).
+    pub fn tls_handshake_failures(&self) -> u64 {
+        self.handshake_failures.load(Ordering::Relaxed)
+    }
+
+    /// Connections sent GOAWAY for reaching their maximum age.
+    pub fn aged_connections(&self) -> u64 {
+        self.aged.load(Ordering::Relaxed)
     }
 
     /// Serves the connections one lane is dealt until its queue closes or `closing` is
@@ -84,12 +120,7 @@ impl GrpcTransport {
                 _ = closing.cancelled() => break,
                 accepted = queue.recv() => {
                     let Some(accepted) = accepted else { break };
-                    match TcpStream::from_std(accepted.stream) {
-                        Ok(stream) => {
-                            connections.spawn(self.clone().serve(stream, accepted.registered, closing.clone()));
-                        }
-                        Err(error) => tracing::warn!(%error, "cannot take over a connection"),
-                    }
+                    connections.spawn(self.clone().take_over(accepted, closing.clone()));
                 }
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
             }
@@ -98,22 +129,73 @@ impl GrpcTransport {
         while connections.join_next().await.is_some() {}
     }
 
-    /// Serves one connection until it ends: closed by the peer, or sent GOAWAY because the server
-    /// is closing, it was shed, or it was idle for the idle timeout. A connection sent GOAWAY
-    /// for the last two reasons is closed [`SHED_GRACE`] later whatever its streams do; one that
-    /// never opened a call is closed at once.
-    async fn serve(
+    /// Registers an accepted connection with this lane's reactor and serves it.
+    async fn take_over(self: Arc<GrpcTransport>, accepted: Accepted, closing: CancellationToken) {
+        let Accepted { stream, registered } = accepted;
+        let taken = match stream {
+            AcceptedStream::Tcp(stream) => match TcpStream::from_std(stream) {
+                Ok(stream) => return self.secure(stream, registered, closing).await,
+                Err(error) => error,
+            },
+            AcceptedStream::Unix(stream) => match UnixStream::from_std(stream) {
+                Ok(stream) => return self.secure(stream, registered, closing).await,
+                Err(error) => error,
+            },
+        };
+        tracing::warn!(error = %taken, "cannot take over a connection");
+    }
+
+    /// Completes the TLS handshake when the port speaks TLS, then serves the connection. A
+    /// handshake that fails or takes longer than [`TLS_HANDSHAKE_TIMEOUT`] closes it, and so does
+    /// shedding or shutdown while it is under way.
+    async fn secure<I>(
         self: Arc<GrpcTransport>,
-        stream: TcpStream,
+        io: I,
         registered: Registered,
         closing: CancellationToken,
-    ) {
+    ) where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Some(tls) = self.options.tls.clone() else {
+            return self.serve(io, registered, closing).await;
+        };
+        let handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(io));
+        let failure = tokio::select! {
+            done = handshake => match done {
+                Ok(Ok(stream)) => return self.serve(stream, registered, closing).await,
+                Ok(Err(error)) => handshake_error(&error),
+                Err(_) => format!("not completed within {TLS_HANDSHAKE_TIMEOUT:?}"),
+            },
+            _ = registered.shed() => return,
+            _ = closing.cancelled() => return,
+        };
+        self.handshake_failures.fetch_add(1, Ordering::Relaxed);
+        if let Some(suppressed) = self.handshake_warnings.admit() {
+            tracing::warn!(error = %failure, suppressed, "gRPC TLS handshake failed");
+        }
+    }
+
+    /// Serves one connection until it ends: closed by the peer, or sent GOAWAY because the server
+    /// is closing, it was shed, it was idle for the idle timeout, or it reached its maximum age.
+    /// A connection shed or idle is closed [`SHED_GRACE`] after its GOAWAY whatever its streams
+    /// do (one that never opened a call at once); one that reached its age is closed when its
+    /// calls have ended or the age grace has passed.
+    async fn serve<I>(
+        self: Arc<GrpcTransport>,
+        io: I,
+        registered: Registered,
+        closing: CancellationToken,
+    ) where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let gate = CallGate::new(self.routes.clone(), registered.handle(), self.gate.clone());
-        let connection = self.http2.serve_connection(TokioIo::new(stream), gate);
+        let connection = self.http2.serve_connection(TokioIo::new(io), gate);
         tokio::pin!(connection);
         let mut closing_down = false;
         let mut close_at: Option<Instant> = None;
         let idle_timeout = self.idle_timeout;
+        let age = self.options.connection_age;
+        let old_at = age.and_then(|age| Instant::now().checked_add(age.jittered()));
         loop {
             tokio::select! {
                 ended = connection.as_mut() => {
@@ -143,9 +225,35 @@ impl GrpcTransport {
                     close_at = Some(Instant::now() + SHED_GRACE);
                     connection.as_mut().graceful_shutdown();
                 }
+                _ = until(old_at), if !closing_down => {
+                    self.aged.fetch_add(1, Ordering::Relaxed);
+                    closing_down = true;
+                    close_at = age
+                        .and_then(|age| age.grace)
+                        .and_then(|grace| Instant::now().checked_add(grace));
+                    connection.as_mut().graceful_shutdown();
+                }
                 _ = until(close_at) => return,
             }
         }
+    }
+}
+
+/// What went wrong in a handshake, saying so plainly when the peer did not speak TLS at all.
+fn handshake_error(error: &std::io::Error) -> String {
+    let not_tls = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|inner| {
+            matches!(
+                inner,
+                rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)
+            )
+        });
+    if not_tls {
+        format!("{error} (not TLS: a plaintext client?)")
+    } else {
+        error.to_string()
     }
 }
 

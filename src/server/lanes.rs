@@ -10,21 +10,20 @@
 
 use std::future::Future;
 use std::io;
-use std::net::TcpStream as StdTcpStream;
 use std::sync::Arc;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::accept::AcceptBackoff;
 use super::connections::{Registered, Registry};
+use super::listener::{AcceptedStream, GrpcListener};
 
 /// An accepted connection on its way to a lane, registered already (so it counts against the
 /// cap from the moment it is accepted).
 pub struct Accepted {
-    pub stream: StdTcpStream,
+    pub stream: AcceptedStream,
     pub registered: Registered,
 }
 
@@ -80,16 +79,15 @@ where
 pub struct LaneStopped;
 
 impl Lanes {
-    /// Accepts connections until `stopping` is cancelled and deals them out in turn, with Nagle's
-    /// algorithm off (answers are small frames that must leave at once, not wait for the
-    /// client's delayed ACK). Each connection is first admitted by `registry` (which may shed an
-    /// idle one to make room, or refuse it: then it is closed at once). Failed accepts back off
-    /// ([`AcceptBackoff`]). A lane that ends on its own (it panicked) cancels `stopping`, so the
-    /// whole server shuts down rather than run on with fewer lanes. Then waits for every lane to
-    /// finish.
+    /// Accepts connections until `stopping` is cancelled and deals them out in turn (TCP ones
+    /// with Nagle's algorithm off, see [`super::listener::Incoming::into_std`]). Each connection
+    /// is first admitted by `registry` (which may shed an idle one to make room, or refuse it:
+    /// then it is closed at once). Failed accepts back off ([`AcceptBackoff`]). A lane that ends
+    /// on its own (it panicked) cancels `stopping`, so the whole server shuts down rather than
+    /// run on with fewer lanes. Then waits for every lane to finish.
     pub async fn accept(
         self,
-        listener: TcpListener,
+        listener: GrpcListener,
         registry: Arc<Registry>,
         mut backoff: AcceptBackoff,
         stopping: CancellationToken,
@@ -112,7 +110,7 @@ impl Lanes {
                 accepted = listener.accept() => accepted,
             };
             match accepted {
-                Ok((stream, _)) => {
+                Ok(stream) => {
                     backoff.succeeded();
                     let Ok(registered) = registry.admit() else {
                         // Closed at once; let this lane's shed connections close too.
@@ -120,7 +118,6 @@ impl Lanes {
                         tokio::task::yield_now().await;
                         continue;
                     };
-                    let _ = stream.set_nodelay(true);
                     match stream.into_std() {
                         Ok(stream) => {
                             let _ = queues[next].send(Accepted { stream, registered });

@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
+use super::probe_transport::{ProbeAddress, ProbeTarget};
+
 /// gRPC health service names answered: the overall server, the RLS service by its full name,
 /// and `ratelimit`, the name envoyproxy/ratelimit registers.
 pub const SERVICE_NAMES: [&str; 3] = [
@@ -66,10 +68,11 @@ impl Health {
     }
 }
 
-/// Asks the gRPC health service at `addr` (e.g. `127.0.0.1:8081`) for `service`'s status, within
-/// `timeout`. Used by `ratelimitd health`, so container images need no separate probe binary.
+/// Asks the gRPC health service of `target` for `service`'s status, within `timeout`. Used by
+/// `ratelimitd health`, so container images need no separate probe binary. Errors say what
+/// failed down to its cause (an unreachable socket, a certificate the CA did not sign).
 pub async fn probe(
-    addr: &str,
+    target: &ProbeTarget,
     service: &str,
     timeout: std::time::Duration,
 ) -> Result<bool, String> {
@@ -77,22 +80,51 @@ pub async fn probe(
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::HealthCheckRequest;
 
+    let place = target.describe();
+    let connector = target.connector()?;
     let check = async {
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| format!("bad address {addr}: {e}"))?;
+        let authority = match &target.address {
+            ProbeAddress::Tcp(addr) => addr.clone(),
+            ProbeAddress::Unix(_) => "localhost".to_owned(),
+        };
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{authority}"))
+            .map_err(|e| format!("bad address {place}: {e}"))?;
         let channel = endpoint
-            .connect()
+            .connect_with_connector(connector)
             .await
-            .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+            .map_err(|e| format!("cannot connect to {place}: {}", causes(&e)))?;
         let response = HealthClient::new(channel)
             .check(HealthCheckRequest {
                 service: service.to_owned(),
             })
             .await
-            .map_err(|status| format!("health check failed: {}", status.message()))?;
+            .map_err(|status| match std::error::Error::source(&status) {
+                Some(cause) => format!(
+                    "health check failed: {}: {}",
+                    status.message(),
+                    causes(cause)
+                ),
+                None => format!("health check failed: {}", status.message()),
+            })?;
         Ok(response.into_inner().status == Status::Serving as i32)
     };
     tokio::time::timeout(timeout, check)
         .await
-        .map_err(|_| format!("no answer from {addr} within {timeout:?}"))?
+        .map_err(|_| format!("no answer from {place} within {timeout:?}"))?
+}
+
+/// `error` and its causes, joined by `: ` (tonic's transport errors say only "transport error"
+/// and keep the reason in their sources).
+fn causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }

@@ -8,6 +8,7 @@ pub mod http;
 pub mod json;
 pub mod limited;
 pub mod metrics;
+pub mod probe_transport;
 pub mod rls;
 pub mod statsd;
 pub mod throttle;

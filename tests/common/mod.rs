@@ -1,7 +1,9 @@
 #![allow(dead_code)]
 
 pub mod fault_load;
+pub mod grpc_transport;
 pub mod hostile_config;
+pub mod pki;
 pub mod ratelimitd;
 pub mod redis_cluster;
 pub mod redis_sentinel;

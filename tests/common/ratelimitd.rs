@@ -2,13 +2,13 @@
 //! HTTP, signalled, and killed when the test ends.
 //!
 //! `Ratelimitd::start(&["--config", path])` runs `ratelimitd serve --grpc-addr 127.0.0.1:0
-//! --http-addr 127.0.0.1:0 --config path`, waits for the log line that carries `grpc_addr=` and
-//! `http_addr=`, and keeps draining the child's stdout and stderr in background threads so the
+//! --http-addr 127.0.0.1:0 --config path`, waits for the log line that carries `grpc_addr=` (or
+//! `grpc_uds=` for a server given `--grpc-uds`) and `http_addr=`, and keeps draining the child's stdout and stderr in background threads so the
 //! child never blocks on a full pipe. Extra arguments (`--redis-url ...`) pass straight through.
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
@@ -103,7 +103,8 @@ fn drain<R: Read + Send + 'static>(mut reader: R) -> thread::JoinHandle<String> 
 /// A running `ratelimitd serve`.
 pub struct Ratelimitd {
     child: Child,
-    grpc_addr: SocketAddr,
+    grpc_addr: Option<SocketAddr>,
+    grpc_uds: Option<PathBuf>,
     http_addr: SocketAddr,
     log: Arc<Mutex<String>>,
     status: Option<ExitStatus>,
@@ -146,11 +147,13 @@ impl Ratelimitd {
 
         let deadline = Instant::now() + START_TIMEOUT;
         let mut grpc = None;
+        let mut uds = None;
         let mut http = None;
-        while grpc.is_none() || http.is_none() {
+        while (grpc.is_none() && uds.is_none()) || http.is_none() {
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(line) => {
                     grpc = grpc.or_else(|| log_field(&line, "grpc_addr"));
+                    uds = uds.or_else(|| log_text_field(&line, "grpc_uds").map(PathBuf::from));
                     http = http.or_else(|| log_field(&line, "http_addr"));
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -170,22 +173,36 @@ impl Ratelimitd {
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!(
-                    "ratelimitd printed no `grpc_addr=` / `http_addr=` line within {START_TIMEOUT:?}; output:\n{}",
+                    "ratelimitd printed no `grpc_addr=` (or `grpc_uds=`) / `http_addr=` line within {START_TIMEOUT:?}; output:\n{}",
                     log.lock().unwrap()
                 );
             }
         }
         Ratelimitd {
             child,
-            grpc_addr: grpc.unwrap(),
+            grpc_addr: grpc,
+            grpc_uds: uds,
             http_addr: http.unwrap(),
             log,
             status: None,
         }
     }
 
+    /// The gRPC port's TCP address; panics for a server on a unix socket.
     pub fn grpc_addr(&self) -> SocketAddr {
-        self.grpc_addr
+        self.grpc_addr.unwrap_or_else(|| {
+            panic!(
+                "ratelimitd serves gRPC on the unix socket {:?}, not on TCP",
+                self.grpc_uds
+            )
+        })
+    }
+
+    /// The unix socket gRPC is served on (`--grpc-uds`), as the startup line says it.
+    pub fn grpc_uds(&self) -> &Path {
+        self.grpc_uds
+            .as_deref()
+            .expect("ratelimitd serves gRPC on TCP, not on a unix socket")
     }
 
     pub fn http_addr(&self) -> SocketAddr {
@@ -203,12 +220,12 @@ impl Ratelimitd {
 
     /// A new HTTP/2 connection to the gRPC port.
     pub async fn channel(&self) -> Channel {
-        channel(self.grpc_addr).await
+        channel(self.grpc_addr()).await
     }
 
     /// A RateLimitService client on its own HTTP/2 connection.
     pub async fn client(&self) -> Client {
-        client(self.grpc_addr).await
+        client(self.grpc_addr()).await
     }
 
     /// A grpc.health.v1 client on its own HTTP/2 connection.
@@ -349,6 +366,24 @@ pub fn log_field(line: &str, name: &str) -> Option<SocketAddr> {
                 .unwrap_or(rest.len());
             if let Ok(addr) = rest[..end].parse() {
                 return Some(addr);
+            }
+        }
+    }
+    None
+}
+
+/// The value of `name=VALUE` (text logs) or `"name":"VALUE"` (JSON logs) in a log line: up to
+/// the next space, quote, comma or brace.
+pub fn log_text_field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    for pattern in [format!("{name}="), format!("\"{name}\":")] {
+        if let Some(at) = line.find(&pattern) {
+            let rest = &line[at + pattern.len()..];
+            let rest = rest.trim_start_matches(['"', ' ']);
+            let end = rest
+                .find(|c: char| c.is_whitespace() || c == '"' || c == ',' || c == '}')
+                .unwrap_or(rest.len());
+            if end > 0 {
+                return Some(&rest[..end]);
             }
         }
     }

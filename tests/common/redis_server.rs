@@ -711,7 +711,7 @@ impl TlsFiles {
 }
 
 /// Runs `openssl args... name path...`; panics with its output if it fails or is missing.
-fn openssl(args: &[&str], paths: &[(&str, &Path)]) {
+pub fn openssl(args: &[&str], paths: &[(&str, &Path)]) {
     let mut command = Command::new("openssl");
     command.args(args);
     for (name, path) in paths {

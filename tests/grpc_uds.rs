@@ -1,0 +1,179 @@
+//! `--grpc-uds`: gRPC (RLS, health) on a unix domain socket instead of the TCP address, through
+//! the real binary and a tonic channel over a `UnixStream`: the startup line names the socket, a
+//! leftover socket is replaced while any other file is left alone, the socket file is removed on
+//! exit, TLS works over it, and `ratelimitd health --grpc-uds` probes it.
+
+mod common;
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
+use std::time::Duration;
+
+use common::grpc_transport::{health_status, rls, uds_channel};
+use common::pki::Pki;
+use common::ratelimitd::{self as rld, command, request, run_to_end, should, Ratelimitd};
+use ratelimitd::proto::rls::rate_limit_response::Code;
+use tonic_health::ServingStatus;
+
+const SERVING: i32 = ServingStatus::Serving as i32;
+
+fn config(dir: &tempfile::TempDir) -> String {
+    let path = dir.path().join("uds.yaml");
+    std::fs::write(
+        &path,
+        "domain: uds\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
+    )
+    .unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+fn is_socket(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_socket())
+}
+
+/// Runs `ratelimitd ARGS` to its end: (exit code, stdout + stderr).
+fn run(args: &[&str]) -> (Option<i32>, String) {
+    let mut cmd = command();
+    cmd.args(args);
+    let (status, out, err) = run_to_end(cmd, Duration::from_secs(30));
+    (status.code(), format!("{out}{err}"))
+}
+
+#[tokio::test]
+async fn rls_and_health_over_a_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&dir);
+    let socket = dir.path().join("ratelimitd.sock");
+    let mut server = Ratelimitd::start(&["--config", &config, "--grpc-uds", path_str(&socket)]);
+    assert_eq!(
+        server.grpc_uds(),
+        socket,
+        "the startup line names the socket"
+    );
+    assert!(is_socket(&socket));
+    let output = server.output();
+    assert!(!output.contains("grpc_addr="), "no TCP gRPC port: {output}");
+
+    let channel = uds_channel(&socket).await;
+    assert_eq!(health_status(channel.clone()).await.unwrap(), SERVING);
+    let mut client = rls(channel);
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let resp = should(&mut client, request("uds", &[&[("k", "v")]], 1)).await;
+        codes.push(rld::overall(&resp));
+    }
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+
+    let (code, out) = run(&["health", "--grpc-uds", path_str(&socket)]);
+    assert_eq!((code, out.trim()), (Some(0), "SERVING"), "{out}");
+    let (_, metrics) = rld::http_get(server.http_addr(), "/metrics").await;
+    assert!(
+        metrics.contains("ratelimitd_grpc_connections_accepted_total 2"),
+        "the test's connection and the probe's: {metrics}"
+    );
+
+    drop(client);
+    server.terminate();
+    let status = server.exited(Duration::from_secs(20)).await;
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    assert!(!socket.exists(), "the socket file is removed on exit");
+    let (code, out) = run(&["health", "--grpc-uds", path_str(&socket)]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains(&format!("unix:{}", socket.display())), "{out}");
+}
+
+#[tokio::test]
+async fn a_leftover_socket_is_replaced_and_other_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&dir);
+    let socket = dir.path().join("left.sock");
+    // A killed server leaves its socket file behind: nobody listens on it.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    assert!(is_socket(&socket));
+    let server = Ratelimitd::start(&["--config", &config, "--grpc-uds", path_str(&socket)]);
+    assert_eq!(
+        health_status(uds_channel(&socket).await).await.unwrap(),
+        SERVING
+    );
+
+    // A second server on the same path is refused, and leaves the first one's socket alone.
+    let serve = |path: &Path| {
+        run(&[
+            "serve",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--config",
+            &config,
+            "--grpc-uds",
+            path_str(path),
+        ])
+    };
+    let (code, out) = serve(&socket);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!(
+            "--grpc-uds {}: another process serves on this socket",
+            socket.display()
+        )),
+        "{out}"
+    );
+    assert_eq!(
+        health_status(uds_channel(&socket).await).await.unwrap(),
+        SERVING
+    );
+    drop(server);
+
+    let file = dir.path().join("not-a-socket");
+    std::fs::write(&file, "keep me").unwrap();
+    let (code, out) = serve(&file);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!(
+            "--grpc-uds {}: exists and is not a socket",
+            file.display()
+        )),
+        "{out}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+}
+
+#[tokio::test]
+async fn tls_over_a_unix_socket_and_its_probe() {
+    let pki = Pki::new();
+    let ca = pki.ca("uds");
+    let cert = ca.server("server", "ratelimitd uds", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&dir);
+    let socket = dir.path().join("tls.sock");
+    let server = Ratelimitd::start(&[
+        "--config",
+        &config,
+        "--grpc-uds",
+        path_str(&socket),
+        "--grpc-tls-cert",
+        path_str(&cert.cert),
+        "--grpc-tls-key",
+        path_str(&cert.key),
+    ]);
+    assert_eq!(server.grpc_uds(), socket);
+    let (code, out) = run(&[
+        "health",
+        "--grpc-uds",
+        path_str(&socket),
+        "--tls-ca",
+        path_str(&ca.cert),
+    ]);
+    assert_eq!((code, out.trim()), (Some(0), "SERVING"), "{out}");
+    let (code, out) = run(&["health", "--grpc-uds", path_str(&socket)]);
+    assert_eq!(code, Some(1), "plaintext to a TLS socket: {out}");
+    // The socket's path from the environment, as serve reads it too.
+    let mut cmd = command();
+    cmd.args(["health", "--tls-ca", path_str(&ca.cert)])
+        .env("RATELIMITD_GRPC_UDS", &socket);
+    let (status, out, err) = run_to_end(cmd, Duration::from_secs(20));
+    assert!(status.success(), "{out}{err}");
+}
