@@ -11,6 +11,8 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::grpc_transport::{health_status, rls, tls_channel, uds_channel};
+use common::pki::Pki;
 use common::ratelimitd::{
     client, command, http_get, log_field, overall, request, run_to_end, should, Ratelimitd,
 };
@@ -489,4 +491,89 @@ async fn statsd_is_on_by_default_as_upstreams_and_takes_its_host_port_tags_and_i
             }
         }
     }
+}
+
+#[tokio::test]
+async fn grpc_tls_and_mutual_tls_from_upstreams_variables() {
+    let pki = Pki::new();
+    let ca = pki.ca("a");
+    let cert = ca.server("server", "ratelimitd drop-in", 2);
+    let client = ca.client("envoy", "DNS:envoy.client.test");
+    let impostor = ca.client("impostor", "DNS:other.client.test");
+    let tree = RuntimeTree::new(&[("edge.yaml", EDGE_V1)]);
+    let redis = RedisServer::start();
+    let mut env = loopback_env();
+    env.extend(tree.env());
+    env.extend(redis_env(&redis));
+    for (name, path) in [
+        ("GRPC_SERVER_TLS_CERT", &cert.cert),
+        ("GRPC_SERVER_TLS_KEY", &cert.key),
+        ("GRPC_CLIENT_TLS_CACERT", &ca.cert),
+    ] {
+        env.push((name.into(), path.display().to_string()));
+    }
+    env.push(("GRPC_SERVER_USE_TLS".into(), "true".into()));
+    env.push(("GRPC_CLIENT_TLS_SAN".into(), "envoy.client.test".into()));
+    let server = start_bare(&env);
+
+    let anonymous = tls_channel(server.grpc_addr(), &ca.cert, None).await;
+    let refused = match anonymous {
+        Err(_) => true,
+        Ok(channel) => health_status(channel).await.is_err(),
+    };
+    assert!(refused, "a client without a certificate is refused");
+    let wrong_san = match tls_channel(server.grpc_addr(), &ca.cert, Some(&impostor)).await {
+        Err(_) => true,
+        Ok(channel) => health_status(channel).await.is_err(),
+    };
+    assert!(
+        wrong_san,
+        "a client certificate without GRPC_CLIENT_TLS_SAN is refused"
+    );
+    let channel = tls_channel(server.grpc_addr(), &ca.cert, Some(&client))
+        .await
+        .expect("the pinned client connects");
+    let mut client = rls(channel);
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        let response = should(&mut client, request("edge", &[&[("client", "tls")]], 1)).await;
+        codes.push(overall(&response));
+    }
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]);
+}
+
+#[tokio::test]
+async fn grpc_uds_and_connection_age_from_upstreams_variables() {
+    let tree = RuntimeTree::new(&[("edge.yaml", EDGE_V1)]);
+    let redis = RedisServer::start();
+    let socket_dir = tempfile::tempdir().unwrap();
+    let socket = socket_dir.path().join("ratelimit.sock");
+    let mut env = loopback_env();
+    env.extend(tree.env());
+    env.extend(redis_env(&redis));
+    env.push(("GRPC_UDS".into(), socket.display().to_string()));
+    env.push(("GRPC_MAX_CONNECTION_AGE".into(), "1s".into()));
+    env.push(("GRPC_MAX_CONNECTION_AGE_GRACE".into(), "500ms".into()));
+    let server = start_bare(&env);
+    assert_eq!(
+        server.grpc_uds(),
+        socket,
+        "GRPC_UDS replaces GRPC_HOST:GRPC_PORT"
+    );
+
+    let mut client = rls(uds_channel(&socket).await);
+    let response = should(&mut client, request("edge", &[&[("client", "uds")]], 1)).await;
+    assert_eq!(overall(&response), Code::Ok);
+    wait_for(
+        "a connection aged out by GRPC_MAX_CONNECTION_AGE",
+        async || {
+            let (_, metrics) = http_get(server.http_addr(), "/metrics").await;
+            metrics
+                .lines()
+                .find_map(|line| line.strip_prefix("ratelimitd_grpc_connections_aged_total "))
+                .and_then(|count| count.parse::<u64>().ok())
+                .is_some_and(|count| count >= 1)
+        },
+    )
+    .await;
 }
