@@ -28,9 +28,11 @@ local function new_envoyproxy_fixed_window(code)
   local redis_call, string_match, string_format, tonumber, math_min, ipairs, error =
     redis.call, string.match, string.format, tonumber, math.min, ipairs, error
 
-  -- A stored count is at most this many digits: below 2^53, exact in a double and far from
-  -- INCRBY's 2^63 limit, so a commit cannot fail halfway through a request's writes.
-  local COUNT_DIGITS_MAX = 15
+  -- Counts saturate here (2^50): far above any limit, so no decision changes, while a sum stays
+  -- exact in a double and INCRBY never nears its 2^63 limit, which would fail a commit halfway
+  -- through a request's writes. A stored value longer than INCRBY's integers is no count.
+  local COUNT_MAX = 1125899906842624
+  local COUNT_DIGITS_MAX = 19
 
   local envoyproxy = {
     counts_denied = true,
@@ -68,8 +70,11 @@ local function new_envoyproxy_fixed_window(code)
     return false, 0, reset_after
   end
 
-  function envoyproxy.commit(key, _state, _now, _limit, _window, _burst, hits, ttl_s)
-    redis_call('INCRBY', key, string_format('%d', hits))
+  function envoyproxy.commit(key, state, _now, _limit, _window, _burst, hits, ttl_s)
+    local room = COUNT_MAX - state.count
+    if room > 0 then
+      redis_call('INCRBY', key, string_format('%d', math_min(hits, room)))
+    end
     redis_call('EXPIRE', key, string_format('%d', ttl_s))
   end
 
@@ -77,7 +82,7 @@ local function new_envoyproxy_fixed_window(code)
   -- since); a key that is gone is left alone. The TTL stays.
   function envoyproxy.refund(key, state, _committed_at, _now, _limit, _window, _burst, hits,
       _interval)
-    if not state.present or hits == 0 or state.count == 0 then
+    if not state.present or hits == 0 or state.count == 0 or state.count >= COUNT_MAX then
       return false
     end
     redis_call('DECRBY', key, string_format('%d', math_min(hits, state.count)))

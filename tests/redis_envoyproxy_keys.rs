@@ -424,6 +424,77 @@ async fn the_keys_of_envoyproxy_ratelimit_s_own_tests_at_their_instants() {
     );
 }
 
+/// Counts far above any limit saturate at 2^50 instead of growing towards INCRBY's 2^63 limit (a
+/// failing INCRBY would stop a request's writes halfway), and a key holding anything but a count
+/// fails its request before anything is written.
+#[tokio::test]
+async fn huge_and_unreadable_counts_never_break_a_request_halfway() {
+    let redis = RedisServer::start();
+    let mut connection = redis.connection();
+    let store = RedisStore::connect(RedisSettings::new(redis.url()))
+        .await
+        .expect("connect")
+        .with_pinned_clock(Arc::new(ManualClock::new(1234 * S)) as Arc<dyn Clock>)
+        .with_key_layout(KeyLayout::new(KeyFormat::Envoyproxy, "", 0, false).expect("layout"));
+    let check = |value: &str, hits: u64| Check {
+        key: CounterKey::new(
+            "domain",
+            &[Entry {
+                key: "key".into(),
+                value: value.into(),
+            }],
+        ),
+        rate: Rate::new(Algorithm::FixedWindow, 10, Unit::Hour, 1, None).unwrap(),
+        hits,
+        shadow: false,
+    };
+    let saturated = 1u64 << 50;
+    for (stored, hits, expected) in [
+        (saturated - 3, u64::MAX, saturated),
+        (saturated + 5, 1, saturated + 5),
+        (9_000_000_000_000_000_000, 7, 9_000_000_000_000_000_000),
+    ] {
+        let key = "domain_key_huge_0";
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(stored)
+            .query(&mut connection)
+            .unwrap();
+        let v = store.decide(&[check("huge", hits)]).await.unwrap();
+        assert!(!v[0].admitted, "{stored} + {hits}: {v:?}");
+        assert_eq!(
+            get_count(&mut connection, key),
+            Some(expected),
+            "{stored} + {hits}"
+        );
+    }
+
+    let dump = |connection: &mut redis::Connection| -> Vec<(String, Vec<u8>)> {
+        all_keys(connection)
+            .into_iter()
+            .map(|k| {
+                let value: Vec<u8> = redis::cmd("DUMP").arg(&k).query(connection).unwrap();
+                (k, value)
+            })
+            .collect()
+    };
+    for garbage in ["abc", "-3", "1.5", "", "12345678901234567890"] {
+        let _: () = redis::cmd("SET")
+            .arg("domain_key_garbage_0")
+            .arg(garbage)
+            .query(&mut connection)
+            .unwrap();
+        let before = dump(&mut connection);
+        let result = store.decide(&[check("fine", 1), check("garbage", 1)]).await;
+        assert!(result.is_err(), "{garbage:?}: {result:?}");
+        assert_eq!(
+            dump(&mut connection),
+            before,
+            "{garbage:?}: nothing written"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_rolling_migration_shares_one_count() {
     let redis = RedisServer::start();
