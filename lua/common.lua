@@ -1,8 +1,8 @@
 -- ratelimitd: helpers shared by every algorithm (library file, no KEYS or ARGV of its own).
 --
--- The Rust store concatenates common.lua, the five algorithm files, rates.lua and request.lua
--- into ONE script (Redis cannot call one script from another), loads it once and calls it with
--- EVALSHA; the refund script is the same files with refund.lua in place of request.lua. Only the
+-- The Rust store concatenates common.lua, the five algorithm files, envoyproxy_fixed_window.lua,
+-- rates.lua and request.lua into ONE script (Redis cannot call one script from another), loads it
+-- once and calls it with EVALSHA; the refund script is the same files with refund.lua in place of request.lua. Only the
 -- entry points read KEYS and ARGV; see their headers for the calling conventions.
 --
 -- Numbers: Lua 5.1 numbers are IEEE doubles. Every instant and duration is an integer of µs below

@@ -1,15 +1,19 @@
 -- ratelimitd: the call's rate table, read alike by both entry points (library file, after the
--- five algorithm files, whose constructors it names; before request.lua or refund.lua).
+-- five algorithm files and envoyproxy_fixed_window.lua, whose constructors it names; before
+-- request.lua or refund.lua).
 --
 -- ARGV layout of the table (see request.lua's header): R, then 5 values per rate: code, L, W, B, T.
 
--- The algorithm modules by code, built on first use in this call (see the algorithm files).
+-- The algorithm modules by code, built on first use in this call (see the algorithm files); a
+-- constructor is called with its code. Codes 5 and 6 are envoyproxy/ratelimit's counters.
 local CONSTRUCTORS = {
   [0] = new_fixed_window,
   [1] = new_sliding_window_log,
   [2] = new_sliding_window_counter,
   [3] = new_token_bucket,
   [4] = new_gcra,
+  [5] = new_envoyproxy_fixed_window,
+  [6] = new_envoyproxy_fixed_window,
 }
 local modules = {}
 
@@ -21,7 +25,7 @@ local function algorithm_of(code)
     if not construct then
       return nil
     end
-    module = construct()
+    module = construct(code)
     modules[code] = module
   end
   return module

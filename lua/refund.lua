@@ -4,12 +4,14 @@
 -- one call of the request script per node; when any node denies, what the nodes that admitted
 -- committed for it is taken back with this script, one call per node, so that a denied request
 -- consumes nothing anywhere. The store sends it as a SECOND script: common.lua, the five algorithm
--- files, rates.lua and this file, concatenated in that order (src/store/redis/refund.rs), loaded once (SCRIPT
+-- files, envoyproxy_fixed_window.lua, rates.lua and this file, concatenated in that order (src/store/redis/refund.rs), loaded once (SCRIPT
 -- LOAD) and called with EVALSHA.
 --
 -- KEYS: the keys to refund, each once (a key listed twice is refunded twice),
---       rl1:{<tag>}:<algorithm>:<window_us>:<identity>. In a Redis Cluster call, KEYS is empty and
---       these keys lead ARGV instead, after their count (see keys_and_arguments, common.lua).
+--       [<prefix>]rl1:{<tag>}:<algorithm>:<window_us>:<identity>, or envoyproxy/ratelimit's keys
+--       (code 6 only: a code-5 counter counts a denied request's hits, and is never refunded). In
+--       a Redis Cluster call, KEYS is empty and these keys lead ARGV instead, after their count
+--       (see keys_and_arguments, common.lua).
 -- ARGV: the rate table exactly as request.lua's: R (their number, at least 1), then 5 values per
 --       rate (code, L, W, B, T: see request.lua); then
 --         now           '-' for Redis's own clock (TIME), as production sends; tests pin time with

@@ -1,23 +1,27 @@
 -- ratelimitd: a batch of rate-limit requests, each decided all or nothing (the entry point of the
 -- script).
 --
--- The store sends ONE script: common.lua, the five algorithm files, rates.lua and this file,
--- concatenated in that order, loaded once (SCRIPT LOAD) and called with EVALSHA. Concurrent requests share one
+-- The store sends ONE script: common.lua, the five algorithm files, envoyproxy_fixed_window.lua,
+-- rates.lua and this file, concatenated in that order, loaded once (SCRIPT LOAD) and called with EVALSHA. Concurrent requests share one
 -- call (src/store/redis/batch.rs): they are decided one after the other, in order, each on the
 -- state the earlier ones left, exactly as if each had its own call.
 --
 -- KEYS: the counter keys of every check of every request, request after request, in check order
 --       (repeats allowed: checks that share a counter share its key),
---       rl1:{<tag>}:<algorithm>:<window_us>:<identity>. In a Redis Cluster call, KEYS is empty
---       and these keys lead ARGV instead, after their count (see keys_and_arguments, common.lua).
+--       [<prefix>]rl1:{<tag>}:<algorithm>:<window_us>:<identity>, or with --key-format envoyproxy
+--       envoyproxy/ratelimit's own key for fixed windows (envoyproxy_fixed_window.lua). In a Redis
+--       Cluster call, KEYS is empty and these keys lead ARGV instead, after their count (see
+--       keys_and_arguments, common.lua).
 -- ARGV: the rates of the call first, each sent once however many checks use it: R (their number,
 --       at least 1), then 5 values per rate:
 --         code    algorithm: 0 fixed_window, 1 sliding_window_log, 2 sliding_window_counter,
---                 3 token_bucket, 4 gcra
+--                 3 token_bucket, 4 gcra; 5 and 6 envoyproxy/ratelimit's fixed-window counter
+--                 (every hit counted, or STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT)
 --         L       limit (requests per window)
 --         W       window in µs
 --         B       burst (capacity; equals L for the window algorithms)
---         T       GCRA emission interval in µs (ignored by the other algorithms)
+--         T       GCRA emission interval in µs (ignored by the other algorithms); for codes 5 and
+--                 6, the TTL in seconds of the keys this call writes
 --       then per request, in the same order as KEYS: k (its number of checks, at least 1), now,
 --       then 3 values per check:
 --         now     '-' for Redis's own clock (TIME, read once per call): production always sends
@@ -43,6 +47,8 @@
 -- shadow check cannot make a later check of its counter fail). Nothing is written unless every
 -- non-shadow check admits; then each distinct key is committed once, with the total hits of its
 -- admitted checks and the rate of its last admitted check; a key whose total is 0 is not written.
+-- envoyproxy/ratelimit's counters (codes 5 and 6) also count hits of denied requests: see
+-- decide_request in envoyproxy_fixed_window.lua.
 
 -- The call's keys and arguments, read several times per check, as locals (see common.lua for the
 -- cluster form, whose keys travel in ARGV).
@@ -55,6 +61,10 @@ local FIELDS = 3
 -- tonumber costs a strtod).
 local rates = {}
 local rates_by_text = {}
+
+-- The envoyproxy/ratelimit counter module (codes 5, 6) of the call's rate table, if it has one:
+-- the call's requests are then decided by its decide_request (envoyproxy_fixed_window.lua).
+local envoyproxy = nil
 
 -- The hits of nearly every check, without a strtod.
 local COMMON_HITS = { ['0'] = 0, ['1'] = 1 }
@@ -261,6 +271,10 @@ for r = 1, rate_count do
     return redis.error_reply('ERR ratelimitd: invalid rate ' .. r)
   end
   rates_by_text[tostring(r)] = rates[r]
+  if rates[r][1].decide_request then
+    envoyproxy = rates[r][1]
+    envoyproxy.bind(KEYS, read_check, invalid_check, u64_reply, FIELDS)
+  end
 end
 
 -- Each request's frame, 4 values: its first key's index - 1, its first check's ARGV index - 1,
@@ -308,7 +322,7 @@ for r = 0, requests - 1 do
   local at = #out
   if not now or now < 0 or now ~= math_floor(now) then
     out[at + 1] = 'ERR ratelimitd: invalid pinned time'
-  elseif checks == 1 then
+  elseif checks == 1 and not envoyproxy then
     local ok, first, remaining, reset_after = pcall(decide_one, KEYS[key_index + 1], arg_index, now)
     if ok then
       out[at + 1] = first
@@ -318,7 +332,8 @@ for r = 0, requests - 1 do
       out[at + 1] = error_message(first)
     end
   else
-    local ok, raised = pcall(decide, key_index, arg_index, checks, now, out)
+    local ok, raised = pcall(envoyproxy and envoyproxy.decide_request or decide, key_index,
+      arg_index, checks, now, out)
     if not ok then
       for j = #out, at + 1, -1 do
         out[j] = nil

@@ -21,7 +21,7 @@ use ratelimitd::service::probe_transport::{ProbeAddress, ProbeTarget, ProbeTls};
 use ratelimitd::service::rls::StoreErrorPolicy;
 use ratelimitd::service::statsd::{ExtraTags, StatsdAddr, StatsdSettings};
 use ratelimitd::service::ResponseHeaders;
-use ratelimitd::store::redis::{HostPort, ServerAuth, Topology};
+use ratelimitd::store::redis::{HostPort, KeyFormat, KeyLayout, ServerAuth, Topology};
 use ratelimitd::store::{DenyCacheSettings, RedisSettings};
 use ratelimitd::{config, envoyproxy_env, server};
 use tokio::net::TcpListener;
@@ -332,6 +332,73 @@ struct ServeArgs {
     statsd: StatsdArgs,
     #[command(flatten)]
     grpc_transport: GrpcTransportArgs,
+    #[command(flatten)]
+    redis_keys: RedisKeyArgs,
+}
+
+/// The keys the Redis store writes: a prefix, and envoyproxy/ratelimit's format for fixed
+/// windows, so a fleet rolling from envoyproxy/ratelimit to ratelimitd shares its counts.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Redis keys")]
+struct RedisKeyArgs {
+    /// Key format of `fixed_window` counters in Redis: ratelimitd (its own injective keys,
+    /// decided all or nothing) or envoyproxy (exactly the keys, increments and expiry
+    /// envoyproxy/ratelimit writes, so both share one count; needs Redis). Other algorithms
+    /// always keep ratelimitd's keys.
+    #[arg(long, env = "RATELIMITD_KEY_FORMAT", default_value = "ratelimitd")]
+    key_format: KeyFormat,
+    /// Prepended to every Redis key ratelimitd writes, in both formats (envoyproxy/ratelimit's
+    /// CACHE_KEY_PREFIX); at most 128 bytes, without `{` or `}`.
+    #[arg(long, env = "RATELIMITD_REDIS_KEY_PREFIX", default_value = "", value_parser = parse_key_prefix)]
+    redis_key_prefix: String,
+    /// envoyproxy-format keys: each write sets the TTL to the window plus a random number of
+    /// seconds in [0, N) (envoyproxy/ratelimit's EXPIRATION_JITTER_MAX_SECONDS; 0: none).
+    #[arg(
+        long,
+        env = "RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS",
+        default_value_t = 0
+    )]
+    expiration_jitter_max_seconds: u32,
+    /// envoyproxy-format keys: a denied request counts its hits only at the descriptors it is
+    /// over the limit of, instead of at every descriptor (envoyproxy/ratelimit's
+    /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
+    #[arg(long, env = "RATELIMITD_STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")]
+    stop_cache_key_increment_when_overlimit: bool,
+}
+
+impl RedisKeyArgs {
+    fn layout(&self) -> Result<KeyLayout, String> {
+        KeyLayout::new(
+            self.key_format,
+            &self.redis_key_prefix,
+            self.expiration_jitter_max_seconds,
+            self.stop_cache_key_increment_when_overlimit,
+        )
+        .map_err(|error| format!("--redis-key-prefix: {error}"))
+    }
+
+    /// Settings that do nothing in this deployment are reported rather than refused: they are
+    /// envoyproxy/ratelimit's own variables, often left in a shared environment.
+    fn warn_unused(&self, layout: &KeyLayout, redis: bool) {
+        if layout.format() != KeyFormat::Envoyproxy
+            && (self.expiration_jitter_max_seconds > 0
+                || self.stop_cache_key_increment_when_overlimit)
+        {
+            tracing::warn!(
+                "--expiration-jitter-max-seconds and --stop-cache-key-increment-when-overlimit \
+                 apply to --key-format envoyproxy only; ignored"
+            );
+        }
+        if !redis && !layout.prefix().is_empty() {
+            tracing::warn!("--redis-key-prefix applies to Redis keys only; ignored");
+        }
+    }
+}
+
+fn parse_key_prefix(text: &str) -> Result<String, String> {
+    KeyLayout::check_prefix(text)
+        .map(|()| text.to_owned())
+        .map_err(|error| error.to_string())
 }
 
 /// What the gRPC port speaks and how long its connections live.
@@ -799,6 +866,20 @@ fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let redis_keys = match args.redis_keys.layout() {
+        Ok(layout) if layout.format() == KeyFormat::Envoyproxy && topology.is_none() => {
+            tracing::error!("{}", server::ENVOYPROXY_KEYS_NEED_REDIS);
+            return ExitCode::FAILURE;
+        }
+        Ok(layout) => {
+            args.redis_keys.warn_unused(&layout, topology.is_some());
+            layout
+        }
+        Err(error) => {
+            tracing::error!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
     // Serving lane 0 and the housekeeping (HTTP, health probes, reload) share this thread; the
     // other lanes start their own (see `server::run`).
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -850,6 +931,7 @@ fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCode {
                 wait_replicas: args.redis_wait_replicas,
                 ..RedisSettings::for_topology(topology)
             }),
+            redis_keys,
             response_headers,
             reload_interval: (!args.reload_interval.is_zero()).then_some(args.reload_interval),
             on_store_error: args.on_store_error,

@@ -49,6 +49,7 @@ use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use crate::service::rls::StoreErrorPolicy;
 use crate::service::statsd::{self, StatsdSettings};
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
+use crate::store::redis::{KeyFormat, KeyLayout};
 use crate::store::{
     DenyCache, DenyCacheSettings, MemoryStore, RedisSettings, RedisStore, Store, StoreError,
 };
@@ -69,6 +70,9 @@ pub struct Settings {
     pub config_paths: Vec<PathBuf>,
     /// Redis to share counters with other instances; `None` keeps them in this process.
     pub redis: Option<RedisSettings>,
+    /// The keys the Redis store writes (prefix, envoyproxy/ratelimit's format); the envoyproxy
+    /// format needs Redis.
+    pub redis_keys: KeyLayout,
     /// Rate-limit headers added to every response (`response_headers_to_add`).
     pub response_headers: ResponseHeaders,
     /// How often the configuration files are checked for changes; `None`: only on SIGHUP.
@@ -140,6 +144,7 @@ impl Settings {
         Settings {
             config_paths,
             redis: None,
+            redis_keys: KeyLayout::default(),
             response_headers: ResponseHeaders::None,
             reload_interval: Some(DEFAULT_RELOAD_INTERVAL),
             on_store_error: StoreErrorPolicy::Unavailable,
@@ -171,6 +176,11 @@ pub const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 /// After a change is noticed, how long to let the writer finish before loading.
 const RELOAD_SETTLE: Duration = Duration::from_millis(100);
 
+/// Why `--key-format envoyproxy` is refused without Redis.
+pub const ENVOYPROXY_KEYS_NEED_REDIS: &str =
+    "--key-format envoyproxy names Redis keys: it needs a Redis store (--redis-url, \
+     --redis-cluster or --redis-sentinel); the in-memory store has no keys";
+
 /// Why the server could not start or keep running.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -178,6 +188,8 @@ pub enum ServerError {
     Config(#[from] ConfigErrors),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("{0}")]
+    Settings(String),
     #[error("gRPC server failed: {0}")]
     Lanes(#[from] lanes::LaneStopped),
     #[error("gRPC reflection setup failed: {0}")]
@@ -270,6 +282,9 @@ pub async fn run(
         transport,
     };
     match settings.redis {
+        None if settings.redis_keys.format() == KeyFormat::Envoyproxy => {
+            Err(ServerError::Settings(ENVOYPROXY_KEYS_NEED_REDIS.into()))
+        }
         None => {
             let store = Arc::new(MemoryStore::new());
             store.spawn_sweeper(PROBE_INTERVAL);
@@ -277,7 +292,17 @@ pub async fn run(
             serve(context, store, listeners, shutdown).await
         }
         Some(redis) => {
-            let store = Arc::new(RedisStore::connect(redis).await?);
+            let store = Arc::new(
+                RedisStore::connect(redis)
+                    .await?
+                    .with_key_layout(settings.redis_keys),
+            );
+            let layout = store.key_layout();
+            tracing::info!(
+                key_format = %layout.format(),
+                key_prefix = layout.prefix(),
+                "redis keys"
+            );
             let reloads = store.clone();
             metrics.register_counter(
                 "ratelimitd_redis_script_reloads_total",

@@ -577,3 +577,52 @@ async fn grpc_uds_and_connection_age_from_upstreams_variables() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn cache_key_prefix_and_the_opt_in_envoyproxy_key_format() {
+    let tree = RuntimeTree::new(&[("edge.yaml", EDGE_V1)]);
+    let redis = RedisServer::start();
+    let mut env = loopback_env();
+    env.extend(tree.env());
+    env.extend(redis_env(&redis));
+    env.push(("CACHE_KEY_PREFIX".into(), "shop_".into()));
+    let server = start_bare(&env);
+    codes(&server, "edge", "client", "k", 1).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut redis.connection())
+        .unwrap();
+    assert!(
+        !keys.is_empty() && keys.iter().all(|key| key.starts_with("shop_rl1:")),
+        "ratelimitd's own keys, behind CACHE_KEY_PREFIX: {keys:?}"
+    );
+    drop(server);
+
+    // With --key-format envoyproxy (RATELIMITD_KEY_FORMAT), fixed windows use upstream's keys.
+    env.push(("RATELIMITD_KEY_FORMAT".into(), "envoyproxy".into()));
+    env.push(("EXPIRATION_JITTER_MAX_SECONDS".into(), "5".into()));
+    let server = start_bare(&env);
+    let before = common::ratelimitd::unix_now() as u64 / 60 * 60;
+    codes(&server, "edge", "client", "u", 1).await;
+    let after = common::ratelimitd::unix_now() as u64 / 60 * 60;
+    let mut found = None;
+    for window_start in [before, after] {
+        let key = format!("shop_edge_client_u_{window_start}");
+        let count: Option<u64> = redis::cmd("GET")
+            .arg(&key)
+            .query(&mut redis.connection())
+            .unwrap();
+        if count == Some(1) {
+            found = Some(key);
+        }
+    }
+    let upstream_key = found.expect("envoyproxy/ratelimit's key holds the hit");
+    let ttl: i64 = redis::cmd("TTL")
+        .arg(&upstream_key)
+        .query(&mut redis.connection())
+        .unwrap();
+    assert!(
+        (55..=65).contains(&ttl),
+        "TTL within a minute plus 5 s of jitter: {ttl}"
+    );
+}

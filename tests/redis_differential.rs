@@ -20,6 +20,7 @@ use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Clock, Entry, ManualClock, Rate, Unit};
 use ratelimitd::store::redis::keys::redis_key;
 use ratelimitd::store::redis::refund::{evalsha_refund, refund_script_load, refund_sha1, Refund};
+use ratelimitd::store::redis::script::CounterKind;
 use ratelimitd::store::redis::RedisSettings;
 use ratelimitd::store::{Check, MemoryStore, RedisStore, Store};
 
@@ -502,6 +503,7 @@ fn refund_both(
         .map(|commit| Refund {
             key: redis_key(&commit.counter.0, &commit.rate),
             rate: commit.rate,
+            counter: CounterKind::Native,
             hits: commit.hits,
             committed_at_us: reservation.committed_at,
             debt_before_us: commit.debt_before,

@@ -13,8 +13,8 @@
 //! `RATELIMITD_CONFIG`), it is read as upstream reads it (`RUNTIME_ROOT` ...) and upstream's
 //! defaults apply where they differ from ratelimitd's: statsd to `localhost:8125`, Redis at
 //! `/var/run/nutcracker/ratelimit.sock`, the debug port 6070, log level `warn`, connection age
-//! 24 h with 1 h of grace, expiry jitter 300 s. With `--config`, upstream variables that are
-//! set are still read, but unset ones keep ratelimitd's defaults.
+//! 24 h with 1 h of grace. With `--config`, upstream variables that are set are still read, but
+//! unset ones keep ratelimitd's defaults.
 
 mod go;
 
@@ -689,15 +689,12 @@ impl<'a> Reader<'a> {
                 "CACHE_KEY_PREFIX",
             );
         }
+        // Upstream's default (300) is not taken in drop-in mode: the jitter applies to keys in
+        // envoyproxy format only, which nothing but --key-format selects.
         match self
             .get("EXPIRATION_JITTER_MAX_SECONDS")
             .map(parse_unsigned)
         {
-            None if self.drop_in => self.assign(
-                "RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS",
-                "300".into(),
-                "EXPIRATION_JITTER_MAX_SECONDS (upstream's default)",
-            ),
             None => {}
             Some(Ok(seconds)) => self.assign(
                 "RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS",

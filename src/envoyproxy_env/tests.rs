@@ -80,7 +80,11 @@ fn drop_in_mode_takes_upstreams_defaults() {
         humantime::parse_duration(&set["RATELIMITD_GRPC_MAX_CONNECTION_AGE_GRACE"]),
         Ok(std::time::Duration::from_secs(3_600))
     );
-    assert_eq!(set["RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS"], "300");
+    assert!(!set.contains_key("RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS"));
+    assert!(
+        !set.contains_key("RATELIMITD_KEY_FORMAT"),
+        "the key format is opt-in"
+    );
     assert!(!set.contains_key("RATELIMITD_GRPC_ADDR"));
     assert!(!set.contains_key("RATELIMITD_HTTP_ADDR"));
 }

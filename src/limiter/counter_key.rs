@@ -52,6 +52,20 @@ impl CounterKey {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Writes the strings the identity was built from to `out`, decoded and in order, with
+    /// `separator` between them: the domain, then each entry's key and its value (a shared
+    /// entry's wildcard pattern in place of the value). Other stores' key formats are built from
+    /// them; `separator` may occur inside them, so the result is injective only when it does not.
+    pub fn write_components(&self, separator: u8, out: &mut Vec<u8>) {
+        for (index, component) in self.0.split([':', '=']).enumerate() {
+            if index > 0 {
+                out.push(separator);
+            }
+            // Escaping never emits a bare `*`: one ending a component marks a shared entry's key.
+            unescape_into(component.strip_suffix('*').unwrap_or(component), out);
+        }
+    }
 }
 
 impl fmt::Display for CounterKey {
@@ -70,6 +84,30 @@ fn escape_into(component: &str, out: &mut String) {
             out.push(HEX[usize::from(byte >> 4)] as char);
             out.push(HEX[usize::from(byte & 0xf)] as char);
         }
+    }
+}
+
+/// The inverse of [`escape_into`] (which emits only valid, upper-case `%XX` sequences).
+fn unescape_into(component: &str, out: &mut Vec<u8>) {
+    let bytes = component.as_bytes();
+    let mut at = 0;
+    while let Some(&byte) = bytes.get(at) {
+        let digit = |offset: usize| bytes.get(at + offset).copied().and_then(hex_digit);
+        if let (b'%', Some(high), Some(low)) = (byte, digit(1), digit(2)) {
+            out.push(high << 4 | low);
+            at += 3;
+        } else {
+            out.push(byte);
+            at += 1;
+        }
+    }
+}
+
+fn hex_digit(byte: u8) -> Option<u8> {
+    match byte {
+        b'0'..=b'9' => Some(byte - b'0'),
+        b'A'..=b'F' => Some(byte - b'A' + 10),
+        _ => None,
     }
 }
 
@@ -116,6 +154,26 @@ mod tests {
             CounterKey::with_shared("d", &[entry("a", "x")], &[]),
             CounterKey::new("d", &[entry("a", "x")])
         );
+    }
+
+    fn components(key: &CounterKey) -> String {
+        let mut out = Vec::new();
+        key.write_components(b'|', &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn components_are_the_strings_the_identity_was_built_from() {
+        let key = CounterKey::new("d:x", &[entry("a=b", "%7B {ü}*"), entry("", "")]);
+        assert_eq!(components(&key), "d:x|a=b|%7B {ü}*||");
+        let shared = CounterKey::with_shared(
+            "d",
+            &[entry("tenant", "acme"), entry("file", "logs-a")],
+            &[(1, "logs-*")],
+        );
+        assert_eq!(components(&shared), "d|tenant|acme|file|logs-*");
+        assert_eq!(components(&CounterKey::new("", &[])), "");
+        assert_eq!(components(&CounterKey::new("d", &[])), "d");
     }
 
     #[test]

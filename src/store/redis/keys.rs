@@ -1,5 +1,8 @@
-//! Redis key names: `rl1:{<tag>}:<algorithm>:<window_us>:<identity>`.
+//! Redis key names: `[<prefix>]rl1:{<tag>}:<algorithm>:<window_us>:<identity>`.
 //!
+//! - `prefix` is `--redis-key-prefix` (empty by default), the same for every key of a process: it
+//!   keeps the mapping injective, and holds no `{` or `}` (see `key_layout`), so the tag below
+//!   stays the key's hash tag.
 //! - `rl1` versions the layout: a change of state format takes a new prefix, never a reinterpretation.
 //! - `tag` is the first 16 hex digits of SHA-256 of the counter identity, inside `{}` so a Redis
 //!   Cluster hashes only it: the code picks the slot, never a value sent by a client, and every key
@@ -36,7 +39,7 @@ const MAX_LEN_BESIDES_IDENTITY: usize = KEY_PREFIX.len()
     + 1;
 
 /// Upper bound on the length of any key built by [`redis_key`] (a hashed identity, 66 bytes, is
-/// shorter than [`MAX_IDENTITY_LEN`]).
+/// shorter than [`MAX_IDENTITY_LEN`]); a prefix adds its own length.
 pub const MAX_KEY_LEN: usize = MAX_LEN_BESIDES_IDENTITY + MAX_IDENTITY_LEN;
 
 /// The cluster hash tag of a counter (without braces): 16 hex digits of SHA-256 of its identity.
@@ -77,11 +80,18 @@ fn push_identity(out: &mut String, key: &CounterKey) {
     }
 }
 
-/// The Redis key holding the state of `key` under `rate` (algorithm and window are part of it).
-/// Built in one allocation: every check of every request makes one.
+/// The Redis key holding the state of `key` under `rate` (algorithm and window are part of it),
+/// without a prefix.
 pub fn redis_key(key: &CounterKey, rate: &Rate) -> String {
-    let mut out =
-        String::with_capacity(MAX_LEN_BESIDES_IDENTITY + key.as_str().len().min(MAX_IDENTITY_LEN));
+    prefixed_redis_key("", key, rate)
+}
+
+/// [`redis_key`] after `prefix`. Built in one allocation: every check of every request makes one.
+pub fn prefixed_redis_key(prefix: &str, key: &CounterKey, rate: &Rate) -> String {
+    let mut out = String::with_capacity(
+        prefix.len() + MAX_LEN_BESIDES_IDENTITY + key.as_str().len().min(MAX_IDENTITY_LEN),
+    );
+    out.push_str(prefix);
     out.push_str(KEY_PREFIX);
     out.push_str(":{");
     push_hash_tag(&mut out, key);
@@ -139,6 +149,18 @@ mod tests {
         let exactly = counter("d", &[("k", &"y".repeat(MAX_IDENTITY_LEN - 4))]);
         assert_eq!(identity(&exactly).len(), MAX_IDENTITY_LEN);
         assert_eq!(identity(&exactly), exactly.as_str());
+    }
+
+    #[test]
+    fn a_prefix_goes_first_and_changes_nothing_else() {
+        let key = counter("edge", &[("remote_address", "10.0.0.1")]);
+        let rate = rate(Algorithm::FixedWindow);
+        let plain = redis_key(&key, &rate);
+        assert_eq!(
+            prefixed_redis_key("app1:", &key, &rate),
+            format!("app1:{plain}")
+        );
+        assert_eq!(prefixed_redis_key("", &key, &rate), plain);
     }
 
     #[test]

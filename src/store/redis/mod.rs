@@ -8,7 +8,9 @@
 //!   have committed.
 //! - Keys: see [`keys`]. Every key written expires 0.5 to 1 s after its state becomes worthless,
 //!   at the end of a half-second step, so a write that stays in its key's step keeps the expiry
-//!   (`KEEPTTL`: Redis 6.0 or later, checked at startup, see [`version`]).
+//!   (`KEEPTTL`: Redis 6.0 or later, checked at startup, see [`version`]). [`key_layout`] adds a
+//!   prefix, or envoyproxy/ratelimit's keys for fixed windows ([`envoyproxy_key`]: its TTL of
+//!   window plus jitter, its counting).
 //! - Connections: bb8 pools of multiplexed connections (see [`ConnectionMode`]): one per thread
 //!   that decides or probes health, and the startup pool; broken
 //!   connections are replaced in the background with backoff, so the store recovers from a Redis
@@ -23,6 +25,8 @@
 mod batch;
 pub mod cluster;
 pub mod connection;
+pub mod envoyproxy_key;
+pub mod key_layout;
 pub mod keys;
 mod local;
 pub mod refund;
@@ -44,6 +48,7 @@ use tokio::time::{timeout_at, Instant};
 
 use self::cluster::Cluster;
 use self::connection::{connect_error, is_connection_error, Conn, Manager, Reachability};
+pub use self::key_layout::{KeyFormat, KeyLayout, KeyLayoutError};
 use self::local::Locals;
 use self::script::{sha1, Invocation, Script, DECIDE};
 use self::sentinel::MasterLocator;
@@ -276,6 +281,7 @@ pub struct RedisStore {
     /// Script calls go through the calling thread's own pool and dispatcher.
     locals: Arc<Locals>,
     pinned_clock: Option<Arc<dyn Clock>>,
+    layout: KeyLayout,
     /// Kept alive for the sentinels' announcements (see [`sentinel`]).
     _locator: Option<Arc<MasterLocator>>,
 }
@@ -287,6 +293,7 @@ impl fmt::Debug for RedisStore {
             .field("mode", &self.settings.mode)
             .field("cluster", &matches!(self.backend, Backend::Cluster(_)))
             .field("pinned_clock", &self.pinned_clock.is_some())
+            .field("layout", &self.layout)
             .finish()
     }
 }
@@ -365,6 +372,7 @@ impl RedisStore {
             settings: pool_settings,
             locals: Arc::new(locals),
             pinned_clock: None,
+            layout: KeyLayout::default(),
             _locator: locator,
         })
     }
@@ -376,6 +384,18 @@ impl RedisStore {
     pub fn with_pinned_clock(mut self, clock: Arc<dyn Clock>) -> RedisStore {
         self.pinned_clock = Some(clock);
         self
+    }
+
+    /// Writes the keys `layout` says (a prefix, envoyproxy/ratelimit's format) instead of
+    /// ratelimitd's own unprefixed ones.
+    pub fn with_key_layout(mut self, layout: KeyLayout) -> RedisStore {
+        self.layout = layout;
+        self
+    }
+
+    /// The keys this store writes.
+    pub fn key_layout(&self) -> &KeyLayout {
+        &self.layout
     }
 
     /// How many times a script was reloaded after a `NOSCRIPT` (for metrics), on every server.
@@ -724,7 +744,7 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         }
         let pinned = self.pinned_clock.as_ref().map(|clock| clock.now_us());
-        let invocation = Invocation::new(checks, pinned);
+        let invocation = Invocation::laid_out(checks, pinned, &self.layout);
         let deadline = Instant::now() + self.settings.timeout;
         self.locals.dispatcher().decide(invocation, deadline).await
     }

@@ -5,10 +5,10 @@
 //! one call of this script, taking back what it committed for the request, so a denied request
 //! consumes nothing anywhere; `algorithm::refund` is the math, and why it never over-admits.
 
-use super::script::{KeyPlacement, RateTable, Script, REDIS_TIME};
+use super::script::{CounterKind, KeyPlacement, RateTable, Script, REDIS_TIME};
 use crate::limiter::rate::Rate;
 
-/// The whole refund script: the helpers and the five algorithms of the request script, then the
+/// The whole refund script: the library files of the request script, then the
 /// refund entry point (Redis cannot call one script from another; see `lua/refund.lua`).
 pub const REFUND_SOURCE: &str = concat!(
     super::script::library_source!(),
@@ -36,6 +36,9 @@ pub struct Refund {
     pub key: String,
     /// The rate the key was committed with: that of the request's last admitted check of it.
     pub rate: Rate,
+    /// How the script keeps the key's counter (never an envoyproxy/ratelimit counter that counts
+    /// the hits of denied requests: see [`CounterKind::counts_admitted_of_denied_requests`]).
+    pub counter: CounterKind,
     /// The hits committed: the total of the request's admitted checks of the key, at most the
     /// rate's burst (the script refuses more).
     pub hits: u64,
@@ -64,7 +67,7 @@ pub fn evalsha_refund_placed(
     let mut table = RateTable::default();
     let positions: Vec<usize> = refunds
         .iter()
-        .map(|refund| table.position(refund.rate))
+        .map(|refund| table.position_for(refund.rate, refund.counter))
         .collect();
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(refund_sha1());
@@ -110,6 +113,7 @@ mod tests {
         Refund {
             key: key.into(),
             rate,
+            counter: CounterKind::Native,
             hits,
             committed_at_us,
             debt_before_us: committed_at_us % 1000,

@@ -7,14 +7,17 @@ use std::sync::OnceLock;
 use redis::Value;
 
 use crate::limiter::algorithm::Verdict;
-use crate::limiter::rate::{Algorithm, Rate};
+use crate::limiter::clock::{Clock, SystemClock};
+use crate::limiter::rate::{Algorithm, Rate, MICROS_PER_SECOND};
 use crate::store::{Check, StoreError};
 
-use super::keys::redis_key;
+use super::envoyproxy_key::envoyproxy_key;
+use super::key_layout::KeyLayout;
+use super::keys::prefixed_redis_key;
 
 /// The library files both scripts start with, in order, each followed by a newline: helpers, the
-/// five algorithms, the rate table. Redis cannot call one script from another, so every script
-/// carries them (see `lua/common.lua`).
+/// five algorithms, envoyproxy/ratelimit's fixed-window counter, the rate table. Redis cannot
+/// call one script from another, so every script carries them (see `lua/common.lua`).
 macro_rules! library_source {
     () => {
         concat!(
@@ -29,6 +32,8 @@ macro_rules! library_source {
             include_str!("../../../lua/token_bucket.lua"),
             "\n",
             include_str!("../../../lua/gcra.lua"),
+            "\n",
+            include_str!("../../../lua/envoyproxy_fixed_window.lua"),
             "\n",
             include_str!("../../../lua/rates.lua"),
             "\n",
@@ -104,28 +109,150 @@ pub fn algorithm_code(algorithm: Algorithm) -> u8 {
     }
 }
 
+/// How the script keeps a check's counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CounterKind {
+    /// ratelimitd's own state under its own key (see [`super::keys`]), written only when the
+    /// request is admitted.
+    Native,
+    /// A fixed window kept as envoyproxy/ratelimit keeps it: a plain count under its key (see
+    /// [`super::envoyproxy_key`]), incremented with `INCRBY` and given a TTL with `EXPIRE` (see
+    /// `lua/envoyproxy_fixed_window.lua`).
+    Envoyproxy(EnvoyproxyCounting),
+}
+
+/// What envoyproxy/ratelimit's settings make of its counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EnvoyproxyCounting {
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: a denied request counts its hits only at the
+    /// counters it is over the limit of. Without it (upstream's default) every hit asked for is
+    /// counted, admitted or not.
+    pub stop_increment_when_over_limit: bool,
+    /// `EXPIRATION_JITTER_MAX_SECONDS`: each write sets the key's TTL to its window plus a random
+    /// whole number of seconds below this (0: none).
+    pub expiration_jitter_max_s: u32,
+}
+
+impl EnvoyproxyCounting {
+    /// The TTL (seconds) of a key of `rate` written now: the window plus a random jitter in
+    /// `[0, expiration_jitter_max_s)`, as envoyproxy/ratelimit's `EXPIRE` sets it.
+    pub fn ttl_s(&self, rate: &Rate) -> u64 {
+        let window_s = (rate.window_us() / MICROS_PER_SECOND).max(1);
+        window_s + random_below(self.expiration_jitter_max_s)
+    }
+}
+
+/// A random number in `[0, bound)` (0 when `bound` is 0), from the standard library's randomly
+/// keyed hasher: each new `RandomState` is keyed differently.
+fn random_below(bound: u32) -> u64 {
+    use std::hash::BuildHasher;
+    if bound == 0 {
+        return 0;
+    }
+    std::collections::hash_map::RandomState::new().hash_one(0u8) % u64::from(bound)
+}
+
+impl CounterKind {
+    /// The counter's code in the script's rate table: the algorithm's, or for envoyproxy/ratelimit's
+    /// fixed windows 5 (every hit counted) or 6 (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+    pub fn code(self, algorithm: Algorithm) -> u8 {
+        match self {
+            CounterKind::Native => algorithm_code(algorithm),
+            CounterKind::Envoyproxy(counting) if counting.stop_increment_when_over_limit => 6,
+            CounterKind::Envoyproxy(_) => 5,
+        }
+    }
+
+    /// Whether the script counts an admitted check's hits even when another check denies the
+    /// request (envoyproxy/ratelimit's default), so that a refund must not take them back.
+    pub fn counts_admitted_of_denied_requests(self) -> bool {
+        matches!(
+            self,
+            CounterKind::Envoyproxy(EnvoyproxyCounting {
+                stop_increment_when_over_limit: false,
+                ..
+            })
+        )
+    }
+}
+
+/// What a script call needs of one check.
+#[derive(Debug, Clone, Copy)]
+struct CheckArgs {
+    rate: Rate,
+    hits: u64,
+    shadow: bool,
+    counter: CounterKind,
+}
+
 /// One request's part of a script call: its keys (one per check), its time, and each check's
-/// rate, hits and shadow flag.
+/// rate, hits, shadow flag and counter.
 #[derive(Debug)]
 pub struct Invocation {
     keys: Vec<String>,
     pinned_now_us: Option<u64>,
-    checks: Vec<(Rate, u64, bool)>,
+    checks: Vec<CheckArgs>,
 }
 
 impl Invocation {
-    /// The part of `checks`; `pinned_now_us` replaces Redis's clock (tests only).
+    /// The part of `checks`, under ratelimitd's own keys without a prefix; `pinned_now_us`
+    /// replaces Redis's clock (tests only).
     pub fn new(checks: &[Check], pinned_now_us: Option<u64>) -> Invocation {
-        Invocation {
-            keys: checks
-                .iter()
-                .map(|check| redis_key(&check.key, &check.rate))
-                .collect(),
+        Invocation::build(checks, pinned_now_us, "", None)
+    }
+
+    /// The part of `checks` with the keys and counters `layout` says. An envoyproxy-format key
+    /// names its window, taken from `pinned_now_us` when pinned, else from this host's clock (as
+    /// envoyproxy/ratelimit takes it; the script still reads Redis's for everything else).
+    pub fn laid_out(
+        checks: &[Check],
+        pinned_now_us: Option<u64>,
+        layout: &KeyLayout,
+    ) -> Invocation {
+        Invocation::build(
+            checks,
             pinned_now_us,
-            checks: checks
-                .iter()
-                .map(|check| (check.rate, check.hits.min(MAX_HITS_SENT), check.shadow))
-                .collect(),
+            layout.prefix(),
+            layout.envoyproxy_counting(),
+        )
+    }
+
+    fn build(
+        checks: &[Check],
+        pinned_now_us: Option<u64>,
+        prefix: &str,
+        envoyproxy: Option<EnvoyproxyCounting>,
+    ) -> Invocation {
+        let mut keys = Vec::with_capacity(checks.len());
+        let mut args = Vec::with_capacity(checks.len());
+        let mut now_s = None;
+        for check in checks {
+            let counter = match envoyproxy {
+                Some(counting) if KeyLayout::counts_as_envoyproxy(check) => {
+                    CounterKind::Envoyproxy(counting)
+                }
+                _ => CounterKind::Native,
+            };
+            keys.push(match counter {
+                CounterKind::Native => prefixed_redis_key(prefix, &check.key, &check.rate),
+                CounterKind::Envoyproxy(_) => {
+                    let now_s = *now_s.get_or_insert_with(|| {
+                        pinned_now_us.unwrap_or_else(|| SystemClock.now_us()) / MICROS_PER_SECOND
+                    });
+                    envoyproxy_key(prefix, &check.key, &check.rate, now_s)
+                }
+            });
+            args.push(CheckArgs {
+                rate: check.rate,
+                hits: check.hits.min(MAX_HITS_SENT),
+                shadow: check.shadow,
+                counter,
+            });
+        }
+        Invocation {
+            keys,
+            pinned_now_us,
+            checks: args,
         }
     }
 
@@ -141,7 +268,14 @@ impl Invocation {
 
     /// Check `index`: its rate, the hits sent and whether it is a shadow check.
     pub fn check(&self, index: usize) -> Option<(Rate, u64, bool)> {
-        self.checks.get(index).copied()
+        self.checks
+            .get(index)
+            .map(|check| (check.rate, check.hits, check.shadow))
+    }
+
+    /// How the script keeps check `index`'s counter.
+    pub fn counter(&self, index: usize) -> Option<CounterKind> {
+        self.checks.get(index).map(|check| check.counter)
     }
 
     /// The pinned time, if any (tests only).
@@ -181,30 +315,51 @@ pub enum KeyPlacement {
 /// of ARGV (R, then [`FIELDS_PER_RATE`] values per rate; see `lua/request.lua`), and the checks or
 /// refunds of the call point into it by position: fewer arguments for Redis to turn into Lua
 /// strings and for the script to parse. The request and the refund script read the same table.
+/// A rate kept as an envoyproxy/ratelimit counter is an entry of its own.
 #[derive(Debug, Default)]
 pub struct RateTable {
     positions: HashMap<Rate, usize>,
-    rates: Vec<Rate>,
+    rates: Vec<(Rate, CounterKind)>,
 }
 
 impl RateTable {
-    /// The position (1-based) of `rate`, added at the end when new.
+    /// The position (1-based) of `rate` with a native counter, added at the end when new.
     pub fn position(&mut self, rate: Rate) -> usize {
         *self.positions.entry(rate).or_insert_with(|| {
-            self.rates.push(rate);
+            self.rates.push((rate, CounterKind::Native));
             self.rates.len()
         })
     }
 
-    /// Appends the table to `cmd`.
+    /// The position (1-based) of `rate` kept by `counter`, added at the end when new.
+    pub fn position_for(&mut self, rate: Rate, counter: CounterKind) -> usize {
+        if counter == CounterKind::Native {
+            return self.position(rate);
+        }
+        let entry = (rate, counter);
+        match self.rates.iter().position(|known| *known == entry) {
+            Some(index) => index + 1,
+            None => {
+                self.rates.push(entry);
+                self.rates.len()
+            }
+        }
+    }
+
+    /// Appends the table to `cmd`. An envoyproxy/ratelimit counter's entry carries, in place of
+    /// GCRA's emission interval, the TTL its writes in this call set (see
+    /// `lua/envoyproxy_fixed_window.lua`).
     pub fn write_to(&self, cmd: &mut redis::Cmd) {
         cmd.arg(self.rates.len());
-        for rate in &self.rates {
-            cmd.arg(u64::from(algorithm_code(rate.algorithm())))
+        for (rate, counter) in &self.rates {
+            cmd.arg(u64::from(counter.code(rate.algorithm())))
                 .arg(rate.limit())
                 .arg(rate.window_us())
-                .arg(rate.burst())
-                .arg(rate.emission_interval_us());
+                .arg(rate.burst());
+            match counter {
+                CounterKind::Native => cmd.arg(rate.emission_interval_us()),
+                CounterKind::Envoyproxy(counting) => cmd.arg(counting.ttl_s(rate)),
+            };
         }
     }
 }
@@ -222,8 +377,9 @@ pub fn evalsha_placed<'a>(
     let mut table = RateTable::default();
     let mut checks = Vec::new();
     for request in requests.clone() {
-        for &(rate, hits, shadow) in &request.checks {
-            checks.push([table.position(rate) as u64, hits, u64::from(shadow)]);
+        for check in &request.checks {
+            let position = table.position_for(check.rate, check.counter);
+            checks.push([position as u64, check.hits, u64::from(check.shadow)]);
         }
     }
 

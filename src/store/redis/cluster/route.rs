@@ -446,20 +446,24 @@ fn vetoes(
 }
 
 /// What `part`'s node committed for the request, as refunds, or `None` when it committed nothing
-/// (a non-shadow check denied there, so the script wrote nothing). Mirrors the script's commit:
-/// each distinct key once, with the total hits of its admitted checks, at the rate of the last.
+/// to take back (a non-shadow check denied there, so the script wrote nothing but what
+/// envoyproxy/ratelimit's counters count of a denied request). Mirrors the script's commit: each
+/// distinct key once, with the total hits of its admitted checks, at the rate of the last; an
+/// envoyproxy/ratelimit counter that counts the hits of denied requests (its default) keeps them.
 fn committed(invocation: &Invocation, part: &Decided) -> Option<Vec<Refund>> {
     if vetoes(invocation, part.checks.iter().copied(), &part.verdicts) {
         return None;
     }
     let mut refunds: Vec<(Refund, u64)> = Vec::new();
     for (&check, verdict) in part.checks.iter().zip(&part.verdicts) {
-        let (Some(key), Some((rate, hits, _))) =
-            (invocation.keys().get(check), invocation.check(check))
-        else {
+        let (Some(key), Some((rate, hits, _)), Some(counter)) = (
+            invocation.keys().get(check),
+            invocation.check(check),
+            invocation.counter(check),
+        ) else {
             continue;
         };
-        if !verdict.admitted || hits == 0 {
+        if !verdict.admitted || hits == 0 || counter.counts_admitted_of_denied_requests() {
             continue;
         }
         match refunds.iter_mut().find(|(refund, _)| refund.key == *key) {
@@ -472,6 +476,7 @@ fn committed(invocation: &Invocation, part: &Decided) -> Option<Vec<Refund>> {
                 Refund {
                     key: key.clone(),
                     rate,
+                    counter,
                     hits,
                     committed_at_us: part.committed_at_us,
                     debt_before_us: 0,

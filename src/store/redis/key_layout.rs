@@ -1,0 +1,190 @@
+//! Which keys the Redis store writes, and how it counts them: ratelimitd's own format (the
+//! default), or envoyproxy/ratelimit's for fixed windows, so that a fleet rolling from one to the
+//! other shares its counts (`--key-format`, `--redis-key-prefix`,
+//! `--expiration-jitter-max-seconds`, `--stop-cache-key-increment-when-overlimit`).
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use super::script::EnvoyproxyCounting;
+use crate::limiter::rate::Algorithm;
+use crate::store::Check;
+
+/// The key format of fixed-window counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyFormat {
+    /// ratelimitd's own keys for every algorithm (see [`super::keys`]): injective, bounded,
+    /// tagged for Redis Cluster, written all or nothing.
+    #[default]
+    Ratelimitd,
+    /// envoyproxy/ratelimit's keys, increments and expiry for `fixed_window` limits (see
+    /// [`super::envoyproxy_key`] and `lua/envoyproxy_fixed_window.lua`); the other algorithms,
+    /// which it does not have, keep ratelimitd's own keys.
+    Envoyproxy,
+}
+
+impl KeyFormat {
+    /// The name the command line uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyFormat::Ratelimitd => "ratelimitd",
+            KeyFormat::Envoyproxy => "envoyproxy",
+        }
+    }
+}
+
+impl fmt::Display for KeyFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for KeyFormat {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<KeyFormat, String> {
+        match name {
+            "ratelimitd" => Ok(KeyFormat::Ratelimitd),
+            "envoyproxy" => Ok(KeyFormat::Envoyproxy),
+            other => Err(format!(
+                "`{other}` is not a key format (ratelimitd or envoyproxy)"
+            )),
+        }
+    }
+}
+
+/// Why a layout was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyLayoutError {
+    #[error("a key prefix of {len} bytes is longer than {max} bytes")]
+    PrefixTooLong { len: usize, max: usize },
+    #[error(
+        "a key prefix must not contain `{{` or `}}`: Redis Cluster would hash every key by the \
+         prefix's braces instead of the counter's own hash tag"
+    )]
+    PrefixBraces,
+}
+
+/// The keys the store writes and how the script counts them. Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KeyLayout {
+    format: KeyFormat,
+    prefix: Arc<str>,
+    expiration_jitter_max_s: u32,
+    stop_increment_when_over_limit: bool,
+}
+
+impl KeyLayout {
+    /// Longest `--redis-key-prefix`, in bytes: a prefix names a deployment, and every key of
+    /// every request carries it.
+    pub const MAX_PREFIX_LEN: usize = 128;
+
+    /// A layout of `format` whose keys start with `prefix`. `expiration_jitter_max_s` and
+    /// `stop_increment_when_over_limit` are envoyproxy/ratelimit's `EXPIRATION_JITTER_MAX_SECONDS`
+    /// and `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, for envoyproxy-format keys only.
+    pub fn new(
+        format: KeyFormat,
+        prefix: &str,
+        expiration_jitter_max_s: u32,
+        stop_increment_when_over_limit: bool,
+    ) -> Result<KeyLayout, KeyLayoutError> {
+        KeyLayout::check_prefix(prefix)?;
+        Ok(KeyLayout {
+            format,
+            prefix: prefix.into(),
+            expiration_jitter_max_s,
+            stop_increment_when_over_limit,
+        })
+    }
+
+    /// Refuses a prefix longer than [`KeyLayout::MAX_PREFIX_LEN`] or with a brace. A brace would
+    /// make the prefix the hash tag of every key (Redis hashes the first `{...}`): one slot for
+    /// the whole deployment, and a slot no longer chosen by the code.
+    pub fn check_prefix(prefix: &str) -> Result<(), KeyLayoutError> {
+        if prefix.len() > KeyLayout::MAX_PREFIX_LEN {
+            return Err(KeyLayoutError::PrefixTooLong {
+                len: prefix.len(),
+                max: KeyLayout::MAX_PREFIX_LEN,
+            });
+        }
+        if prefix.contains(['{', '}']) {
+            return Err(KeyLayoutError::PrefixBraces);
+        }
+        Ok(())
+    }
+
+    pub fn format(&self) -> KeyFormat {
+        self.format
+    }
+
+    /// What every key starts with (empty by default).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub fn expiration_jitter_max_s(&self) -> u32 {
+        self.expiration_jitter_max_s
+    }
+
+    pub fn stop_increment_when_over_limit(&self) -> bool {
+        self.stop_increment_when_over_limit
+    }
+
+    /// How envoyproxy-format counters are counted; `None` in ratelimitd's format.
+    pub fn envoyproxy_counting(&self) -> Option<EnvoyproxyCounting> {
+        (self.format == KeyFormat::Envoyproxy).then_some(EnvoyproxyCounting {
+            stop_increment_when_over_limit: self.stop_increment_when_over_limit,
+            expiration_jitter_max_s: self.expiration_jitter_max_s,
+        })
+    }
+
+    /// Whether `check` is kept as envoyproxy/ratelimit keeps it in the envoyproxy format: a fixed
+    /// window of a request's counter. The check a plan adds to veto a request that a
+    /// `requests_per_unit: 0` limit denies has an empty identity (no request has an empty domain):
+    /// it keeps a native key, which its algorithm denies without writing.
+    pub fn counts_as_envoyproxy(check: &Check) -> bool {
+        check.rate.algorithm() == Algorithm::FixedWindow && !check.key.as_str().is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_are_bounded_and_brace_free() {
+        let longest = "p".repeat(KeyLayout::MAX_PREFIX_LEN);
+        assert!(KeyLayout::new(KeyFormat::Envoyproxy, &longest, 0, false).is_ok());
+        assert_eq!(
+            KeyLayout::new(KeyFormat::Ratelimitd, &format!("{longest}p"), 0, false),
+            Err(KeyLayoutError::PrefixTooLong {
+                len: KeyLayout::MAX_PREFIX_LEN + 1,
+                max: KeyLayout::MAX_PREFIX_LEN
+            })
+        );
+        for braced in ["{app}:", "a{", "}"] {
+            assert_eq!(
+                KeyLayout::check_prefix(braced),
+                Err(KeyLayoutError::PrefixBraces)
+            );
+        }
+        assert_eq!(KeyLayout::default().prefix(), "");
+        assert_eq!(KeyLayout::default().format(), KeyFormat::Ratelimitd);
+    }
+
+    #[test]
+    fn only_the_envoyproxy_format_counts_as_envoyproxy() {
+        assert_eq!(KeyLayout::default().envoyproxy_counting(), None);
+        let layout = KeyLayout::new(KeyFormat::Envoyproxy, "", 300, true).unwrap();
+        assert_eq!(
+            layout.envoyproxy_counting(),
+            Some(EnvoyproxyCounting {
+                stop_increment_when_over_limit: true,
+                expiration_jitter_max_s: 300
+            })
+        );
+        assert_eq!("envoyproxy".parse(), Ok(KeyFormat::Envoyproxy));
+        assert!("upstream".parse::<KeyFormat>().is_err());
+    }
+}
