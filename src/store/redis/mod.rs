@@ -26,6 +26,7 @@ pub mod connection;
 pub mod keys;
 mod local;
 pub mod refund;
+pub mod resp;
 pub mod script;
 mod sentinel;
 pub mod topology;
