@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::cluster::ClusterLane;
-use super::script::{decode_batch_reply, Invocation, DECIDE};
+use super::script::Invocation;
 use super::Shared;
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::RequestLimits;
@@ -203,11 +203,10 @@ async fn call_server(shared: &Shared, batch: Vec<Pending>) {
         .map(|pending| pending.deadline)
         .min()
         .unwrap_or_else(Instant::now);
-    let command = super::script::evalsha(batch.iter().map(|pending| &pending.invocation));
     let replies = shared
-        .evaluate(&DECIDE, &command, deadline)
+        .decide(batch.iter().map(|pending| &pending.invocation), deadline)
         .await
-        .and_then(|reply| decode_batch_reply(reply, batch.iter().map(|p| p.invocation.checks())));
+        .map(|reply| reply.answers);
     match replies {
         Ok(replies) => {
             for (pending, answer) in batch.into_iter().zip(replies) {
