@@ -208,6 +208,15 @@ impl Manager {
         self.reachability.clone()
     }
 
+    /// This manager, opening every connection on the runtime of whoever asks the pool for one
+    /// (a serving lane's own pool: its connections are driven where its calls are made).
+    pub fn driven_by_caller(&self) -> Manager {
+        Manager {
+            home: None,
+            ..self.clone()
+        }
+    }
+
     /// Opens a connection now, ignoring the backoff (used once at startup).
     pub async fn open(&self) -> Result<Link, RedisError> {
         let result = match &self.target {

@@ -216,6 +216,7 @@ fn new_pool(size: u32, timeout: std::time::Duration, manager: Manager) -> bb8::P
 /// startup pool, driven by the runtime that connected (threads borrow from it, see [`local`]).
 #[derive(Clone)]
 struct Server {
+    /// Opens each connection on the runtime that asks for it (see [`Server::thread_pool`]).
     manager: Manager,
     startup: Arc<Shared>,
 }
@@ -244,18 +245,19 @@ impl Server {
         timeout_at(deadline, version::check(&mut first))
             .await
             .map_err(timed_out)??;
-        let manager = manager.driven_on(tokio::runtime::Handle::current());
-        let startup = Shared::new(manager.clone(), settings, None);
+        let driven = manager.driven_on(tokio::runtime::Handle::current());
+        let startup = Shared::new(driven.clone(), settings, None);
         // The pool may already be filling itself; a full pool simply drops this connection.
-        let _ = startup.pool.add(Conn::new(first, &manager));
+        let _ = startup.pool.add(Conn::new(first, &driven));
         Ok(Server {
-            manager,
+            manager: driven.driven_by_caller(),
             startup: Arc::new(startup),
         })
     }
 
     /// A pool for the calling thread, borrowing the startup pool's connections until its own has
-    /// one.
+    /// one. Its connections are opened, and so driven, on the calling thread's runtime: a call
+    /// never wakes another thread.
     fn thread_pool(&self, settings: &PoolSettings) -> Arc<Shared> {
         Arc::new(Shared::new(
             self.manager.clone(),
