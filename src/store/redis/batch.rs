@@ -58,11 +58,11 @@ impl Pending {
     /// `Some(self)` while worth deciding. A request whose caller is gone (its RPC was cancelled)
     /// is dropped, and one past its deadline is answered with a timeout: deciding either now
     /// would count hits nobody is told about.
-    fn live(self, timeout: Duration) -> Option<Pending> {
+    fn live(self, timeout: Duration, now: Instant) -> Option<Pending> {
         if self.answer.is_closed() {
             return None;
         }
-        if self.deadline <= Instant::now() {
+        if self.deadline <= now {
             let _ = self.answer.send(Err(StoreError::Timeout(timeout)));
             return None;
         }
@@ -151,11 +151,14 @@ async fn next_live(
     carried: &mut Option<Pending>,
     timeout: Duration,
 ) -> Option<Pending> {
-    if let Some(pending) = carried.take().and_then(|pending| pending.live(timeout)) {
+    if let Some(pending) = carried
+        .take()
+        .and_then(|pending| pending.live(timeout, Instant::now()))
+    {
         return Some(pending);
     }
     loop {
-        if let Some(pending) = queue.recv().await?.live(timeout) {
+        if let Some(pending) = queue.recv().await?.live(timeout, Instant::now()) {
             return Some(pending);
         }
     }
@@ -171,11 +174,13 @@ fn gather(
 ) -> Vec<Pending> {
     let mut checks = first.invocation.checks();
     let mut batch = vec![first];
+    // One clock reading for the batch: requests taken within it are taken at the same instant.
+    let now = Instant::now();
     while batch.len() < MAX_BATCH_REQUESTS {
         let Ok(pending) = queue.try_recv() else {
             break;
         };
-        let Some(pending) = pending.live(timeout) else {
+        let Some(pending) = pending.live(timeout, now) else {
             continue;
         };
         if checks + pending.invocation.checks() > MAX_BATCH_CHECKS {
