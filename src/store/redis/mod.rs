@@ -48,6 +48,7 @@ use self::cluster::Cluster;
 use self::connection::{connect_error, is_connection_error, Conn, Manager, Reachability};
 use self::link::Link;
 use self::local::Locals;
+use self::pipe::CallError;
 use self::script::{
     decode_call_frame, decode_call_reply, sha1, CallReply, EvalSha, Invocation, KeyPlacement,
     Script, DECIDE,
@@ -685,7 +686,7 @@ impl Lease<'_> {
             .as_millis()
             .max(1) as u64;
         let frames = 1 + usize::from(asking) + usize::from(replicas > 0);
-        let sent = pipe.call(frames, |output| {
+        let sent = pipe.call(frames, Some(self.deadline), |output| {
             if asking {
                 resp::push_args(output, &[b"ASKING"]);
             }
@@ -697,10 +698,18 @@ impl Lease<'_> {
                 resp::push_bulk_u64(output, left_ms);
             }
         });
-        let result = timeout_at(self.deadline, sent).await;
-        let replies = match self.settle(result.map(|sent| sent.map_err(RedisError::from)))? {
+        let replies = match sent.await {
             Ok(replies) => replies,
-            Err(error) => return Ok(Err(error)),
+            Err(CallError::TimedOut) => {
+                self.mark_broken();
+                return Err(StoreError::Timeout(self.shared.timeout));
+            }
+            Err(CallError::Closed(closed)) => {
+                self.mark_broken();
+                return Err(StoreError::Unavailable(
+                    RedisError::from(closed).to_string(),
+                ));
+            }
         };
         let mut frames = Frames {
             rest: &replies,

@@ -31,6 +31,7 @@ use redis::{
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
+use tokio::time::{Instant, Sleep};
 
 use super::resp;
 
@@ -68,10 +69,33 @@ impl From<Closed> for RedisError {
     }
 }
 
-/// A caller waiting for the next `frames` replies.
+/// Why a [`Pipe::call`] got no reply.
+#[derive(Debug, Clone)]
+pub enum CallError {
+    /// The connection is closed.
+    Closed(Closed),
+    /// The call's deadline passed first. Its replies, when they come, are dropped.
+    TimedOut,
+}
+
+impl From<CallError> for RedisError {
+    fn from(error: CallError) -> RedisError {
+        match error {
+            CallError::Closed(closed) => closed.into(),
+            CallError::TimedOut => RedisError::from(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no redis reply by the deadline",
+            )),
+        }
+    }
+}
+
+/// A caller waiting for the next `frames` replies; `reply` is taken once it is answered
+/// before they arrive (its deadline passed), and the replies are then dropped.
 struct Waiter {
     frames: usize,
-    reply: oneshot::Sender<Result<Bytes, Closed>>,
+    deadline: Option<Instant>,
+    reply: Option<oneshot::Sender<Result<Bytes, CallError>>>,
 }
 
 /// What callers and the driver share.
@@ -172,13 +196,19 @@ impl Pipe {
     }
 
     /// Sends what `encode` appends to the output buffer (one or more whole commands) and waits
-    /// for their `frames` replies, returned back to back. Dropping the future does not unsend
-    /// the commands: their replies are then read and dropped.
+    /// for their `frames` replies, returned back to back, until `deadline`. Dropping the future
+    /// does not unsend the commands: their replies are then read and dropped.
+    ///
+    /// The driver keeps the deadlines of every call with one timer, moved from call to call,
+    /// instead of a timer per call: registering a timer earlier than any other costs the
+    /// runtime a wake-up of its I/O driver (an eventfd write), once per call when calls do not
+    /// overlap.
     pub fn call(
         &self,
         frames: usize,
+        deadline: Option<Instant>,
         encode: impl FnOnce(&mut Vec<u8>),
-    ) -> impl Future<Output = Result<Bytes, Closed>> + Send + 'static {
+    ) -> impl Future<Output = Result<Bytes, CallError>> + Send + 'static {
         let (reply, replied) = oneshot::channel();
         let failed = {
             let mut state = self.handle.0.state.lock();
@@ -186,7 +216,11 @@ impl Pipe {
                 Some(closed) => Some(closed.clone()),
                 None => {
                     encode(&mut state.output);
-                    state.waiting.push_back(Waiter { frames, reply });
+                    state.waiting.push_back(Waiter {
+                        frames,
+                        deadline,
+                        reply: Some(reply),
+                    });
                     if let Some(driver) = state.driver.take() {
                         driver.wake();
                     }
@@ -198,13 +232,13 @@ impl Pipe {
         async move {
             let _held = held;
             if let Some(closed) = failed {
-                return Err(closed);
+                return Err(CallError::Closed(closed));
             }
             replied.await.unwrap_or_else(|_| {
-                Err(Closed::new(
+                Err(CallError::Closed(Closed::new(
                     io::ErrorKind::BrokenPipe,
                     "the redis connection's driver stopped",
-                ))
+                )))
             })
         }
     }
@@ -220,7 +254,7 @@ impl Pipe {
         transaction: bool,
     ) -> Result<Vec<Value>, RedisError> {
         let replies = self
-            .call(frames, |output| output.extend_from_slice(&packed))
+            .call(frames, None, |output| output.extend_from_slice(&packed))
             .await?;
         let mut values = Vec::with_capacity(keep);
         let mut rest = &replies[..];
@@ -283,6 +317,52 @@ struct Driver {
     writing: Vec<u8>,
     written: usize,
     read: BytesMut,
+    deadlines: Deadlines,
+}
+
+/// One timer for the deadlines of every caller waiting, at the earliest (`armed`).
+#[derive(Default)]
+struct Deadlines {
+    timer: Option<Pin<Box<Sleep>>>,
+    armed: Option<Instant>,
+}
+
+impl Deadlines {
+    /// Answers the callers whose deadline has passed and keeps the timer on the earliest
+    /// deadline left. Moving the timer later costs no registration (tokio extends it in
+    /// place), so in the steady state a call costs none.
+    fn poll(&mut self, cx: &mut Context<'_>, state: &mut State) {
+        loop {
+            let earliest = state
+                .waiting
+                .iter()
+                .filter(|waiter| waiter.reply.is_some())
+                .filter_map(|waiter| waiter.deadline)
+                .min();
+            let Some(earliest) = earliest else {
+                return;
+            };
+            let timer = self
+                .timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(earliest)));
+            if self.armed != Some(earliest) {
+                timer.as_mut().reset(earliest);
+                self.armed = Some(earliest);
+            }
+            if timer.as_mut().poll(cx).is_pending() {
+                return;
+            }
+            let now = Instant::now();
+            for waiter in state.waiting.iter_mut() {
+                if waiter.deadline.is_some_and(|deadline| deadline <= now) {
+                    if let Some(reply) = waiter.reply.take() {
+                        let _ = reply.send(Err(CallError::TimedOut));
+                    }
+                }
+            }
+            self.armed = None;
+        }
+    }
 }
 
 impl Driver {
@@ -293,6 +373,7 @@ impl Driver {
             writing: Vec::new(),
             written: 0,
             read: BytesMut::with_capacity(READ_CHUNK),
+            deadlines: Deadlines::default(),
         }
     }
 
@@ -305,7 +386,9 @@ impl Driver {
             std::mem::take(&mut state.waiting)
         };
         for waiter in waiting {
-            let _ = waiter.reply.send(Err(closed.clone()));
+            if let Some(reply) = waiter.reply {
+                let _ = reply.send(Err(CallError::Closed(closed.clone())));
+            }
         }
         Poll::Ready(())
     }
@@ -391,8 +474,8 @@ impl Driver {
             let waiter = state.waiting.pop_front();
             drop(state);
             let replies = self.read.split_to(len).freeze();
-            if let Some(waiter) = waiter {
-                let _ = waiter.reply.send(Ok(replies));
+            if let Some(reply) = waiter.and_then(|waiter| waiter.reply) {
+                let _ = reply.send(Ok(replies));
             }
         }
     }
@@ -419,6 +502,7 @@ impl Future for Driver {
                     "the redis connection was dropped",
                 ));
             }
+            this.deadlines.poll(cx, &mut state);
             match &state.driver {
                 Some(waker) if waker.will_wake(cx.waker()) => {}
                 _ => state.driver = Some(cx.waker().clone()),
