@@ -128,6 +128,12 @@ fn scan(buf: &[u8], at: usize, depth: usize) -> Result<Option<usize>, RespError>
     let Some(&kind) = buf.get(at) else {
         return Ok(None);
     };
+    if kind == b':' {
+        // Most values of a script reply.
+        if let Some((_, next)) = short_integer(buf, at + 1) {
+            return Ok(Some(next));
+        }
+    }
     let Some(line_end) = line_end(buf, at + 1)? else {
         return Ok(None);
     };

@@ -420,6 +420,7 @@ impl<'a> Items<'a> {
         }
     }
 
+    #[inline]
     fn next(&mut self) -> Result<Option<Item<'a>>, StoreError> {
         Ok(Some(match self {
             Items::Values(values) => match values.next() {
