@@ -226,7 +226,13 @@ impl<S> DenyCache<S> {
     }
 
     fn shard_of(&self, key: &(CounterKey, Rate)) -> &Mutex<Shard> {
-        &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
+        self.shard_of_parts(&key.0, &key.1)
+    }
+
+    /// [`DenyCache::shard_of`] without building the key: a tuple of references hashes as the
+    /// tuple of values.
+    fn shard_of_parts(&self, key: &CounterKey, rate: &Rate) -> &Mutex<Shard> {
+        &self.shards[(self.hasher.hash_one((key, rate)) as usize) % SHARDS]
     }
 
     /// Clears the cache when the store's epoch changed since the last reading; returns the
@@ -243,15 +249,20 @@ impl<S> DenyCache<S> {
         now
     }
 
-    /// The local answer when every check is covered by a live entry.
+    /// The local answer when every check is covered by a live entry. A check whose shard holds
+    /// no entry is a miss found without copying its key or allocating (the common case: every
+    /// request while nothing is denied).
     fn answer(&self, checks: &[Check], now: u64) -> Option<Vec<Verdict>> {
         if checks.is_empty() || checks.iter().any(|c| c.shadow || c.hits != 1) {
             return None;
         }
-        let mut verdicts = Vec::with_capacity(checks.len());
+        let mut verdicts = Vec::new();
         for check in checks {
+            let mut shard = self.shard_of_parts(&check.key, &check.rate).lock();
+            if shard.entries.is_empty() {
+                return None;
+            }
             let key = (check.key.clone(), check.rate);
-            let mut shard = self.shard_of(&key).lock();
             let denied = match shard.entries.get(&key) {
                 Some(denied) if denied.until_us > now => *denied,
                 Some(_) => {
@@ -419,6 +430,20 @@ mod tests {
         clock.advance_us(1_000_000);
         assert!(cache.decide(&[check("a", 1, false)]).await.unwrap()[0].admitted);
         assert_eq!(cache.hits(), 1);
+    }
+
+    #[test]
+    fn a_key_and_its_parts_pick_the_same_shard() {
+        let (_, cache) = setup(DenyCacheSettings::default());
+        let mut shards = std::collections::HashSet::new();
+        for value in 0..200 {
+            let check = check(&value.to_string(), 1, false);
+            let by_key = cache.shard_of(&(check.key.clone(), check.rate));
+            let by_parts = cache.shard_of_parts(&check.key, &check.rate);
+            assert!(std::ptr::eq(by_key, by_parts), "{value}");
+            shards.insert(by_key as *const _ as usize);
+        }
+        assert!(shards.len() > SHARDS / 2, "keys spread over the shards");
     }
 
     #[tokio::test]

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::cluster::ClusterLane;
-use super::script::{decode_batch_reply, Invocation, DECIDE};
+use super::script::Invocation;
 use super::Shared;
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::RequestLimits;
@@ -58,11 +58,11 @@ impl Pending {
     /// `Some(self)` while worth deciding. A request whose caller is gone (its RPC was cancelled)
     /// is dropped, and one past its deadline is answered with a timeout: deciding either now
     /// would count hits nobody is told about.
-    fn live(self, timeout: Duration) -> Option<Pending> {
+    fn live(self, timeout: Duration, now: Instant) -> Option<Pending> {
         if self.answer.is_closed() {
             return None;
         }
-        if self.deadline <= Instant::now() {
+        if self.deadline <= now {
             let _ = self.answer.send(Err(StoreError::Timeout(timeout)));
             return None;
         }
@@ -131,13 +131,21 @@ async fn dispatch(
 ) {
     let mut in_flight = FuturesUnordered::new();
     let mut carried: Option<Pending> = None;
+    // Batches of finished calls, emptied, for the next calls to fill: no allocation per call.
+    let mut spare: Vec<Vec<Pending>> = Vec::new();
     loop {
         tokio::select! {
             biased;
-            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+            Some(emptied) = in_flight.next(), if !in_flight.is_empty() => {
+                if let Some(emptied) = emptied {
+                    if spare.len() < max_in_flight {
+                        spare.push(emptied);
+                    }
+                }
+            }
             first = next_live(&mut queue, &mut carried, timeout), if in_flight.len() < max_in_flight => {
                 let Some(first) = first else { break };
-                let batch = gather(first, &mut queue, &mut carried, timeout);
+                let batch = gather(first, spare.pop().unwrap_or_default(), &mut queue, &mut carried, timeout);
                 in_flight.push(call(Arc::clone(&route), batch));
             }
         }
@@ -151,31 +159,38 @@ async fn next_live(
     carried: &mut Option<Pending>,
     timeout: Duration,
 ) -> Option<Pending> {
-    if let Some(pending) = carried.take().and_then(|pending| pending.live(timeout)) {
+    if let Some(pending) = carried
+        .take()
+        .and_then(|pending| pending.live(timeout, Instant::now()))
+    {
         return Some(pending);
     }
     loop {
-        if let Some(pending) = queue.recv().await?.live(timeout) {
+        if let Some(pending) = queue.recv().await?.live(timeout, Instant::now()) {
             return Some(pending);
         }
     }
 }
 
-/// `first` and the live requests queued behind it, within the batch bounds; a request that does
-/// not fit is carried over to the next call.
+/// `first` and the live requests queued behind it, within the batch bounds, in `batch` (emptied
+/// first); a request that does not fit is carried over to the next call.
 fn gather(
     first: Pending,
+    mut batch: Vec<Pending>,
     queue: &mut mpsc::UnboundedReceiver<Pending>,
     carried: &mut Option<Pending>,
     timeout: Duration,
 ) -> Vec<Pending> {
     let mut checks = first.invocation.checks();
-    let mut batch = vec![first];
+    batch.clear();
+    batch.push(first);
+    // One clock reading for the batch: requests taken within it are taken at the same instant.
+    let now = Instant::now();
     while batch.len() < MAX_BATCH_REQUESTS {
         let Ok(pending) = queue.try_recv() else {
             break;
         };
-        let Some(pending) = pending.live(timeout) else {
+        let Some(pending) = pending.live(timeout, now) else {
             continue;
         };
         if checks + pending.invocation.checks() > MAX_BATCH_CHECKS {
@@ -188,38 +203,42 @@ fn gather(
     batch
 }
 
-/// The script call(s) deciding `batch`, answering every request of it.
-async fn call(route: Arc<Route>, batch: Vec<Pending>) {
+/// The script call(s) deciding `batch`, answering every request of it; the batch back, emptied,
+/// when the call kept it.
+async fn call(route: Arc<Route>, batch: Vec<Pending>) -> Option<Vec<Pending>> {
     match &*route {
-        Route::Server(shared) => call_server(shared, batch).await,
-        Route::Cluster(lane) => lane.call(batch).await,
+        Route::Server(shared) => Some(call_server(shared, batch).await),
+        Route::Cluster(lane) => {
+            lane.call(batch).await;
+            None
+        }
     }
 }
 
-/// One script call deciding `batch`, answering every request of it.
-async fn call_server(shared: &Shared, batch: Vec<Pending>) {
+/// One script call deciding `batch`, answering every request of it; the batch back, emptied.
+async fn call_server(shared: &Shared, mut batch: Vec<Pending>) -> Vec<Pending> {
     let deadline = batch
         .iter()
         .map(|pending| pending.deadline)
         .min()
         .unwrap_or_else(Instant::now);
-    let command = super::script::evalsha(batch.iter().map(|pending| &pending.invocation));
     let replies = shared
-        .evaluate(&DECIDE, &command, deadline)
+        .decide(batch.iter().map(|pending| &pending.invocation), deadline)
         .await
-        .and_then(|reply| decode_batch_reply(reply, batch.iter().map(|p| p.invocation.checks())));
+        .map(|reply| reply.answers);
     match replies {
         Ok(replies) => {
-            for (pending, answer) in batch.into_iter().zip(replies) {
+            for (pending, answer) in batch.drain(..).zip(replies) {
                 let _ = pending.answer.send(answer);
             }
         }
         Err(error) => {
-            for pending in batch {
+            for pending in batch.drain(..) {
                 let _ = pending.answer.send(Err(error.clone()));
             }
         }
     }
+    batch
 }
 
 #[cfg(test)]
@@ -290,7 +309,7 @@ mod tests {
                     Err(_) => break,
                 },
             };
-            let batch = gather(first, &mut receiver, &mut carried, timeout);
+            let batch = gather(first, Vec::new(), &mut receiver, &mut carried, timeout);
             let checks: usize = batch.iter().map(|p| p.invocation.checks()).sum();
             assert!(checks <= MAX_BATCH_CHECKS, "a call of {checks} checks");
             assert!(batch.len() <= MAX_BATCH_REQUESTS);

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use bb8_redis::bb8;
 use parking_lot::Mutex;
-use redis::aio::MultiplexedConnection;
 use redis::{
     AsyncConnectionConfig, ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError,
     TlsCertificates,
@@ -27,6 +26,7 @@ use redis::{
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
+use super::link::Link;
 use super::sentinel::MasterLocator;
 use crate::store::StoreError;
 
@@ -35,10 +35,10 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(50);
 /// Longest pause between connection attempts while Redis stays unreachable.
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// One pooled connection: a multiplexed connection (cheap to clone; clones share its socket) and
-/// the flag that tells the pool to replace it.
+/// One pooled connection: a [`Link`] (cheap to clone; clones share its socket) and the flag that
+/// tells the pool to replace it.
 pub struct Conn {
-    pub mux: MultiplexedConnection,
+    pub link: Link,
     pub broken: Arc<AtomicBool>,
     /// [`Reachability::connections_lost`] when this connection was last known alive.
     alive_at_losses: u64,
@@ -48,9 +48,9 @@ pub struct Conn {
 
 impl Conn {
     /// A connection just opened (so alive) through `manager`.
-    pub fn new(mux: MultiplexedConnection, manager: &Manager) -> Conn {
+    pub fn new(link: Link, manager: &Manager) -> Conn {
         Conn {
-            mux,
+            link,
             broken: Arc::default(),
             alive_at_losses: manager.reachability.connections_lost(),
             generation: manager.generation(),
@@ -145,6 +145,7 @@ impl Reachability {
 pub struct Manager {
     target: Target,
     config: AsyncConnectionConfig,
+    connect_timeout: Duration,
     reachability: Arc<Reachability>,
     /// The runtime whose task drives each connection opened (see [`Manager::driven_on`]); `None`:
     /// the runtime of whoever asks the pool for a connection.
@@ -169,6 +170,7 @@ impl Manager {
         Manager {
             target,
             config,
+            connect_timeout,
             reachability: Arc::default(),
             home: None,
         }
@@ -206,25 +208,37 @@ impl Manager {
         self.reachability.clone()
     }
 
+    /// This manager, opening every connection on the runtime of whoever asks the pool for one
+    /// (a serving lane's own pool: its connections are driven where its calls are made).
+    pub fn driven_by_caller(&self) -> Manager {
+        Manager {
+            home: None,
+            ..self.clone()
+        }
+    }
+
     /// Opens a connection now, ignoring the backoff (used once at startup).
-    pub async fn open(&self) -> Result<MultiplexedConnection, RedisError> {
+    pub async fn open(&self) -> Result<Link, RedisError> {
         let result = match &self.target {
-            Target::Fixed(client) => {
-                client
-                    .get_multiplexed_async_connection_with_config(&self.config)
-                    .await
-            }
+            Target::Fixed(client) => self.open_to(client).await,
             Target::Sentinel(locator) => match locator.master_client().await {
-                Ok(client) => {
-                    client
-                        .get_multiplexed_async_connection_with_config(&self.config)
-                        .await
-                }
+                Ok(client) => self.open_to(&client).await,
                 Err(error) => Err(error),
             },
         };
         self.reachability.record(&result);
         result
+    }
+
+    /// A connection to `client`'s server within the connect timeout.
+    async fn open_to(&self, client: &redis::Client) -> Result<Link, RedisError> {
+        match tokio::time::timeout(self.connect_timeout, Link::open(client, &self.config)).await {
+            Ok(result) => result,
+            Err(_) => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection to redis within {:?}", self.connect_timeout),
+            ))),
+        }
     }
 }
 
@@ -240,7 +254,7 @@ impl bb8::ManageConnection for Manager {
                 reason,
             )));
         }
-        let mux = match &self.home {
+        let link = match &self.home {
             None => self.open().await?,
             Some(home) => {
                 let this = self.clone();
@@ -255,7 +269,7 @@ impl bb8::ManageConnection for Manager {
                     })??
             }
         };
-        Ok(Conn::new(mux, self))
+        Ok(Conn::new(link, self))
     }
 
     /// Check-out test: the broken flag (a failed command sets it), and a `PING` only when
@@ -277,7 +291,7 @@ impl bb8::ManageConnection for Manager {
         let losses = self.reachability.connections_lost();
         if conn.alive_at_losses != losses {
             if let Err(error) = redis::cmd("PING")
-                .query_async::<redis::Value>(&mut conn.mux)
+                .query_async::<redis::Value>(&mut conn.link)
                 .await
             {
                 self.reachability.mark_lost(&conn.broken);

@@ -28,8 +28,11 @@ pub mod connection;
 pub mod envoyproxy_key;
 pub mod key_layout;
 pub mod keys;
+mod link;
 mod local;
+mod pipe;
 pub mod refund;
+pub mod resp;
 pub mod script;
 mod sentinel;
 pub mod topology;
@@ -42,15 +45,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bb8_redis::bb8;
-use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, RedisError, Value};
 use tokio::time::{timeout_at, Instant};
 
 use self::cluster::Cluster;
 use self::connection::{connect_error, is_connection_error, Conn, Manager, Reachability};
 pub use self::key_layout::{KeyFormat, KeyLayout, KeyLayoutError};
+use self::link::Link;
 use self::local::Locals;
-use self::script::{sha1, Invocation, Script, DECIDE};
+use self::pipe::CallError;
+use self::script::{
+    decode_call_frame, decode_call_reply, sha1, CallReply, EvalSha, Invocation, KeyPlacement,
+    Script, DECIDE,
+};
 use self::sentinel::MasterLocator;
 pub use self::topology::{HostPort, ServerAuth, Topology};
 use super::{Check, Store, StoreError};
@@ -215,6 +222,7 @@ fn new_pool(size: u32, timeout: std::time::Duration, manager: Manager) -> bb8::P
 /// startup pool, driven by the runtime that connected (threads borrow from it, see [`local`]).
 #[derive(Clone)]
 struct Server {
+    /// Opens each connection on the runtime that asks for it (see [`Server::thread_pool`]).
     manager: Manager,
     startup: Arc<Shared>,
 }
@@ -243,18 +251,19 @@ impl Server {
         timeout_at(deadline, version::check(&mut first))
             .await
             .map_err(timed_out)??;
-        let manager = manager.driven_on(tokio::runtime::Handle::current());
-        let startup = Shared::new(manager.clone(), settings, None);
+        let driven = manager.driven_on(tokio::runtime::Handle::current());
+        let startup = Shared::new(driven.clone(), settings, None);
         // The pool may already be filling itself; a full pool simply drops this connection.
-        let _ = startup.pool.add(Conn::new(first, &manager));
+        let _ = startup.pool.add(Conn::new(first, &driven));
         Ok(Server {
-            manager,
+            manager: driven.driven_by_caller(),
             startup: Arc::new(startup),
         })
     }
 
     /// A pool for the calling thread, borrowing the startup pool's connections until its own has
-    /// one.
+    /// one. Its connections are opened, and so driven, on the calling thread's runtime: a call
+    /// never wakes another thread.
     fn thread_pool(&self, settings: &PoolSettings) -> Arc<Shared> {
         Arc::new(Shared::new(
             self.manager.clone(),
@@ -487,19 +496,69 @@ impl Shared {
                 })
             }
         };
-        let mux = pooled.mux.clone();
+        let link = pooled.link.clone();
         let broken = pooled.broken.clone();
         let slot = match shared.mode {
             ConnectionMode::Exclusive => Some(pooled),
             ConnectionMode::Multiplexed => None,
         };
         Ok(Lease {
-            mux,
+            link,
             broken,
             shared: self,
             _slot: slot,
             deadline,
         })
+    }
+
+    /// One call of the request script deciding `requests` by `deadline` (see
+    /// [`Shared::decide_raw`]).
+    async fn decide<'a>(
+        &self,
+        requests: impl Iterator<Item = &'a Invocation> + Clone + Send,
+        deadline: Instant,
+    ) -> Result<CallReply, StoreError> {
+        self.decide_raw(requests, KeyPlacement::Declared, false, deadline)
+            .await?
+            .map_err(command_error)
+    }
+
+    /// One call of the request script deciding `requests` by `deadline`, its keys placed as
+    /// `placement` says, after `ASKING` when `asking`, its reply decoded; on `NOSCRIPT` the
+    /// script is reloaded and the call retried once (see [`Shared::evaluate_raw`], whose
+    /// contract this shares). On a pipelined connection the command is encoded straight into
+    /// the connection's output buffer and the reply read in place.
+    async fn decide_raw<'a>(
+        &self,
+        requests: impl Iterator<Item = &'a Invocation> + Clone + Send,
+        placement: KeyPlacement,
+        asking: bool,
+        deadline: Instant,
+    ) -> Result<Result<CallReply, RedisError>, StoreError> {
+        let mut call = EvalSha::new(requests.clone(), placement);
+        let checks = || requests.clone().map(Invocation::checks);
+        let mut lease = self.lease(deadline).await?;
+        let mut reply = lease
+            .decide(&mut call, checks(), asking, self.wait_replicas)
+            .await?;
+        if matches!(&reply, Err(error) if is_noscript(error)) {
+            self.script_reloads.fetch_add(1, Ordering::Relaxed);
+            tracing::info!("redis lost a ratelimitd script (NOSCRIPT); reloading it");
+            let loaded = lease
+                .query(&DECIDE.load_command())
+                .await?
+                .map_err(command_error)?;
+            check_loaded_sha(&loaded, &DECIDE)?;
+            reply = lease
+                .decide(&mut call, checks(), asking, self.wait_replicas)
+                .await?;
+        }
+        match &reply {
+            Ok(decoded) if answered_readonly(decoded) => lease.readonly(),
+            Err(error) if error.code() == Some("READONLY") => lease.readonly(),
+            _ => {}
+        }
+        Ok(reply)
     }
 
     /// Runs a call of `script` by `deadline` (see [`Shared::evaluate_raw`]).
@@ -540,7 +599,7 @@ impl Shared {
             reply = lease.call(command, asking, self.wait_replicas).await?;
         }
         match &reply {
-            Ok(value) if answered_readonly(value) => lease.readonly(),
+            Ok(value) if value_answered_readonly(value) => lease.readonly(),
             Err(error) if error.code() == Some("READONLY") => lease.readonly(),
             _ => {}
         }
@@ -549,7 +608,14 @@ impl Shared {
 }
 
 /// Whether a script's reply holds a request's `READONLY` error: it ran on a replica.
-fn answered_readonly(reply: &Value) -> bool {
+fn answered_readonly(reply: &CallReply) -> bool {
+    reply.answers.iter().any(|answer| {
+        matches!(answer, Err(StoreError::Unavailable(message)) if message.starts_with("READONLY"))
+    })
+}
+
+/// [`answered_readonly`] of a reply the redis crate parsed.
+fn value_answered_readonly(reply: &Value) -> bool {
     let Value::Array(values) = reply else {
         return false;
     };
@@ -560,9 +626,45 @@ fn answered_readonly(reply: &Value) -> bool {
     })
 }
 
+/// The redis crate's error for the error reply `frame` (`-<CODE> <text>`): the error its own
+/// connections report (code, kind, redirection target).
+fn error_reply(frame: &[u8]) -> RedisError {
+    match redis::parse_redis_value(frame).and_then(Value::extract_error) {
+        Err(error) => error,
+        Ok(other) => RedisError::from((
+            ErrorKind::Parse,
+            "expected an error reply",
+            format!("{other:?}"),
+        )),
+    }
+}
+
+/// The `left` replies of one call, back to back as the pipe delimited them, taken one at a
+/// time (the last is what remains).
+struct Frames<'a> {
+    rest: &'a [u8],
+    left: usize,
+}
+
+impl<'a> Frames<'a> {
+    fn next(&mut self) -> Result<&'a [u8], StoreError> {
+        let len = match self.left {
+            0 => return Err(StoreError::Protocol("a redis reply is missing".into())),
+            1 => self.rest.len(),
+            _ => resp::frame_len(self.rest)
+                .map_err(|error| StoreError::Protocol(error.to_string()))?
+                .ok_or_else(|| StoreError::Protocol("a redis reply ended early".into()))?,
+        };
+        let (frame, rest) = self.rest.split_at(len);
+        self.rest = rest;
+        self.left -= 1;
+        Ok(frame)
+    }
+}
+
 /// A connection taken for one call, with the call's deadline.
 struct Lease<'a> {
-    mux: MultiplexedConnection,
+    link: Link,
     broken: Arc<std::sync::atomic::AtomicBool>,
     shared: &'a Shared,
     _slot: Option<bb8::PooledConnection<'a, Manager>>,
@@ -573,8 +675,90 @@ impl Lease<'_> {
     /// Runs `cmd` before the deadline. The outer error ends the call (timeout, broken
     /// connection); the inner one is the command's own error, for the caller to inspect.
     async fn query(&mut self, cmd: &redis::Cmd) -> Result<Result<Value, RedisError>, StoreError> {
-        let result = timeout_at(self.deadline, cmd.query_async::<Value>(&mut self.mux)).await;
+        let result = timeout_at(self.deadline, cmd.query_async::<Value>(&mut self.link)).await;
         self.settle(result)
+    }
+
+    /// Runs `call` as [`Lease::call`] runs a command, its reply decoded for requests of
+    /// `checks` checks each. On a pipelined connection the commands (`ASKING`, the call, `WAIT`)
+    /// are encoded into the connection's output buffer and the replies read in place; else the
+    /// redis crate's command and value carry them.
+    async fn decide<'a, I: Iterator<Item = &'a Invocation> + Clone>(
+        &mut self,
+        call: &mut EvalSha<I>,
+        checks: impl Iterator<Item = usize>,
+        asking: bool,
+        replicas: u32,
+    ) -> Result<Result<CallReply, RedisError>, StoreError> {
+        let pipe = match &self.link {
+            Link::Pipe(pipe) => pipe.clone(),
+            Link::Mux(_) => {
+                let command = call.command();
+                return match self.call(&command, asking, replicas).await? {
+                    Ok(value) => Ok(Ok(decode_call_reply(value, checks)?)),
+                    Err(error) => Ok(Err(error)),
+                };
+            }
+        };
+        let left_ms = self
+            .deadline
+            .saturating_duration_since(Instant::now())
+            .as_millis()
+            .max(1) as u64;
+        let frames = 1 + usize::from(asking) + usize::from(replicas > 0);
+        let sent = pipe.call(frames, Some(self.deadline), |output| {
+            if asking {
+                resp::push_args(output, &[b"ASKING"]);
+            }
+            call.encode(output);
+            if replicas > 0 {
+                resp::push_command(output, 3);
+                resp::push_bulk(output, b"WAIT");
+                resp::push_bulk_u64(output, u64::from(replicas));
+                resp::push_bulk_u64(output, left_ms);
+            }
+        });
+        let replies = match sent.await {
+            Ok(replies) => replies,
+            Err(CallError::TimedOut) => {
+                self.mark_broken();
+                return Err(StoreError::Timeout(self.shared.timeout));
+            }
+            Err(CallError::Closed(closed)) => {
+                self.mark_broken();
+                return Err(StoreError::Unavailable(
+                    RedisError::from(closed).to_string(),
+                ));
+            }
+        };
+        let mut frames = Frames {
+            rest: &replies,
+            left: frames,
+        };
+        if asking {
+            let asked = frames.next()?;
+            if asked.first() == Some(&b'-') {
+                return Ok(Err(error_reply(asked)));
+            }
+        }
+        let reply = frames.next()?;
+        if reply.first() == Some(&b'-') {
+            return Ok(Err(error_reply(reply)));
+        }
+        if replicas > 0 {
+            let acknowledged = frames.next()?;
+            match redis::parse_redis_value(acknowledged).and_then(Value::extract_error) {
+                Ok(Value::Int(count)) if count >= i64::from(replicas) => {}
+                Ok(Value::Int(count)) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "only {count} of {replicas} redis replicas acknowledged the writes in time"
+                    )))
+                }
+                Ok(other) => return Err(StoreError::Protocol(format!("WAIT answered {other:?}"))),
+                Err(error) => return Ok(Err(error)),
+            }
+        }
+        Ok(Ok(decode_call_frame(reply, checks)?))
     }
 
     /// Runs `cmd`, after `ASKING` when `asking`, and followed in the same round trip by `WAIT
@@ -597,7 +781,7 @@ impl Lease<'_> {
         if replicas == 0 {
             let result = timeout_at(
                 self.deadline,
-                pipeline.query_async::<(Value,)>(&mut self.mux),
+                pipeline.query_async::<(Value,)>(&mut self.link),
             )
             .await;
             return Ok(self.settle(result)?.map(|(reply,)| reply));
@@ -610,7 +794,7 @@ impl Lease<'_> {
         pipeline.cmd("WAIT").arg(replicas).arg(left_ms as u64);
         let result = timeout_at(
             self.deadline,
-            pipeline.query_async::<Vec<Value>>(&mut self.mux),
+            pipeline.query_async::<Vec<Value>>(&mut self.link),
         )
         .await;
         let replies = match self.settle(result)? {
@@ -703,10 +887,7 @@ fn check_loaded_sha(value: &Value, script: &Script) -> Result<(), StoreError> {
 
 /// Loads the script on a fresh connection, at startup: the first command after the handshake, so
 /// its errors also tell about missing credentials or permissions.
-async fn load_script(
-    conn: &mut MultiplexedConnection,
-    script: &Script,
-) -> Result<String, StoreError> {
+async fn load_script(conn: &mut Link, script: &Script) -> Result<String, StoreError> {
     let value = script
         .load_command()
         .query_async::<Value>(conn)

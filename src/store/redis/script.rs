@@ -14,6 +14,7 @@ use crate::store::{Check, StoreError};
 use super::envoyproxy_key::envoyproxy_key;
 use super::key_layout::KeyLayout;
 use super::keys::prefixed_redis_key;
+use super::resp::{self, ArrayReader, Element};
 
 /// The library files both scripts start with, in order, each followed by a newline: helpers, the
 /// five algorithms, envoyproxy/ratelimit's fixed-window counter, the rate table. Redis cannot
@@ -311,6 +312,40 @@ pub enum KeyPlacement {
     InArguments,
 }
 
+/// Where a command's arguments go, one after the other: a redis crate command, or a RESP output
+/// buffer (`Vec<u8>`, after its [`resp::push_command`] header), so both carry the same bytes.
+pub trait ArgSink {
+    /// One argument, as bytes.
+    fn bytes(&mut self, arg: &[u8]);
+    /// One argument, `n` in decimal digits.
+    fn uint(&mut self, n: u64);
+}
+
+impl ArgSink for redis::Cmd {
+    fn bytes(&mut self, arg: &[u8]) {
+        self.arg(arg);
+    }
+
+    fn uint(&mut self, n: u64) {
+        self.arg(n);
+    }
+}
+
+/// A RESP output buffer: each argument a bulk string.
+impl ArgSink for Vec<u8> {
+    fn bytes(&mut self, arg: &[u8]) {
+        resp::push_bulk(self, arg);
+    }
+
+    fn uint(&mut self, n: u64) {
+        resp::push_bulk_u64(self, n);
+    }
+}
+
+/// Distinct rates a [`RateTable`] finds by a linear scan; past this many it keeps a hash map
+/// (a call of 1024 checks may carry 1024 rates: descriptor overrides).
+const LINEAR_RATES: usize = 8;
+
 /// The distinct rates of one script call, in order of first use: each travels once, at the head
 /// of ARGV (R, then [`FIELDS_PER_RATE`] values per rate; see `lua/request.lua`), and the checks or
 /// refunds of the call point into it by position: fewer arguments for Redis to turn into Lua
@@ -318,49 +353,159 @@ pub enum KeyPlacement {
 /// A rate kept as an envoyproxy/ratelimit counter is an entry of its own.
 #[derive(Debug, Default)]
 pub struct RateTable {
-    positions: HashMap<Rate, usize>,
+    /// Filled once there are more than [`LINEAR_RATES`] rates.
+    positions: HashMap<(Rate, CounterKind), usize>,
     rates: Vec<(Rate, CounterKind)>,
 }
 
 impl RateTable {
     /// The position (1-based) of `rate` with a native counter, added at the end when new.
     pub fn position(&mut self, rate: Rate) -> usize {
-        *self.positions.entry(rate).or_insert_with(|| {
-            self.rates.push((rate, CounterKind::Native));
-            self.rates.len()
-        })
+        self.position_for(rate, CounterKind::Native)
     }
 
     /// The position (1-based) of `rate` kept by `counter`, added at the end when new.
     pub fn position_for(&mut self, rate: Rate, counter: CounterKind) -> usize {
-        if counter == CounterKind::Native {
-            return self.position(rate);
-        }
         let entry = (rate, counter);
-        match self.rates.iter().position(|known| *known == entry) {
-            Some(index) => index + 1,
-            None => {
-                self.rates.push(entry);
-                self.rates.len()
+        if self.positions.is_empty() {
+            if let Some(index) = self.rates.iter().position(|known| *known == entry) {
+                return index + 1;
+            }
+        } else if let Some(&position) = self.positions.get(&entry) {
+            return position;
+        }
+        self.rates.push(entry);
+        let position = self.rates.len();
+        if position > LINEAR_RATES {
+            if self.positions.is_empty() {
+                self.positions = self.rates.iter().zip(1..).map(|(r, p)| (*r, p)).collect();
+            } else {
+                self.positions.insert(entry, position);
+            }
+        }
+        position
+    }
+
+    /// Number of distinct rates.
+    pub fn len(&self) -> usize {
+        self.rates.len()
+    }
+
+    /// Whether no rate was added yet.
+    pub fn is_empty(&self) -> bool {
+        self.rates.is_empty()
+    }
+
+    /// Arguments [`RateTable::write_to`] appends.
+    pub fn arg_count(&self) -> usize {
+        1 + FIELDS_PER_RATE * self.rates.len()
+    }
+
+    /// Appends the table to `sink`. An envoyproxy/ratelimit counter's entry carries, in place of
+    /// GCRA's emission interval, the TTL its writes in this call set (see
+    /// `lua/envoyproxy_fixed_window.lua`).
+    pub fn write_to(&self, sink: &mut impl ArgSink) {
+        sink.uint(self.rates.len() as u64);
+        for (rate, counter) in &self.rates {
+            sink.uint(u64::from(counter.code(rate.algorithm())));
+            sink.uint(u64::from(rate.limit()));
+            sink.uint(rate.window_us());
+            sink.uint(u64::from(rate.burst()));
+            match counter {
+                CounterKind::Native => sink.uint(rate.emission_interval_us()),
+                CounterKind::Envoyproxy(counting) => sink.uint(counting.ttl_s(rate)),
+            }
+        }
+    }
+}
+
+/// One `EVALSHA` of the request script deciding `requests` in order: its rate table built, ready
+/// to be written to a redis crate command or straight into a connection's output buffer.
+pub struct EvalSha<I> {
+    requests: I,
+    placement: KeyPlacement,
+    table: RateTable,
+    requests_count: usize,
+    checks: usize,
+}
+
+impl<'a, I: Iterator<Item = &'a Invocation> + Clone> EvalSha<I> {
+    /// The call deciding `requests`, its keys placed as `placement` says.
+    pub fn new(requests: I, placement: KeyPlacement) -> EvalSha<I> {
+        let mut table = RateTable::default();
+        let mut requests_count = 0;
+        let mut checks = 0;
+        for request in requests.clone() {
+            requests_count += 1;
+            checks += request.checks.len();
+            for check in &request.checks {
+                table.position_for(check.rate, check.counter);
+            }
+        }
+        EvalSha {
+            requests,
+            placement,
+            table,
+            requests_count,
+            checks,
+        }
+    }
+
+    /// Arguments of the command, its name included.
+    pub fn arg_count(&self) -> usize {
+        let placement = match self.placement {
+            KeyPlacement::Declared => 1,
+            KeyPlacement::InArguments => 2,
+        };
+        2 + placement
+            + self.checks
+            + self.table.arg_count()
+            + 2 * self.requests_count
+            + FIELDS_PER_CHECK * self.checks
+    }
+
+    /// `EVALSHA <sha> <keys> keys... rates... requests...`, every argument into `sink`.
+    pub fn write_to(&mut self, sink: &mut impl ArgSink) {
+        sink.bytes(b"EVALSHA");
+        sink.bytes(sha1().as_bytes());
+        match self.placement {
+            KeyPlacement::Declared => sink.uint(self.checks as u64),
+            KeyPlacement::InArguments => {
+                sink.uint(0);
+                sink.uint(self.checks as u64);
+            }
+        }
+        for request in self.requests.clone() {
+            for key in &request.keys {
+                sink.bytes(key.as_bytes());
+            }
+        }
+        self.table.write_to(sink);
+        for request in self.requests.clone() {
+            sink.uint(request.checks() as u64);
+            match request.pinned_now_us {
+                Some(now) => sink.uint(now),
+                None => sink.bytes(REDIS_TIME.as_bytes()),
+            }
+            for check in &request.checks {
+                sink.uint(self.table.position_for(check.rate, check.counter) as u64);
+                sink.uint(check.hits);
+                sink.uint(u64::from(check.shadow));
             }
         }
     }
 
-    /// Appends the table to `cmd`. An envoyproxy/ratelimit counter's entry carries, in place of
-    /// GCRA's emission interval, the TTL its writes in this call set (see
-    /// `lua/envoyproxy_fixed_window.lua`).
-    pub fn write_to(&self, cmd: &mut redis::Cmd) {
-        cmd.arg(self.rates.len());
-        for (rate, counter) in &self.rates {
-            cmd.arg(u64::from(counter.code(rate.algorithm())))
-                .arg(rate.limit())
-                .arg(rate.window_us())
-                .arg(rate.burst());
-            match counter {
-                CounterKind::Native => cmd.arg(rate.emission_interval_us()),
-                CounterKind::Envoyproxy(counting) => cmd.arg(counting.ttl_s(rate)),
-            };
-        }
+    /// The whole command, RESP-encoded, appended to `out`.
+    pub fn encode(&mut self, out: &mut Vec<u8>) {
+        resp::push_command(out, self.arg_count());
+        self.write_to(out);
+    }
+
+    /// The command for the redis crate.
+    pub fn command(&mut self) -> redis::Cmd {
+        let mut cmd = redis::Cmd::new();
+        self.write_to(&mut cmd);
+        cmd
     }
 }
 
@@ -374,39 +519,7 @@ pub fn evalsha_placed<'a>(
     requests: impl Iterator<Item = &'a Invocation> + Clone,
     placement: KeyPlacement,
 ) -> redis::Cmd {
-    let mut table = RateTable::default();
-    let mut checks = Vec::new();
-    for request in requests.clone() {
-        for check in &request.checks {
-            let position = table.position_for(check.rate, check.counter);
-            checks.push([position as u64, check.hits, u64::from(check.shadow)]);
-        }
-    }
-
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(sha1());
-    match placement {
-        KeyPlacement::Declared => cmd.arg(checks.len()),
-        KeyPlacement::InArguments => cmd.arg(0).arg(checks.len()),
-    };
-    for request in requests.clone() {
-        for key in &request.keys {
-            cmd.arg(key.as_str());
-        }
-    }
-    table.write_to(&mut cmd);
-    let mut values = checks.iter();
-    for request in requests {
-        cmd.arg(request.checks());
-        match request.pinned_now_us {
-            Some(now) => cmd.arg(now),
-            None => cmd.arg(REDIS_TIME),
-        };
-        for check in values.by_ref().take(request.checks()) {
-            cmd.arg(&check[..]);
-        }
-    }
-    cmd
+    EvalSha::new(requests, placement).command()
 }
 
 /// `SCRIPT LOAD <source>` of the request script.
@@ -418,23 +531,86 @@ fn protocol(what: impl std::fmt::Display) -> StoreError {
     StoreError::Protocol(what.to_string())
 }
 
-fn integer(value: &Value) -> Result<i64, StoreError> {
-    match value {
-        Value::Int(n) => Ok(*n),
+/// One value of a script reply, whichever way the reply was read.
+enum Item<'a> {
+    Int(i64),
+    Bulk(&'a [u8]),
+    Simple(&'a [u8]),
+    /// Anything else, described for the error message.
+    Other(String),
+}
+
+impl std::fmt::Debug for Item<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Item::Int(n) => write!(f, "Int({n})"),
+            Item::Bulk(bytes) => write!(f, "BulkString({:?})", String::from_utf8_lossy(bytes)),
+            Item::Simple(text) => write!(f, "SimpleString({:?})", String::from_utf8_lossy(text)),
+            Item::Other(described) => f.write_str(described),
+        }
+    }
+}
+
+/// The values of a script reply: a redis crate array, or an array read in place from its RESP
+/// frame.
+enum Items<'a> {
+    Values(std::slice::Iter<'a, Value>),
+    Frame(ArrayReader<'a>),
+}
+
+impl<'a> Items<'a> {
+    fn len(&self) -> usize {
+        match self {
+            Items::Values(values) => values.len(),
+            Items::Frame(reader) => reader.len(),
+        }
+    }
+
+    #[inline]
+    fn next(&mut self) -> Result<Option<Item<'a>>, StoreError> {
+        Ok(Some(match self {
+            Items::Values(values) => match values.next() {
+                None => return Ok(None),
+                Some(Value::Int(n)) => Item::Int(*n),
+                Some(Value::BulkString(bytes)) => Item::Bulk(bytes),
+                Some(Value::SimpleString(text)) => Item::Simple(text.as_bytes()),
+                Some(other) => Item::Other(format!("{other:?}")),
+            },
+            Items::Frame(reader) => match reader.next_element() {
+                None => return Ok(None),
+                Some(Err(error)) => return Err(protocol(error)),
+                Some(Ok(Element::Int(n))) => Item::Int(n),
+                Some(Ok(Element::Bulk(bytes))) => Item::Bulk(bytes),
+                Some(Ok(Element::Simple(text))) => Item::Simple(text),
+                Some(Ok(other)) => Item::Other(format!("{other:?}")),
+            },
+        }))
+    }
+
+    /// The next value, which must be there.
+    fn take(&mut self) -> Result<Item<'a>, StoreError> {
+        self.next()?
+            .ok_or_else(|| protocol("a reply shorter than its length"))
+    }
+}
+
+fn integer(item: &Item<'_>) -> Result<i64, StoreError> {
+    match item {
+        Item::Int(n) => Ok(*n),
         other => Err(protocol(format_args!("expected an integer, got {other:?}"))),
     }
 }
 
 /// A u64: an integer reply, or decimal digits for values of 2^63 and more (see `lua/request.lua`).
-fn unsigned(value: &Value) -> Result<u64, StoreError> {
-    match value {
-        Value::Int(n) => u64::try_from(*n).ok(),
-        Value::BulkString(digits) => std::str::from_utf8(digits)
+fn unsigned(item: &Item<'_>) -> Result<u64, StoreError> {
+    match item {
+        Item::Int(n) => u64::try_from(*n).ok(),
+        Item::Bulk(digits) => std::str::from_utf8(digits)
             .ok()
             .and_then(|text| text.parse().ok()),
         _ => None,
     }
-    .ok_or_else(|| protocol(format_args!("expected a u64, got {value:?}")))
+    .ok_or_else(|| protocol(format_args!("expected a u64, got {item:?}")))
 }
 
 /// What one script call answered.
@@ -450,7 +626,7 @@ pub struct CallReply {
 /// [`decode_call_reply`]'s answers alone.
 pub fn decode_batch_reply(
     value: Value,
-    checks: impl ExactSizeIterator<Item = usize>,
+    checks: impl Iterator<Item = usize>,
 ) -> Result<Vec<Result<Vec<Verdict>, StoreError>>, StoreError> {
     decode_call_reply(value, checks).map(|reply| reply.answers)
 }
@@ -462,47 +638,66 @@ pub fn decode_batch_reply(
 /// confused).
 pub fn decode_call_reply(
     value: Value,
-    checks: impl ExactSizeIterator<Item = usize>,
+    checks: impl Iterator<Item = usize>,
 ) -> Result<CallReply, StoreError> {
-    let Value::Array(values) = value else {
+    let Value::Array(values) = &value else {
         return Err(protocol(format_args!(
             "expected an array of verdict values, got {value:?}"
         )));
     };
-    let Some((clock, mut rest)) = values.split_first() else {
+    decode_items(Items::Values(values.iter()), checks)
+}
+
+/// [`decode_call_reply`] of a reply read in place from its RESP `frame` (a whole reply, not an
+/// error reply).
+pub fn decode_call_frame(
+    frame: &[u8],
+    checks: impl Iterator<Item = usize>,
+) -> Result<CallReply, StoreError> {
+    match ArrayReader::new(frame).map_err(protocol)? {
+        Some(reader) => decode_items(Items::Frame(reader), checks),
+        None => Err(protocol(format_args!(
+            "expected an array of verdict values, got {:?}",
+            String::from_utf8_lossy(&frame[..frame.len().min(64)])
+        ))),
+    }
+}
+
+fn decode_items(
+    mut items: Items<'_>,
+    checks: impl Iterator<Item = usize>,
+) -> Result<CallReply, StoreError> {
+    let Some(clock) = items.next()? else {
         return Err(protocol("an empty reply"));
     };
-    let clock_us = unsigned(clock)?;
-    let mut replies = Vec::with_capacity(checks.len());
+    let clock_us = unsigned(&clock)?;
+    let mut replies = Vec::with_capacity(checks.size_hint().0);
     for expected in checks {
-        let reply = match rest.first() {
-            Some(Value::BulkString(message)) => {
-                rest = &rest[1..];
-                Err(request_error(&String::from_utf8_lossy(message)))
+        if expected == 0 {
+            replies.push(Ok(Vec::new()));
+            continue;
+        }
+        let len = expected * VALUES_PER_VERDICT;
+        let reply = match items.next()? {
+            Some(Item::Bulk(message)) => Err(request_error(&String::from_utf8_lossy(message))),
+            Some(Item::Simple(message)) => Err(request_error(&String::from_utf8_lossy(message))),
+            Some(first) if items.len() + 1 >= len => {
+                Ok(decode_verdicts(first, expected, &mut items)?)
             }
-            Some(Value::SimpleString(message)) => {
-                rest = &rest[1..];
-                Err(request_error(message))
-            }
-            _ => {
-                let len = expected * VALUES_PER_VERDICT;
-                let Some(fields) = rest.get(..len) else {
-                    return Err(protocol(format_args!(
-                        "reply ends within request {} ({} values left, {len} expected)",
-                        replies.len() + 1,
-                        rest.len()
-                    )));
-                };
-                rest = &rest[len..];
-                Ok(decode_verdicts(fields)?)
+            first => {
+                return Err(protocol(format_args!(
+                    "reply ends within request {} ({} values left, {len} expected)",
+                    replies.len() + 1,
+                    items.len() + usize::from(first.is_some())
+                )))
             }
         };
         replies.push(reply);
     }
-    if !rest.is_empty() {
+    if items.len() > 0 {
         return Err(protocol(format_args!(
             "{} values after the last request's verdicts",
-            rest.len()
+            items.len()
         )));
     }
     Ok(CallReply {
@@ -537,29 +732,35 @@ fn request_error(message: &str) -> StoreError {
 /// Values per verdict in the script's reply: admitted 0/1, remaining, reset_after_us.
 const VALUES_PER_VERDICT: usize = 3;
 
-/// Decodes consecutive verdicts, 3 values each (`fields.len()` a multiple of 3).
-fn decode_verdicts(fields: &[Value]) -> Result<Vec<Verdict>, StoreError> {
-    fields
-        .chunks_exact(VALUES_PER_VERDICT)
-        .map(|verdict| {
-            let [admitted, remaining, reset] = verdict else {
-                return Err(protocol("a verdict of other than 3 values"));
-            };
-            let admitted = match integer(admitted)? {
-                0 => false,
-                1 => true,
-                other => return Err(protocol(format_args!("admitted flag {other}"))),
-            };
-            let remaining = u32::try_from(integer(remaining)?)
-                .map_err(|_| protocol(format_args!("remaining out of range: {remaining:?}")))?;
-            let reset_after_us = unsigned(reset)?;
-            Ok(Verdict {
-                admitted,
-                remaining,
-                reset_after_us,
-            })
-        })
-        .collect()
+/// Decodes `count` consecutive verdicts, 3 values each, the first value already taken (`first`).
+fn decode_verdicts(
+    first: Item<'_>,
+    count: usize,
+    items: &mut Items<'_>,
+) -> Result<Vec<Verdict>, StoreError> {
+    let mut verdicts = Vec::with_capacity(count);
+    let mut admitted = Some(first);
+    for _ in 0..count {
+        let flag = match admitted.take() {
+            Some(first) => first,
+            None => items.take()?,
+        };
+        let admitted = match integer(&flag)? {
+            0 => false,
+            1 => true,
+            other => return Err(protocol(format_args!("admitted flag {other}"))),
+        };
+        let remaining = items.take()?;
+        let remaining = u32::try_from(integer(&remaining)?)
+            .map_err(|_| protocol(format_args!("remaining out of range: {remaining:?}")))?;
+        let reset_after_us = unsigned(&items.take()?)?;
+        verdicts.push(Verdict {
+            admitted,
+            remaining,
+            reset_after_us,
+        });
+    }
+    Ok(verdicts)
 }
 
 #[cfg(test)]

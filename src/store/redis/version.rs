@@ -4,7 +4,6 @@
 //! admitted request would fail with a bare `ERR syntax error`, so the store refuses to start there
 //! with a message that names the cause instead.
 
-use redis::aio::MultiplexedConnection;
 use redis::Value;
 
 use crate::store::StoreError;
@@ -15,7 +14,7 @@ pub const MIN_VERSION: (u64, u64) = (6, 0);
 /// The error for a server older than [`MIN_VERSION`], or `Ok` when it is recent enough or does
 /// not tell: a user whose ACL denies `INFO` is still served (on a server that old, its requests
 /// would then fail with Redis's own error).
-pub async fn check(conn: &mut MultiplexedConnection) -> Result<(), StoreError> {
+pub async fn check(conn: &mut impl redis::aio::ConnectionLike) -> Result<(), StoreError> {
     let info = match redis::cmd("INFO")
         .arg("server")
         .query_async::<Value>(conn)

@@ -644,8 +644,30 @@ fn targets(
         ));
     }
 
-    // 3. Redis: 3 descriptors cost <= 1.3x the time of 1 (time per request = 1 / throughput at
-    //    the same concurrency).
+    // 2b. The Redis path's cost: ratelimitd's own CPU per decision on Redis <= 1.2x its CPU per
+    //     decision on the memory store, same run (gcra, 1 descriptor, 100k keys).
+    if let (Some(r), Some(m)) = (
+        cell("redis", "gcra", 100_000, 1),
+        cell("memory", "gcra", 100_000, 1),
+    ) {
+        let x = ratio(r.server_cpu(), m.server_cpu());
+        rows.push((
+            "redis ÷ memory, gcra, 1 descriptor, 100k keys: ratelimitd CPU per decision".into(),
+            format!(
+                "{} vs {} µs = {} (redis-server {} µs)",
+                f(r.server_cpu(), 1),
+                f(m.server_cpu(), 1),
+                times(x),
+                f(r.store_cpu(), 1)
+            ),
+            "≤ 1.20x".into(),
+            verdict(x.map(|x| x <= 1.2)),
+        ));
+    }
+
+    // 3. Redis: 3 descriptors vs the time of 1 (time per request = 1 / throughput at the same
+    //    concurrency). Reported, no longer a target: on two shared CPUs it measures the Lua
+    //    interpreter's cost per check in redis-server, not ratelimitd.
     let mut worst: Option<(f64, String)> = None;
     let mut gcra_ratio = None;
     for r in matrix
@@ -668,14 +690,15 @@ fn targets(
     }
     if let Some((x, which)) = &worst {
         rows.push((
-            "redis: time of 3 descriptors ≤ 1.3x time of 1 at saturation (1/throughput, 32 in flight)".into(),
+            "redis: time of 3 descriptors vs time of 1 at saturation (1/throughput, 32 in flight)"
+                .into(),
             format!(
                 "gcra 100k {}; worst {which}: {}",
                 times(gcra_ratio),
                 times(Some(*x))
             ),
-            "≤ 1.30x".into(),
-            verdict(Some(*x <= 1.3)),
+            "reported".into(),
+            "not a target (issue 17)",
         ));
     }
 
@@ -799,7 +822,7 @@ fn targets(
     let mut out = String::new();
     start_table(
         &mut out,
-        "Targets (issue 6)",
+        "Targets (issues 6 and 17)",
         "| target | measured | goal | status |",
         "llll",
     );
@@ -884,6 +907,26 @@ mod tests {
         );
         // Not a matrix row.
         assert_eq!(out.matches("| cluster |").count(), 0, "{out}");
+    }
+
+    #[test]
+    fn redis_cpu_per_decision_is_a_row_of_its_own_against_the_memory_store() {
+        let cell = |store: &str, server: f64, redis: f64| {
+            record(&format!(
+                r#"{{"tags":{{"kind":"matrix","store":"{store}","algorithm":"gcra"}},"keys":100000,"descriptors":1,"throughput_rps":30000.0,"server_cpu_us_per_request":{server},"store_cpu_us_per_request":{redis}}}"#
+            ))
+        };
+        let within = render(&[cell("memory", 20.0, 0.0), cell("redis", 23.0, 12.5)]);
+        assert!(
+            within.contains("| redis ÷ memory, gcra, 1 descriptor, 100k keys: ratelimitd CPU per decision | 23.0 vs 20.0 µs = 1.15x (redis-server 12.5 µs) | ≤ 1.20x | met |"),
+            "{within}"
+        );
+        let beyond = render(&[cell("memory", 20.0, 0.0), cell("redis", 33.0, 12.5)]);
+        assert!(
+            beyond.contains("= 1.65x (redis-server 12.5 µs) | ≤ 1.20x | **missed** |"),
+            "{beyond}"
+        );
+        assert!(!render(&[cell("redis", 23.0, 12.5)]).contains("redis ÷ memory"));
     }
 
     #[test]

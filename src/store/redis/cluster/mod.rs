@@ -168,7 +168,7 @@ impl Cluster {
         let manager = Manager::new(client, self.connect_timeout).driven_on(self.home.clone());
         let server = Server {
             startup: Arc::new(Shared::new(manager.clone(), &self.settings, None)),
-            manager,
+            manager: manager.driven_by_caller(),
         };
         Ok(self
             .servers

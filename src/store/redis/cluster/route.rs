@@ -14,9 +14,7 @@ use super::ClusterLane;
 use crate::limiter::algorithm::{self, Verdict};
 use crate::store::redis::batch::Pending;
 use crate::store::redis::refund::{evalsha_refund_placed, Refund, REFUND};
-use crate::store::redis::script::{
-    decode_call_reply, evalsha_placed, Invocation, KeyPlacement, DECIDE,
-};
+use crate::store::redis::script::{Invocation, KeyPlacement};
 use crate::store::redis::topology::HostPort;
 use crate::store::StoreError;
 
@@ -332,8 +330,10 @@ async fn run_call(
         .iter()
         .map(|part| batch[part.request].invocation.part(&part.checks))
         .collect();
-    let command = evalsha_placed(invocations.iter(), placement);
-    let reply = match link.evaluate_raw(&DECIDE, &command, asking, deadline).await {
+    let reply = match link
+        .decide_raw(invocations.iter(), placement, asking, deadline)
+        .await
+    {
         Ok(Ok(reply)) => reply,
         Ok(Err(error)) => {
             return match call_redirect(&error) {
@@ -344,10 +344,6 @@ async fn run_call(
                 None => fail_all(parts, crate::store::redis::command_error(error)),
             }
         }
-        Err(error) => return fail_all(parts, error),
-    };
-    let reply = match decode_call_reply(reply, invocations.iter().map(Invocation::checks)) {
-        Ok(reply) => reply,
         Err(error) => return fail_all(parts, error),
     };
     parts
