@@ -1,5 +1,5 @@
-//! Connections: a bb8 pool of multiplexed Redis connections, with broken-connection detection and a
-//! reconnect backoff so a dead Redis is not hammered.
+//! Connections: a bb8 pool of multiplexed Redis connections ([`Link`]s), with broken-connection
+//! detection and a reconnect backoff so a dead Redis is not hammered.
 //!
 //! bb8 owns the connections' lifetime: it opens them (through [`Manager::connect`]), replaces the
 //! ones marked broken, and keeps `min_idle` of them open. A connection is marked broken when a

@@ -12,7 +12,9 @@
 //!   prefix, or envoyproxy/ratelimit's keys for fixed windows ([`envoyproxy_key`]: its TTL of
 //!   window plus jitter, its counting).
 //! - Connections: bb8 pools of multiplexed connections (see [`ConnectionMode`]): one per thread
-//!   that decides or probes health, and the startup pool; broken
+//!   that decides or probes health, and the startup pool. Over plain TCP each is the store's own
+//!   pipelined connection, whose script calls are encoded into its buffer and read in place
+//!   (see [`pipe`]); TLS keeps the redis crate's multiplexed connection (see [`link`]). Broken
 //!   connections are replaced in the background with backoff, so the store recovers from a Redis
 //!   restart by itself.
 //! - URLs: `redis://[user:password@]host[:port][/db]`, and `rediss://...` for TLS (rustls, with

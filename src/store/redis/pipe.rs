@@ -422,21 +422,14 @@ impl Driver {
             if self.read.capacity() - self.read.len() < READ_CHUNK / 4 {
                 self.read.reserve(READ_CHUNK);
             }
-            let spare = self.read.spare_capacity_mut();
-            let mut buf = ReadBuf::uninit(spare);
-            match Pin::new(&mut self.stream).poll_read(cx, &mut buf) {
-                Poll::Ready(Ok(())) => {
-                    let n = buf.filled().len();
-                    if n == 0 {
-                        return Err(Closed::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "redis closed the connection",
-                        ));
-                    }
-                    // SAFETY: `poll_read` initialized the first `n` spare bytes.
-                    unsafe { self.read.set_len(self.read.len() + n) };
-                    self.answer()?;
+            match tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.read) {
+                Poll::Ready(Ok(0)) => {
+                    return Err(Closed::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "redis closed the connection",
+                    ));
                 }
+                Poll::Ready(Ok(_)) => self.answer()?,
                 Poll::Ready(Err(error)) => return Err(io_closed(&error)),
                 Poll::Pending => return Ok(()),
             }
