@@ -308,14 +308,11 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn copy_duration(&mut self, name: &str, variable: &'static str, drop_in_default: Option<&str>) {
-        let text = match (self.get(name), self.drop_in) {
-            (Some(text), _) => text,
-            (None, true) => match drop_in_default {
-                Some(default) => default,
-                None => return,
-            },
-            (None, false) => return,
+    /// A duration variable copied to a ratelimitd flag's variable; `default` stands in when the
+    /// variable is unset (upstream's default, where the caller wants it applied).
+    fn copy_duration(&mut self, name: &str, variable: &'static str, default: Option<&str>) {
+        let Some(text) = self.get(name).or(default) else {
+            return;
         };
         match parse_duration(text) {
             Ok(duration) => self.assign(variable, duration_flag(duration), name),
@@ -373,25 +370,16 @@ impl<'a> Reader<'a> {
         // without an age).
         let age_default =
             (self.drop_in || self.is_set("GRPC_MAX_CONNECTION_AGE_GRACE")).then_some("24h");
-        if self.get("GRPC_MAX_CONNECTION_AGE").is_none() && !self.drop_in {
-            if let Some(default) = age_default {
-                self.assign(
-                    "RATELIMITD_GRPC_MAX_CONNECTION_AGE",
-                    duration_flag(parse_duration(default).unwrap_or_default()),
-                    "GRPC_MAX_CONNECTION_AGE (upstream's default, with GRPC_MAX_CONNECTION_AGE_GRACE)",
-                );
-            }
-        } else {
-            self.copy_duration(
-                "GRPC_MAX_CONNECTION_AGE",
-                "RATELIMITD_GRPC_MAX_CONNECTION_AGE",
-                age_default,
-            );
-        }
+        self.copy_duration(
+            "GRPC_MAX_CONNECTION_AGE",
+            "RATELIMITD_GRPC_MAX_CONNECTION_AGE",
+            age_default,
+        );
+        let grace_default = self.drop_in.then_some("1h");
         self.copy_duration(
             "GRPC_MAX_CONNECTION_AGE_GRACE",
             "RATELIMITD_GRPC_MAX_CONNECTION_AGE_GRACE",
-            Some("1h"),
+            grace_default,
         );
     }
 
