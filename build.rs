@@ -17,6 +17,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // Per-RPC buffers sized for rate-limit messages (src/proto/codec.rs).
+        .codec_path("crate::proto::codec::RateLimitCodec")
         .compile_fds(file_descriptors)?;
     Ok(())
 }

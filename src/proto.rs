@@ -1,6 +1,8 @@
 //! Generated code for the hand-written RLS v3 protos in `proto/`.
 #![allow(clippy::all, missing_docs)]
 
+pub mod codec;
+
 pub mod envoy {
     pub mod config {
         pub mod core {
