@@ -77,6 +77,28 @@ fn machine_cpu_of(stat: &str) -> Option<MachineCpu> {
     })
 }
 
+/// Context switches of `pid` so far, voluntary and not, summed over its living threads (from
+/// `/proc/PID/task/*/status`; `/proc/PID/status` counts the main thread alone). A server that
+/// waits for its store sleeps and wakes where one that computes does not, and on a virtual
+/// machine each wake-up costs CPU time of its own: this is how often it happened.
+pub fn context_switches(pid: u32) -> Option<u64> {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut switches = 0;
+    for task in tasks {
+        let status = fs::read_to_string(task.ok()?.path().join("status")).ok()?;
+        switches += context_switches_of(&status)?;
+    }
+    Some(switches)
+}
+
+fn context_switches_of(status: &str) -> Option<u64> {
+    let count = |name: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        line[name.len()..].trim().parse().ok()
+    };
+    Some(count("voluntary_ctxt_switches:")? + count("nonvoluntary_ctxt_switches:")?)
+}
+
 /// Resident set size of this process in bytes (`VmRSS` of `/proc/self/status`).
 pub fn self_rss_bytes() -> Option<u64> {
     let status = fs::read_to_string("/proc/self/status").ok()?;
@@ -94,6 +116,22 @@ mod tests {
         let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 4 0 1 2 3";
         let ticks = clock_ticks_per_second();
         assert_eq!(cpu_us_of(stat), Some(300 * 1_000_000 / ticks));
+    }
+
+    #[test]
+    fn context_switches_add_both_kinds_of_every_thread() {
+        let status =
+            "Name:\tratelimitd\nvoluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t7\n";
+        assert_eq!(context_switches_of(status), Some(127));
+        assert_eq!(context_switches_of("Name:\tx\n"), None);
+        let me = std::process::id();
+        let before = context_switches(me).expect("this process's context switches");
+        std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_millis(5)))
+            .join()
+            .expect("a sleeping thread");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert!(context_switches(me).expect("again") > before);
+        assert_eq!(context_switches(u32::MAX), None);
     }
 
     #[test]

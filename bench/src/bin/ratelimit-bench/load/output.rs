@@ -115,6 +115,11 @@ impl Report {
             "server_cpu_us_per_request": server,
             "store_cpu_us_per_request": store,
             "client_cpu_us_per_request": client,
+            "server_context_switches_per_request": per_request(
+                self.before.server_switches,
+                self.after.server_switches,
+                self.tally.requests()
+            ),
             "server_cpu_us": elapsed_cpu(self.before.server_us, self.after.server_us),
             "store_cpu_us": elapsed_cpu(self.before.store_us, self.after.store_us),
             "client_cpu_us": elapsed_cpu(self.before.client_us, self.after.client_us),

@@ -92,6 +92,7 @@ impl Tally {
 pub(super) struct Snapshot {
     pub(super) at: Instant,
     pub(super) server_us: Option<u64>,
+    pub(super) server_switches: Option<u64>,
     pub(super) store_us: Option<u64>,
     pub(super) client_us: Option<u64>,
     pub(super) machine: Option<procstat::MachineCpu>,
@@ -102,6 +103,7 @@ impl Snapshot {
         Snapshot {
             at: Instant::now(),
             server_us: args.server_pid.and_then(procstat::cpu_us),
+            server_switches: args.server_pid.and_then(procstat::context_switches),
             store_us: store_cpu_us(&args.store_pid),
             client_us: procstat::self_cpu_us(),
             machine: procstat::machine_cpu(),
