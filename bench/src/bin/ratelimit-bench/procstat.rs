@@ -84,9 +84,11 @@ fn machine_cpu_of(stat: &str) -> Option<MachineCpu> {
 pub fn context_switches(pid: u32) -> Option<u64> {
     let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let mut switches = 0;
-    for task in tasks {
-        let status = fs::read_to_string(task.ok()?.path().join("status")).ok()?;
-        switches += context_switches_of(&status)?;
+    // A thread that ends between the listing and the read is skipped, as an ended one is.
+    for task in tasks.flatten() {
+        if let Ok(status) = fs::read_to_string(task.path().join("status")) {
+            switches += context_switches_of(&status)?;
+        }
     }
     Some(switches)
 }
