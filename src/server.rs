@@ -309,6 +309,18 @@ pub async fn run(
                 "Times the Redis script was reloaded after NOSCRIPT (Redis restarted or flushed its scripts).",
                 move || reloads.script_reloads(),
             );
+            let calls = store.clone();
+            metrics.register_counter(
+                "ratelimitd_redis_script_calls_total",
+                "Calls of the request script (EVALSHA) sent to Redis; concurrent requests share a call.",
+                move || calls.script_calls(),
+            );
+            let carried = store.clone();
+            metrics.register_counter(
+                "ratelimitd_redis_script_call_requests_total",
+                "Requests those calls carried: over ratelimitd_redis_script_calls_total, the mean batch.",
+                move || carried.script_call_requests(),
+            );
             let lost = store.clone();
             metrics.register_counter(
                 "ratelimitd_redis_connections_lost_total",

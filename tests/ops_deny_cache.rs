@@ -272,6 +272,15 @@ async fn a_hot_denied_key_stops_reaching_redis() {
         value(&text, "ratelimitd_redis_script_reloads_total", ""),
         0.0
     );
+    // One request at a time: each call carries one, and the calls are the ones Redis counted.
+    assert_eq!(
+        value(&text, "ratelimitd_redis_script_calls_total", ""),
+        calls_on as f64
+    );
+    assert_eq!(
+        value(&text, "ratelimitd_redis_script_call_requests_total", ""),
+        calls_on as f64
+    );
     // Cache answers are decisions like any other in the rule metrics.
     assert_eq!(
         value(
@@ -285,6 +294,10 @@ async fn a_hot_denied_key_stops_reaching_redis() {
     assert!(
         !text.contains("ratelimitd_deny_cache_hits_total"),
         "--no-deny-cache"
+    );
+    assert_eq!(
+        value(&text, "ratelimitd_redis_script_calls_total", ""),
+        REQUESTS as f64
     );
 
     // A check-only request (hits 0) is never answered from the cache.

@@ -170,6 +170,22 @@ struct PoolSettings {
     mode: ConnectionMode,
     wait_replicas: u32,
     script_reloads: Arc<AtomicU64>,
+    script_calls: Arc<ScriptCalls>,
+}
+
+/// Calls of the request script sent, to every server, and the requests they carried: divided,
+/// how well concurrent requests share calls (see [`batch`]). For metrics.
+#[derive(Default)]
+struct ScriptCalls {
+    calls: AtomicU64,
+    requests: AtomicU64,
+}
+
+impl ScriptCalls {
+    fn sent(&self, requests: usize) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.requests.fetch_add(requests as u64, Ordering::Relaxed);
+    }
 }
 
 /// One server's connections (a thread's own pool, or the startup pool) and what every script call
@@ -182,6 +198,7 @@ struct Shared {
     mode: ConnectionMode,
     wait_replicas: u32,
     script_reloads: Arc<AtomicU64>,
+    script_calls: Arc<ScriptCalls>,
     /// Used while `pool` has no connection yet: a thread's pool starts empty, and its first
     /// calls must not wait out a connection handshake (see [`local`]).
     fallback: Option<bb8::Pool<Manager>>,
@@ -202,6 +219,7 @@ impl Shared {
             mode: settings.mode,
             wait_replicas: settings.wait_replicas,
             script_reloads: settings.script_reloads.clone(),
+            script_calls: settings.script_calls.clone(),
             fallback,
         }
     }
@@ -342,6 +360,7 @@ impl RedisStore {
             mode,
             wait_replicas: settings.wait_replicas,
             script_reloads: Arc::new(AtomicU64::new(0)),
+            script_calls: Arc::default(),
         };
         let connect_timeout = settings.timeout.max(STARTUP_CONNECT_TIMEOUT);
         let tls_ca = settings.tls_ca.as_deref();
@@ -412,6 +431,18 @@ impl RedisStore {
     /// How many times a script was reloaded after a `NOSCRIPT` (for metrics), on every server.
     pub fn script_reloads(&self) -> u64 {
         self.settings.script_reloads.load(Ordering::Relaxed)
+    }
+
+    /// How many calls of the request script were sent (a retry after `NOSCRIPT` is a call of its
+    /// own, as Redis counts it), to every server.
+    pub fn script_calls(&self) -> u64 {
+        self.settings.script_calls.calls.load(Ordering::Relaxed)
+    }
+
+    /// How many requests those calls carried (a request split over cluster nodes counts once per
+    /// node); over [`RedisStore::script_calls`], the mean batch.
+    pub fn script_call_requests(&self) -> u64 {
+        self.settings.script_calls.requests.load(Ordering::Relaxed)
     }
 
     /// How many connections were found dead (a command failed at the connection level or timed
@@ -539,7 +570,9 @@ impl Shared {
     ) -> Result<Result<CallReply, RedisError>, StoreError> {
         let mut call = EvalSha::new(requests.clone(), placement);
         let checks = || requests.clone().map(Invocation::checks);
+        let count = requests.clone().count();
         let mut lease = self.lease(deadline).await?;
+        self.script_calls.sent(count);
         let mut reply = lease
             .decide(&mut call, checks(), asking, self.wait_replicas)
             .await?;
@@ -551,6 +584,7 @@ impl Shared {
                 .await?
                 .map_err(command_error)?;
             check_loaded_sha(&loaded, &DECIDE)?;
+            self.script_calls.sent(count);
             reply = lease
                 .decide(&mut call, checks(), asking, self.wait_replicas)
                 .await?;
