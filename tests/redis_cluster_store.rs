@@ -101,6 +101,7 @@ fn a_batch_costs_one_script_call_per_node_and_a_denial_one_refund_per_other_node
         // Warm up every thread pool's connections, then count from zero.
         store.decide(&requests[0]).await.expect("warm-up");
         cluster.reset_commandstats();
+        let (calls_before, carried_before) = (store.script_calls(), store.script_call_requests());
         let answers = join_all(requests.iter().map(|checks| store.decide(checks))).await;
         for answer in answers {
             let verdicts = answer.expect("decided");
@@ -113,6 +114,16 @@ fn a_batch_costs_one_script_call_per_node_and_a_denial_one_refund_per_other_node
                 "master {master}: one script call for the batch of 64 requests"
             );
         }
+        assert_eq!(
+            store.script_calls() - calls_before,
+            3,
+            "one call per master"
+        );
+        assert_eq!(
+            store.script_call_requests() - carried_before,
+            3 * 64,
+            "each request counted once on each master its checks reach"
+        );
 
         let [exhausted, b, c] = spread(&cluster, "deny", &mut next);
         let tight = rate(Algorithm::FixedWindow, 1);
@@ -124,6 +135,7 @@ fn a_batch_costs_one_script_call_per_node_and_a_denial_one_refund_per_other_node
                 .admitted
         );
         cluster.reset_commandstats();
+        let calls_before = store.script_calls();
         let wide = rate(Algorithm::FixedWindow, 100);
         let verdicts = store
             .decide(&[
@@ -135,6 +147,11 @@ fn a_batch_costs_one_script_call_per_node_and_a_denial_one_refund_per_other_node
             .expect("decided");
         assert!(!verdicts[0].admitted && verdicts[1].admitted && verdicts[2].admitted);
         assert_eq!(cluster.evalsha_calls(master_of(&cluster, &exhausted)), 1);
+        assert_eq!(
+            store.script_calls() - calls_before,
+            3,
+            "the refunds are calls of another script"
+        );
         for other in [&b, &c] {
             let master = master_of(&cluster, other);
             assert_eq!(
