@@ -303,42 +303,43 @@ pub async fn run(
                 key_prefix = layout.prefix(),
                 "redis keys"
             );
-            let reloads = store.clone();
-            metrics.register_counter(
-                "ratelimitd_redis_script_reloads_total",
-                "Times the Redis script was reloaded after NOSCRIPT (Redis restarted or flushed its scripts).",
-                move || reloads.script_reloads(),
-            );
-            let calls = store.clone();
-            metrics.register_counter(
-                "ratelimitd_redis_script_calls_total",
-                "Calls of the request script (EVALSHA) sent to Redis; concurrent requests share a call.",
-                move || calls.script_calls(),
-            );
-            let carried = store.clone();
-            metrics.register_counter(
-                "ratelimitd_redis_script_call_requests_total",
-                "Requests those calls carried: over ratelimitd_redis_script_calls_total, the mean batch.",
-                move || carried.script_call_requests(),
-            );
-            let lost = store.clone();
-            metrics.register_counter(
-                "ratelimitd_redis_connections_lost_total",
-                "Redis connections found dead (connection error or timeout) and replaced.",
-                move || lost.connections_lost(),
-            );
-            let refreshes = store.clone();
-            metrics.register_counter(
-                "ratelimitd_redis_slot_map_refreshes_total",
-                "Times the Redis Cluster slot map was read again (redirections, lost masters).",
-                move || refreshes.slot_map_refreshes(),
-            );
-            let refunds = store.clone();
-            metrics.register_counter(
-                "ratelimitd_redis_refunds_failed_total",
-                "Refunds of a denied cross-node request that failed: the reservation stays until its window or refill takes it back.",
-                move || refunds.refunds_failed(),
-            );
+            type StoreCounter = (&'static str, &'static str, fn(&RedisStore) -> u64);
+            let counters: [StoreCounter; 6] = [
+                (
+                    "ratelimitd_redis_script_reloads_total",
+                    "Times the Redis script was reloaded after NOSCRIPT (Redis restarted or flushed its scripts).",
+                    RedisStore::script_reloads,
+                ),
+                (
+                    "ratelimitd_redis_script_calls_total",
+                    "Calls of the request script (EVALSHA) sent to Redis; concurrent requests share a call.",
+                    RedisStore::script_calls,
+                ),
+                (
+                    "ratelimitd_redis_script_call_requests_total",
+                    "Requests those calls carried: over ratelimitd_redis_script_calls_total, the mean batch.",
+                    RedisStore::script_call_requests,
+                ),
+                (
+                    "ratelimitd_redis_connections_lost_total",
+                    "Redis connections found dead (connection error or timeout) and replaced.",
+                    RedisStore::connections_lost,
+                ),
+                (
+                    "ratelimitd_redis_slot_map_refreshes_total",
+                    "Times the Redis Cluster slot map was read again (redirections, lost masters).",
+                    RedisStore::slot_map_refreshes,
+                ),
+                (
+                    "ratelimitd_redis_refunds_failed_total",
+                    "Refunds of a denied cross-node request that failed: the reservation stays until its window or refill takes it back.",
+                    RedisStore::refunds_failed,
+                ),
+            ];
+            for (name, help, read) in counters {
+                let store = store.clone();
+                metrics.register_counter(name, help, move || read(&store));
+            }
             match settings.deny_cache {
                 None => {
                     tracing::info!(
