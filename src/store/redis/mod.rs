@@ -169,19 +169,24 @@ struct PoolSettings {
     timeout: Duration,
     mode: ConnectionMode,
     wait_replicas: u32,
-    script_reloads: Arc<AtomicU64>,
-    script_calls: Arc<ScriptCalls>,
+    scripts: Arc<ScriptCounters>,
 }
 
-/// Calls of the request script sent, to every server, and the requests they carried: divided,
-/// how well concurrent requests share calls (see [`batch`]). For metrics.
+/// What the scripts cost, counted over every server, for metrics: the reloads after `NOSCRIPT`,
+/// the calls of the request script sent and the requests they carried (divided, how well
+/// concurrent requests share calls, see [`batch`]).
 #[derive(Default)]
-struct ScriptCalls {
+struct ScriptCounters {
+    reloads: AtomicU64,
     calls: AtomicU64,
     requests: AtomicU64,
 }
 
-impl ScriptCalls {
+impl ScriptCounters {
+    fn reloaded(&self) {
+        self.reloads.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn sent(&self, requests: usize) {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.requests.fetch_add(requests as u64, Ordering::Relaxed);
@@ -197,8 +202,7 @@ struct Shared {
     timeout: Duration,
     mode: ConnectionMode,
     wait_replicas: u32,
-    script_reloads: Arc<AtomicU64>,
-    script_calls: Arc<ScriptCalls>,
+    scripts: Arc<ScriptCounters>,
     /// Used while `pool` has no connection yet: a thread's pool starts empty, and its first
     /// calls must not wait out a connection handshake (see [`local`]).
     fallback: Option<bb8::Pool<Manager>>,
@@ -218,8 +222,7 @@ impl Shared {
             timeout: settings.timeout,
             mode: settings.mode,
             wait_replicas: settings.wait_replicas,
-            script_reloads: settings.script_reloads.clone(),
-            script_calls: settings.script_calls.clone(),
+            scripts: settings.scripts.clone(),
             fallback,
         }
     }
@@ -359,8 +362,7 @@ impl RedisStore {
             timeout: settings.timeout,
             mode,
             wait_replicas: settings.wait_replicas,
-            script_reloads: Arc::new(AtomicU64::new(0)),
-            script_calls: Arc::default(),
+            scripts: Arc::default(),
         };
         let connect_timeout = settings.timeout.max(STARTUP_CONNECT_TIMEOUT);
         let tls_ca = settings.tls_ca.as_deref();
@@ -430,19 +432,19 @@ impl RedisStore {
 
     /// How many times a script was reloaded after a `NOSCRIPT` (for metrics), on every server.
     pub fn script_reloads(&self) -> u64 {
-        self.settings.script_reloads.load(Ordering::Relaxed)
+        self.settings.scripts.reloads.load(Ordering::Relaxed)
     }
 
     /// How many calls of the request script were sent (a retry after `NOSCRIPT` is a call of its
     /// own, as Redis counts it), to every server.
     pub fn script_calls(&self) -> u64 {
-        self.settings.script_calls.calls.load(Ordering::Relaxed)
+        self.settings.scripts.calls.load(Ordering::Relaxed)
     }
 
     /// How many requests those calls carried (a request split over cluster nodes counts once per
     /// node); over [`RedisStore::script_calls`], the mean batch.
     pub fn script_call_requests(&self) -> u64 {
-        self.settings.script_calls.requests.load(Ordering::Relaxed)
+        self.settings.scripts.requests.load(Ordering::Relaxed)
     }
 
     /// How many connections were found dead (a command failed at the connection level or timed
@@ -570,21 +572,20 @@ impl Shared {
     ) -> Result<Result<CallReply, RedisError>, StoreError> {
         let mut call = EvalSha::new(requests.clone(), placement);
         let checks = || requests.clone().map(Invocation::checks);
-        let count = requests.clone().count();
         let mut lease = self.lease(deadline).await?;
-        self.script_calls.sent(count);
+        self.scripts.sent(call.request_count());
         let mut reply = lease
             .decide(&mut call, checks(), asking, self.wait_replicas)
             .await?;
         if matches!(&reply, Err(error) if is_noscript(error)) {
-            self.script_reloads.fetch_add(1, Ordering::Relaxed);
+            self.scripts.reloaded();
             tracing::info!("redis lost a ratelimitd script (NOSCRIPT); reloading it");
             let loaded = lease
                 .query(&DECIDE.load_command())
                 .await?
                 .map_err(command_error)?;
             check_loaded_sha(&loaded, &DECIDE)?;
-            self.script_calls.sent(count);
+            self.scripts.sent(call.request_count());
             reply = lease
                 .decide(&mut call, checks(), asking, self.wait_replicas)
                 .await?;
@@ -625,7 +626,7 @@ impl Shared {
         let mut lease = self.lease(deadline).await?;
         let mut reply = lease.call(command, asking, self.wait_replicas).await?;
         if matches!(&reply, Err(error) if is_noscript(error)) {
-            self.script_reloads.fetch_add(1, Ordering::Relaxed);
+            self.scripts.reloaded();
             tracing::info!("redis lost a ratelimitd script (NOSCRIPT); reloading it");
             let loaded = lease
                 .query(&script.load_command())

@@ -451,6 +451,11 @@ impl<'a, I: Iterator<Item = &'a Invocation> + Clone> EvalSha<I> {
         }
     }
 
+    /// Requests the call decides.
+    pub fn request_count(&self) -> usize {
+        self.requests_count
+    }
+
     /// Arguments of the command, its name included.
     pub fn arg_count(&self) -> usize {
         let placement = match self.placement {
