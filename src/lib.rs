@@ -3,6 +3,7 @@
 //! Layers, importing downwards only: [`server`] wires [`service`] (the gRPC/HTTP edge) to a
 //! [`store`] and the [`config`]; [`limiter`] is the pure domain (matching and algorithm math).
 
+pub mod cli;
 pub mod config;
 pub mod envoyproxy_env;
 pub mod limiter;

@@ -1,0 +1,167 @@
+//! Where the server listens and what its gRPC port speaks: addresses, the unix socket, TLS,
+//! connection age, the extra metrics and debug ports, the serving threads.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use super::parse;
+use crate::server::connection_age::ConnectionAge;
+use crate::server::tls::{ClientAuth, TlsSettings};
+use crate::server::{self, GrpcListener, GrpcOptions, Listeners};
+
+/// The listening addresses and the threads that serve them.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Listeners")]
+pub struct ListenerArgs {
+    /// Address of the gRPC port (RLS, health, reflection).
+    #[arg(long, env = "RATELIMITD_GRPC_ADDR", default_value = "0.0.0.0:8081")]
+    grpc_addr: SocketAddr,
+    /// Address of the HTTP port (/healthcheck, /metrics, /json, /rlconfig).
+    #[arg(long, env = "RATELIMITD_HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    http_addr: SocketAddr,
+    /// Threads serving gRPC connections, each with its own single-threaded runtime (connections
+    /// are dealt out in turn). Default: the CPUs this process may run on.
+    #[arg(long, env = "RATELIMITD_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
+    #[command(flatten)]
+    pub ports: ExtraPortArgs,
+}
+
+impl ListenerArgs {
+    /// Serving threads (lanes).
+    pub fn lanes(&self) -> usize {
+        self.threads.map_or_else(server::default_lanes, usize::from)
+    }
+
+    /// Binds every listener; an error names the address or socket path that failed.
+    pub async fn bind(&self, transport: &GrpcTransportArgs) -> std::io::Result<Listeners> {
+        let grpc: GrpcListener = match &transport.grpc_uds {
+            Some(path) => GrpcListener::bind_unix(path).map_err(|error| {
+                std::io::Error::new(
+                    error.kind(),
+                    format!("--grpc-uds {}: {error}", path.display()),
+                )
+            })?,
+            None => bind(self.grpc_addr).await?.into(),
+        };
+        Ok(Listeners {
+            grpc,
+            http: bind(self.http_addr).await?,
+            metrics: match self.ports.metrics_addr {
+                Some(addr) => Some(bind(addr).await?),
+                None => None,
+            },
+            debug: match self.ports.debug_addr {
+                Some(addr) => Some(bind(addr).await?),
+                None => None,
+            },
+        })
+    }
+}
+
+async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|error| std::io::Error::new(error.kind(), format!("{addr}: {error}")))
+}
+
+/// The ports besides gRPC and HTTP, where envoyproxy/ratelimit has them.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Listeners")]
+pub struct ExtraPortArgs {
+    /// A port of its own for the Prometheus metrics (at --metrics-path), as envoyproxy/ratelimit's
+    /// USE_PROMETHEUS opens one; /metrics on the HTTP port stays.
+    #[arg(long, env = "RATELIMITD_METRICS_ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    /// Path of the Prometheus metrics on the --metrics-addr port.
+    #[arg(long, env = "RATELIMITD_METRICS_PATH", default_value = "/metrics", value_parser = parse::http_path)]
+    pub metrics_path: String,
+    /// A second port serving what the HTTP port serves (/rlconfig among it), where
+    /// envoyproxy/ratelimit's debug port (DEBUG_HOST/DEBUG_PORT) is expected.
+    #[arg(long, env = "RATELIMITD_DEBUG_ADDR")]
+    debug_addr: Option<SocketAddr>,
+}
+
+/// What the gRPC port speaks and how long its connections live.
+#[derive(clap::Args)]
+#[command(next_help_heading = "gRPC transport")]
+pub struct GrpcTransportArgs {
+    /// PEM certificate chain of the gRPC port (with --grpc-tls-key): the port speaks TLS only,
+    /// ALPN h2. Reloaded when the file changes: new handshakes use the new certificate.
+    #[arg(long, env = "RATELIMITD_GRPC_TLS_CERT", value_name = "PATH")]
+    grpc_tls_cert: Option<PathBuf>,
+    /// PEM private key of --grpc-tls-cert (PKCS#8, PKCS#1 or SEC1, unencrypted).
+    #[arg(long, env = "RATELIMITD_GRPC_TLS_KEY", value_name = "PATH")]
+    grpc_tls_key: Option<PathBuf>,
+    /// PEM CA certificate(s): every client must present a certificate they signed (mutual TLS),
+    /// or its handshake is refused. Reloaded like the certificate.
+    #[arg(long, env = "RATELIMITD_GRPC_TLS_CLIENT_CA", value_name = "PATH")]
+    grpc_tls_client_ca: Option<PathBuf>,
+    /// A Subject Alternative Name client certificates must also carry: a DNS name, an IP
+    /// address or a URI (e.g. a SPIFFE ID).
+    #[arg(long, env = "RATELIMITD_GRPC_TLS_CLIENT_SAN", value_name = "NAME")]
+    grpc_tls_client_san: Option<String>,
+    /// Serve gRPC on a unix domain socket at PATH instead of --grpc-addr. A leftover socket
+    /// there is removed first (any other file is refused); the socket is removed on exit.
+    #[arg(long, env = "RATELIMITD_GRPC_UDS", value_name = "PATH")]
+    grpc_uds: Option<PathBuf>,
+    /// Send each gRPC connection GOAWAY at this age (±10 % jitter), so clients reconnect and
+    /// spread over replicas. Default: no age limit.
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_CONNECTION_AGE", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    grpc_max_connection_age: Option<Duration>,
+    /// After the GOAWAY of --grpc-max-connection-age, how long calls may run before the
+    /// connection is closed. Default: as long as they take.
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_CONNECTION_AGE_GRACE", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    grpc_max_connection_age_grace: Option<Duration>,
+}
+
+impl GrpcTransportArgs {
+    /// The options these flags make, refusing combinations that cannot work (naming the flags).
+    /// A duration of `0s` means the same as leaving the flag out.
+    pub fn options(&self) -> Result<GrpcOptions, String> {
+        let client_auth = match (&self.grpc_tls_client_ca, &self.grpc_tls_client_san) {
+            (_, Some(san)) if san.trim().is_empty() => {
+                return Err("--grpc-tls-client-san is empty".into())
+            }
+            (None, Some(_)) => {
+                return Err("--grpc-tls-client-san needs --grpc-tls-client-ca: the name is checked on client certificates the CA signed".into())
+            }
+            (Some(ca), san) => Some(ClientAuth {
+                ca: ca.clone(),
+                san: san.clone(),
+            }),
+            (None, None) => None,
+        };
+        let tls = match (&self.grpc_tls_cert, &self.grpc_tls_key) {
+            (Some(cert), Some(key)) => Some(TlsSettings {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_auth,
+            }),
+            (None, None) if client_auth.is_some() => {
+                return Err("--grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key: client certificates are checked in the TLS handshake".into())
+            }
+            (None, None) => None,
+            (Some(_), None) => return Err("--grpc-tls-cert needs --grpc-tls-key (the certificate's private key)".into()),
+            (None, Some(_)) => return Err("--grpc-tls-key needs --grpc-tls-cert (the key's certificate)".into()),
+        };
+        let nonzero = |d: Option<Duration>| d.filter(|d| !d.is_zero());
+        let grace = nonzero(self.grpc_max_connection_age_grace);
+        let connection_age = match nonzero(self.grpc_max_connection_age) {
+            Some(max_age) => Some(ConnectionAge { max_age, grace }),
+            None if grace.is_some() => {
+                return Err(
+                    "--grpc-max-connection-age-grace needs --grpc-max-connection-age".into(),
+                )
+            }
+            None => None,
+        };
+        Ok(GrpcOptions {
+            tls,
+            connection_age,
+        })
+    }
+}

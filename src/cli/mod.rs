@@ -1,0 +1,48 @@
+//! The command line: clap definitions of every flag, by group, each group turning into the
+//! library's own options, and the three commands they drive.
+//!
+//! Every flag also reads a `RATELIMITD_*` variable; envoyproxy/ratelimit's variables are turned
+//! into those before parsing ([`upstream_env`]), so flags win, then `RATELIMITD_*`, then
+//! upstream's, and every value goes through the same parser.
+
+mod check;
+mod config_source;
+mod health;
+mod limits;
+mod listeners;
+mod parse;
+mod responses;
+mod serve;
+mod store;
+mod telemetry;
+pub mod upstream_env;
+
+use clap::{Parser, Subcommand};
+
+pub use check::{check, CheckArgs};
+pub use health::{health, HealthArgs};
+pub use serve::{serve, ServeArgs};
+pub use telemetry::LogFormat;
+
+/// `ratelimitd [serve|check|health]`.
+#[derive(Parser)]
+#[command(
+    name = "ratelimitd",
+    version,
+    about = "gRPC rate-limit decision service (Envoy RLS v3)"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Serve RLS v3, gRPC health and reflection, and the HTTP endpoints.
+    Serve(Box<ServeArgs>),
+    /// Validate configuration: print every error with file:line, exit 1 if there is any.
+    Check(CheckArgs),
+    /// Ask a running ratelimitd's gRPC health service; exit 0 when SERVING (for container probes).
+    Health(HealthArgs),
+}

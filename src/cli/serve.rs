@@ -1,0 +1,134 @@
+//! `ratelimitd serve`: every flag group, put together into the server's settings, and the
+//! process around [`server::run`]: its runtime, its signals, its exit code.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::config_source::{ConfigSourceArgs, InitialConfigArgs, ReloadArgs};
+use super::limits::{LimitArgs, RequestLimitArgs};
+use super::listeners::{GrpcTransportArgs, ListenerArgs};
+use super::responses::ResponseArgs;
+use super::store::StoreArgs;
+use super::telemetry::TelemetryArgs;
+use super::upstream_env;
+use crate::envoyproxy_env;
+use crate::server::{self, open_files};
+
+/// Every flag of `serve`, by group.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    config: ConfigSourceArgs,
+    #[command(flatten)]
+    reload: ReloadArgs,
+    #[command(flatten)]
+    initial_config: InitialConfigArgs,
+    #[command(flatten)]
+    listeners: ListenerArgs,
+    #[command(flatten)]
+    grpc_transport: GrpcTransportArgs,
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(flatten)]
+    responses: ResponseArgs,
+    #[command(flatten)]
+    request_limits: RequestLimitArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
+    #[command(flatten)]
+    telemetry: TelemetryArgs,
+}
+
+impl ServeArgs {
+    /// The server's settings; an error names the flags that do not fit together.
+    pub fn settings(&self) -> Result<server::Settings, String> {
+        let (redis, redis_keys) = self.store.redis()?;
+        Ok(server::Settings {
+            config_paths: self.config.config.clone(),
+            redis,
+            redis_keys,
+            response_headers: self.responses.headers(),
+            reload_interval: self.reload.interval(),
+            on_store_error: self.store.on_store_error(),
+            deny_cache: self.store.deny_cache(),
+            near_limit_ratio: self.telemetry.near_limit_ratio(),
+            lanes: self.listeners.lanes(),
+            limits: self.limits.limits(),
+            modes: self.responses.modes(),
+            response_dynamic_metadata: self.responses.dynamic_metadata(),
+            load: self.config.load_options(),
+            request_limits: self.request_limits.limits(),
+            config_limits: self.config.limits.limits(),
+            initial_config: self.initial_config.initial_config(),
+            metrics_path: self.listeners.ports.metrics_path.clone(),
+            statsd: self.telemetry.statsd(),
+            grpc: self.grpc_transport.options()?,
+        })
+    }
+}
+
+/// How long exit waits for blocking work still running (a reload reading files) once serving
+/// has stopped; such work must never keep the process alive.
+const BLOCKING_WORK_GRACE: Duration = Duration::from_secs(1);
+
+/// Logs, binds, serves until SIGTERM or SIGINT; exit 1 with the reason on any error.
+pub fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCode {
+    args.telemetry.init_logging();
+    upstream_env::log(upstream);
+    open_files::raise_to_hard_limit();
+    let settings = match args.settings() {
+        Ok(settings) => settings,
+        Err(error) => {
+            tracing::error!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Serving lane 0 and the housekeeping (HTTP, health probes, reload) share this thread; the
+    // other lanes start their own (see `server::run`).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let listeners = args.listeners.bind(&args.grpc_transport).await?;
+        server::run(settings, listeners, shutdown_signal()).await
+    });
+    runtime.shutdown_timeout(BLOCKING_WORK_GRACE);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
+            Ok(signal) => signal,
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM; only SIGINT stops the server");
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}

@@ -1,0 +1,242 @@
+//! The store: Redis (one server, a Cluster or Sentinel) or, without one, this process's memory;
+//! the keys written there, the deny cache in front, and what a store failure answers.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::server;
+use crate::service::rls::StoreErrorPolicy;
+use crate::store::redis::{HostPort, KeyFormat, KeyLayout, ServerAuth, Topology};
+use crate::store::{DenyCacheSettings, RedisSettings};
+
+/// Which Redis, how it is reached, and how the limiter uses it.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Store and Redis")]
+pub struct StoreArgs {
+    /// Redis URL of a single server (`redis://[user:password@]host:port[/db]`, `rediss://` for
+    /// TLS). Without it (or --redis-cluster, --redis-sentinel), counters live in this process only.
+    #[arg(long, env = "RATELIMITD_REDIS_URL", group = "redis_topology")]
+    redis_url: Option<String>,
+    /// Redis Cluster seed nodes (any of its nodes; the others are discovered).
+    #[arg(long, env = "RATELIMITD_REDIS_CLUSTER", value_name = "HOST:PORT[,HOST:PORT...]", group = "redis_topology", value_delimiter = ',', value_parser = HostPort::parse)]
+    redis_cluster: Vec<HostPort>,
+    /// Sentinels watching the Redis master named MASTER_NAME.
+    #[arg(long, env = "RATELIMITD_REDIS_SENTINEL", value_name = "MASTER_NAME@HOST:PORT[,HOST:PORT...]", group = "redis_topology", value_parser = Topology::parse_sentinel)]
+    redis_sentinel: Option<(String, Vec<HostPort>)>,
+    /// ACL user of the cluster's or the Sentinel-managed servers (a --redis-url carries its own).
+    #[arg(long, env = "RATELIMITD_REDIS_USER")]
+    redis_user: Option<String>,
+    /// Password of the cluster's or the Sentinel-managed servers (a --redis-url carries its own).
+    #[arg(long, env = "RATELIMITD_REDIS_PASSWORD", hide_env_values = true)]
+    redis_password: Option<String>,
+    /// TLS to the cluster's or the Sentinel setup's servers and sentinels (a --redis-url says
+    /// `rediss://`).
+    #[arg(long, env = "RATELIMITD_REDIS_TLS")]
+    redis_tls: bool,
+    /// ACL user of the sentinels themselves.
+    #[arg(long, env = "RATELIMITD_REDIS_SENTINEL_USER")]
+    redis_sentinel_user: Option<String>,
+    /// Password of the sentinels themselves (their own requirepass).
+    #[arg(
+        long,
+        env = "RATELIMITD_REDIS_SENTINEL_PASSWORD",
+        hide_env_values = true
+    )]
+    redis_sentinel_password: Option<String>,
+    /// Replicas that must acknowledge each Redis call's writes (WAIT) before its requests are
+    /// answered, so admitted hits survive a failover; a call they do not acknowledge within
+    /// --redis-timeout is a store failure. 0: do not wait.
+    #[arg(long, env = "RATELIMITD_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    redis_wait_replicas: u32,
+    /// Bound on every Redis call; a slower answer is a store failure (UNAVAILABLE).
+    #[arg(long, env = "RATELIMITD_REDIS_TIMEOUT", default_value = "100ms", value_parser = humantime::parse_duration)]
+    redis_timeout: Duration,
+    /// Redis connections kept open (each one multiplexes concurrent requests).
+    #[arg(long, env = "RATELIMITD_REDIS_POOL_SIZE", default_value_t = RedisSettings::DEFAULT_POOL_SIZE, value_parser = clap::value_parser!(u32).range(1..))]
+    redis_pool_size: u32,
+    /// PEM file of the CA certificate(s) that signed the Redis server's certificate, for
+    /// `rediss://` URLs of self-signed or private-CA deployments (instead of the public roots).
+    #[arg(long, env = "RATELIMITD_REDIS_TLS_CA", value_name = "PATH")]
+    redis_tls_ca: Option<PathBuf>,
+    /// What to answer when the store fails or times out: unavailable (gRPC UNAVAILABLE, so
+    /// Envoy's failure_mode_deny decides), allow (OK) or deny (OVER_LIMIT).
+    #[arg(long, env = "RATELIMITD_ON_STORE_ERROR", default_value = "unavailable")]
+    on_store_error: StoreErrorPolicy,
+    /// Local deny cache in front of Redis: counters found exhausted are answered OVER_LIMIT
+    /// without a Redis round trip until they can admit again (`--deny-cache=false` or
+    /// `--no-deny-cache` turns it off). Unused with the in-memory store.
+    #[arg(
+        long,
+        env = "RATELIMITD_DENY_CACHE",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        overrides_with = "no_deny_cache"
+    )]
+    deny_cache: bool,
+    /// Turns the local deny cache off (same as `--deny-cache=false`).
+    #[arg(long, overrides_with = "deny_cache")]
+    no_deny_cache: bool,
+    /// Most counters the deny cache holds.
+    #[arg(long, env = "RATELIMITD_DENY_CACHE_SIZE", default_value_t = DenyCacheSettings::DEFAULT_MAX_ENTRIES as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    deny_cache_size: u32,
+    #[command(flatten)]
+    keys: RedisKeyArgs,
+}
+
+impl StoreArgs {
+    /// The Redis settings, or `None` for the in-memory store, with the key layout; refuses flags
+    /// that do not fit together or would be ignored.
+    pub fn redis(&self) -> Result<(Option<RedisSettings>, KeyLayout), String> {
+        let topology = self.topology()?;
+        let layout = self.keys.layout()?;
+        if layout.format() == KeyFormat::Envoyproxy && topology.is_none() {
+            return Err(server::ENVOYPROXY_KEYS_NEED_REDIS.into());
+        }
+        self.keys.warn_unused(&layout, topology.is_some());
+        let redis = topology.map(|topology| RedisSettings {
+            timeout: self.redis_timeout,
+            pool_size: self.redis_pool_size,
+            tls_ca: self.redis_tls_ca.clone(),
+            wait_replicas: self.redis_wait_replicas,
+            ..RedisSettings::for_topology(topology)
+        });
+        Ok((redis, layout))
+    }
+
+    /// What a store failure answers.
+    pub fn on_store_error(&self) -> StoreErrorPolicy {
+        self.on_store_error
+    }
+
+    /// The deny cache, unless turned off.
+    pub fn deny_cache(&self) -> Option<DenyCacheSettings> {
+        (self.deny_cache && !self.no_deny_cache).then_some(DenyCacheSettings {
+            max_entries: self.deny_cache_size as usize,
+            ..DenyCacheSettings::default()
+        })
+    }
+
+    /// The Redis deployment the flags name, if any. The credentials and TLS flags belong to clusters
+    /// and Sentinel setups: a single server's URL carries its own, and a flag that would be ignored
+    /// is refused instead.
+    fn topology(&self) -> Result<Option<Topology>, String> {
+        let auth = ServerAuth {
+            user: self.redis_user.clone(),
+            password: self.redis_password.clone(),
+            tls: self.redis_tls,
+        };
+        let sentinel_auth = ServerAuth {
+            user: self.redis_sentinel_user.clone(),
+            password: self.redis_sentinel_password.clone(),
+            tls: self.redis_tls,
+        };
+        let refuse = |flags: &str, why: &str| Err(format!("{flags} {why}"));
+        if self.redis_sentinel.is_none()
+            && (sentinel_auth.user.is_some() || sentinel_auth.password.is_some())
+        {
+            return refuse(
+                "--redis-sentinel-user/--redis-sentinel-password",
+                "need --redis-sentinel",
+            );
+        }
+        if let Some(url) = &self.redis_url {
+            if auth != ServerAuth::default() {
+                return refuse(
+                    "--redis-user/--redis-password/--redis-tls",
+                    "apply to --redis-cluster and --redis-sentinel: put a single server's credentials \
+                     in its url (redis://user:password@host:port) and use rediss:// for TLS",
+                );
+            }
+            return Ok(Some(Topology::Single { url: url.clone() }));
+        }
+        if !self.redis_cluster.is_empty() {
+            return Ok(Some(Topology::Cluster {
+                seeds: self.redis_cluster.clone(),
+                auth,
+            }));
+        }
+        if let Some((master_name, sentinels)) = &self.redis_sentinel {
+            return Ok(Some(Topology::Sentinel {
+                master_name: master_name.clone(),
+                sentinels: sentinels.clone(),
+                auth,
+                sentinel_auth,
+            }));
+        }
+        if auth != ServerAuth::default() || self.redis_wait_replicas > 0 {
+            return refuse(
+                "--redis-user/--redis-password/--redis-tls/--redis-wait-replicas",
+                "need a Redis (--redis-url, --redis-cluster or --redis-sentinel)",
+            );
+        }
+        Ok(None)
+    }
+}
+
+/// The keys the Redis store writes: a prefix, and envoyproxy/ratelimit's format for fixed
+/// windows, so a fleet rolling from envoyproxy/ratelimit to ratelimitd shares its counts.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Redis keys")]
+struct RedisKeyArgs {
+    /// Key format of `fixed_window` counters in Redis: ratelimitd (its own injective keys,
+    /// decided all or nothing) or envoyproxy (exactly the keys, increments and expiry
+    /// envoyproxy/ratelimit writes, so both share one count; needs Redis). Other algorithms
+    /// always keep ratelimitd's keys.
+    #[arg(long, env = "RATELIMITD_KEY_FORMAT", default_value = "ratelimitd")]
+    key_format: KeyFormat,
+    /// Prepended to every Redis key ratelimitd writes, in both formats (envoyproxy/ratelimit's
+    /// CACHE_KEY_PREFIX); at most 128 bytes, without `{` or `}`.
+    #[arg(long, env = "RATELIMITD_REDIS_KEY_PREFIX", default_value = "", value_parser = key_prefix)]
+    redis_key_prefix: String,
+    /// envoyproxy-format keys: each write sets the TTL to the window plus a random number of
+    /// seconds in [0, N) (envoyproxy/ratelimit's EXPIRATION_JITTER_MAX_SECONDS; 0: none).
+    #[arg(
+        long,
+        env = "RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS",
+        default_value_t = 0
+    )]
+    expiration_jitter_max_seconds: u32,
+    /// envoyproxy-format keys: a denied request counts its hits only at the descriptors it is
+    /// over the limit of, instead of at every descriptor (envoyproxy/ratelimit's
+    /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
+    #[arg(long, env = "RATELIMITD_STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")]
+    stop_cache_key_increment_when_overlimit: bool,
+}
+
+impl RedisKeyArgs {
+    fn layout(&self) -> Result<KeyLayout, String> {
+        KeyLayout::new(
+            self.key_format,
+            &self.redis_key_prefix,
+            self.expiration_jitter_max_seconds,
+            self.stop_cache_key_increment_when_overlimit,
+        )
+        .map_err(|error| format!("--redis-key-prefix: {error}"))
+    }
+
+    /// Settings that do nothing in this deployment are reported rather than refused: they are
+    /// envoyproxy/ratelimit's own variables, often left in a shared environment.
+    fn warn_unused(&self, layout: &KeyLayout, redis: bool) {
+        if layout.format() != KeyFormat::Envoyproxy
+            && (self.expiration_jitter_max_seconds > 0
+                || self.stop_cache_key_increment_when_overlimit)
+        {
+            tracing::warn!(
+                "--expiration-jitter-max-seconds and --stop-cache-key-increment-when-overlimit \
+                 apply to --key-format envoyproxy only; ignored"
+            );
+        }
+        if !redis && !layout.prefix().is_empty() {
+            tracing::warn!("--redis-key-prefix applies to Redis keys only; ignored");
+        }
+    }
+}
+
+fn key_prefix(text: &str) -> Result<String, String> {
+    KeyLayout::check_prefix(text)
+        .map(|()| text.to_owned())
+        .map_err(|error| error.to_string())
+}

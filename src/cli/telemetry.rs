@@ -1,0 +1,98 @@
+//! What the server tells about itself: logs, the near-limit metric, statsd.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use clap::ValueEnum;
+use tracing_subscriber::EnvFilter;
+
+use super::parse;
+use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
+use crate::service::statsd::{ExtraTags, StatsdAddr, StatsdSettings};
+
+/// Log records as text lines or JSON objects.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs, metrics and statsd.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Telemetry")]
+pub struct TelemetryArgs {
+    /// Log format.
+    #[arg(
+        long,
+        env = "RATELIMITD_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: LogFormat,
+    /// Log filter (tracing-subscriber syntax, e.g. `info` or `ratelimitd=debug`).
+    #[arg(long, env = "RATELIMITD_LOG_LEVEL", default_value = "info")]
+    log_level: String,
+    /// Share of a limit's capacity above which admitted hits count as near the limit in the
+    /// `ratelimitd_near_limit_total` metric (envoyproxy/ratelimit's NEAR_LIMIT_RATIO).
+    #[arg(long, env = "RATELIMITD_NEAR_LIMIT_RATIO", default_value_t = DEFAULT_NEAR_LIMIT_RATIO, value_parser = parse::ratio)]
+    near_limit_ratio: f64,
+    #[command(flatten)]
+    statsd: StatsdArgs,
+}
+
+impl TelemetryArgs {
+    /// Installs the global log subscriber.
+    pub fn init_logging(&self) {
+        init_logging(self.log_format, &self.log_level);
+    }
+
+    /// The near-limit share of the metrics.
+    pub fn near_limit_ratio(&self) -> f64 {
+        self.near_limit_ratio
+    }
+
+    /// The statsd sink, if asked for.
+    pub fn statsd(&self) -> Option<StatsdSettings> {
+        self.statsd.settings()
+    }
+}
+
+/// Installs the global log subscriber: `filter` in tracing-subscriber's syntax (`info` when it
+/// does not parse), colours only on a terminal.
+pub fn init_logging(format: LogFormat, filter: &str) {
+    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stdout().is_terminal());
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// The statsd sink: envoyproxy/ratelimit's stats, under its names, over UDP.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Statsd")]
+struct StatsdArgs {
+    /// Send envoyproxy/ratelimit's statsd stats over UDP to HOST:PORT (HOST may be a name,
+    /// looked up at start and again after a failure). Without it, no statsd.
+    #[arg(long, env = "RATELIMITD_STATSD_ADDR", value_name = "HOST:PORT", value_parser = StatsdAddr::parse)]
+    statsd_addr: Option<StatsdAddr>,
+    /// How often to send the stats (envoyproxy/ratelimit's STATS_FLUSH_INTERVAL).
+    #[arg(long, env = "RATELIMITD_STATSD_FLUSH_INTERVAL", default_value = "10s", value_parser = parse::positive_duration, requires = "statsd_addr")]
+    statsd_flush_interval: Duration,
+    /// Tags added to every stat, as envoyproxy/ratelimit's EXTRA_TAGS (written into the stat
+    /// names as `.__K=V`, as its statsd library does).
+    #[arg(long, env = "RATELIMITD_STATSD_EXTRA_TAGS", value_name = "K:V[,K:V...]", value_parser = ExtraTags::parse, requires = "statsd_addr")]
+    statsd_extra_tags: Option<ExtraTags>,
+}
+
+impl StatsdArgs {
+    fn settings(&self) -> Option<StatsdSettings> {
+        self.statsd_addr.clone().map(|addr| StatsdSettings {
+            flush_interval: self.statsd_flush_interval,
+            extra_tags: self.statsd_extra_tags.clone().unwrap_or_default(),
+            ..StatsdSettings::new(addr)
+        })
+    }
+}

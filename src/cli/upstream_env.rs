@@ -1,0 +1,52 @@
+//! envoyproxy/ratelimit's environment, read before the command line is parsed (drop-in mode).
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+
+use crate::envoyproxy_env;
+
+/// Sets the `RATELIMITD_*` variables that envoyproxy/ratelimit's variables ask for (see
+/// [`envoyproxy_env`]), before the command line is parsed, so flags and `RATELIMITD_*`
+/// variables win and every value goes through the same parser. Drop-in mode: `serve` or
+/// `check` without `--config` or `RATELIMITD_CONFIG`.
+pub fn read(arguments: &[OsString]) -> Result<envoyproxy_env::Translation, Vec<String>> {
+    let environment: BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+        .collect();
+    let subcommand = arguments.get(1).and_then(|a| a.to_str());
+    let config_given = environment.contains_key("RATELIMITD_CONFIG")
+        || arguments.iter().any(|argument| {
+            argument
+                .to_str()
+                .is_some_and(|a| a == "--config" || a.starts_with("--config="))
+        });
+    let drop_in = matches!(subcommand, Some("serve" | "check")) && !config_given;
+    let translation = envoyproxy_env::translate(&environment, drop_in)?;
+    for assignment in &translation.assignments {
+        // Still one thread: nothing reads the environment concurrently.
+        std::env::set_var(assignment.variable, &assignment.value);
+    }
+    Ok(translation)
+}
+
+/// Logs what envoyproxy/ratelimit's variables did, once logging is set up.
+pub fn log(translation: &envoyproxy_env::Translation) {
+    for assignment in &translation.assignments {
+        let value = if assignment.secret {
+            "***"
+        } else {
+            assignment.value.as_str()
+        };
+        tracing::info!(
+            from = %assignment.from,
+            "envoyproxy/ratelimit setting: {}={value}",
+            assignment.variable
+        );
+    }
+    for notice in &translation.notices {
+        match notice.level {
+            envoyproxy_env::Level::Info => tracing::info!("{}", notice.text),
+            envoyproxy_env::Level::Warn => tracing::warn!("{}", notice.text),
+        }
+    }
+}
