@@ -149,12 +149,7 @@ enum ConfigLayout {
 struct ConfigSourceArgs {
     /// Configuration file, or directory of *.yaml / *.yml files (repeatable). Without it (and
     /// RATELIMITD_CONFIG), envoyproxy/ratelimit's RUNTIME_ROOT layout is read (see docs/migration.md).
-    #[arg(
-        long = "config",
-        env = "RATELIMITD_CONFIG",
-        required = true,
-        value_delimiter = ','
-    )]
+    #[arg(long = "config", env = "RATELIMITD_CONFIG", value_delimiter = ',')]
     config: Vec<PathBuf>,
     /// How configuration directories are read: files (their own *.yaml / *.yml files, names
     /// starting with `.` skipped) or runtime (every file, in subdirectories too, as
@@ -196,6 +191,8 @@ impl ConfigSourceArgs {
 struct ServeArgs {
     #[command(flatten)]
     config: ConfigSourceArgs,
+    #[command(flatten)]
+    xds: config::xds::args::XdsArgs,
     /// Address of the gRPC port (RLS, health, reflection).
     #[arg(long, env = "RATELIMITD_GRPC_ADDR", default_value = "0.0.0.0:8081")]
     grpc_addr: SocketAddr,
@@ -818,6 +815,10 @@ fn health(args: &HealthArgs) -> ExitCode {
 
 fn check(args: &CheckArgs) -> ExitCode {
     let source = &args.config;
+    if source.config.is_empty() {
+        eprintln!("error: check needs --config (or RATELIMITD_CONFIG)");
+        return ExitCode::from(2);
+    }
     match config::Loader::new(source.limits.limits())
         .with_options(source.load_options())
         .load(&source.config)
@@ -854,6 +855,13 @@ fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCode {
     open_files::raise_to_hard_limit();
     let topology = match redis_topology(&args) {
         Ok(topology) => topology,
+        Err(error) => {
+            tracing::error!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let xds = match args.xds.options(&args.config.config) {
+        Ok(xds) => xds,
         Err(error) => {
             tracing::error!("{error}");
             return ExitCode::FAILURE;
@@ -924,6 +932,7 @@ fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCode {
         };
         let settings = server::Settings {
             config_paths: args.config.config.clone(),
+            xds,
             redis: topology.map(|topology| RedisSettings {
                 timeout: args.redis_timeout,
                 pool_size: args.redis_pool_size,
