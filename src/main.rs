@@ -736,7 +736,7 @@ fn main() -> ExitCode {
 /// Sets the `RATELIMITD_*` variables that envoyproxy/ratelimit's variables ask for (see
 /// [`envoyproxy_env`]), before the command line is parsed, so flags and `RATELIMITD_*`
 /// variables win and every value goes through the same parser. Drop-in mode: `serve` or
-/// `check` without `--config` or `RATELIMITD_CONFIG`.
+/// `check` without `--config`, `--config-source` or their `RATELIMITD_*` variables.
 fn read_upstream_environment(
     arguments: &[OsString],
 ) -> Result<envoyproxy_env::Translation, Vec<String>> {
@@ -745,10 +745,13 @@ fn read_upstream_environment(
         .collect();
     let subcommand = arguments.get(1).and_then(|a| a.to_str());
     let config_given = environment.contains_key("RATELIMITD_CONFIG")
+        || environment.contains_key("RATELIMITD_CONFIG_SOURCE")
         || arguments.iter().any(|argument| {
-            argument
-                .to_str()
-                .is_some_and(|a| a == "--config" || a.starts_with("--config="))
+            argument.to_str().is_some_and(|a| {
+                ["--config", "--config-source"]
+                    .iter()
+                    .any(|flag| a == *flag || a.starts_with(&format!("{flag}=")))
+            })
         });
     let drop_in = matches!(subcommand, Some("serve" | "check")) && !config_given;
     let translation = envoyproxy_env::translate(&environment, drop_in)?;
