@@ -58,10 +58,10 @@ pub mod ratelimit {
     }
 }
 
+pub use self::ratelimit::config::ratelimit::v3 as rls_config;
 pub use envoy::extensions::common::ratelimit::v3 as common;
 pub use envoy::service::discovery::v3 as discovery;
 pub use envoy::service::ratelimit::v3 as rls;
-pub use self::ratelimit::config::ratelimit::v3 as rls_config;
 
 /// Encoded `FileDescriptorSet` of the protos, served by gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("rls_descriptor");

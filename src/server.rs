@@ -479,8 +479,8 @@ async fn serve<S: Store>(
 
     // Over xDS, the service starts before any configuration: health waits for one unless it
     // may start without.
-    let waits_for_xds = matches!(context.config, ConfigFeed::Xds { .. })
-        && !context.initial_config.force_start;
+    let waits_for_xds =
+        matches!(context.config, ConfigFeed::Xds { .. }) && !context.initial_config.force_start;
     let config_gate = ConfigGate {
         config: context.config.clone(),
         required: context.initial_config.healthy_only_when_loaded || waits_for_xds,

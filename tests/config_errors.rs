@@ -339,7 +339,10 @@ fn a_symlinked_file_is_followed_and_named_by_its_link() {
     symlink(elsewhere.path().join("real.txt"), &link).expect("symlink");
     let errors = load_errors(&[dir.path().to_path_buf()]);
     assert_eq!(errors.len(), 1);
-    assert_eq!((errors[0].file(), errors[0].line), (Some(link.as_path()), 2));
+    assert_eq!(
+        (errors[0].file(), errors[0].line),
+        (Some(link.as_path()), 2)
+    );
 
     write(elsewhere.path(), "real.txt", "domain: linked\n");
     let rules = load(&[link]).unwrap_or_else(|e| panic!("{e}"));

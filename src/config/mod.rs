@@ -12,8 +12,8 @@ mod limits;
 pub mod reload;
 mod schema;
 mod stats;
-mod yaml;
 pub mod xds;
+mod yaml;
 
 use std::collections::HashMap;
 use std::fs;

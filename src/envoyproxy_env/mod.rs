@@ -475,7 +475,10 @@ impl<'a> Reader<'a> {
                      --config or RATELIMITD_CONFIG"
                         .into(),
                 );
-                self.unused(&XDS, "the configuration is given by --config or RATELIMITD_CONFIG");
+                self.unused(
+                    &XDS,
+                    "the configuration is given by --config or RATELIMITD_CONFIG",
+                );
                 false
             }
             Some("GRPC_XDS_SOTW") => {
@@ -564,9 +567,18 @@ impl<'a> Reader<'a> {
         );
         for (name, variable) in [
             ("CONFIG_GRPC_XDS_NODE_ID", "RATELIMITD_XDS_NODE_ID"),
-            ("CONFIG_GRPC_XDS_NODE_METADATA", "RATELIMITD_XDS_NODE_METADATA"),
-            ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "RATELIMITD_XDS_BACKOFF_RANDOM_FACTOR"),
-            ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "RATELIMITD_XDS_MAX_MESSAGE_BYTES"),
+            (
+                "CONFIG_GRPC_XDS_NODE_METADATA",
+                "RATELIMITD_XDS_NODE_METADATA",
+            ),
+            (
+                "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+                "RATELIMITD_XDS_BACKOFF_RANDOM_FACTOR",
+            ),
+            (
+                "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+                "RATELIMITD_XDS_MAX_MESSAGE_BYTES",
+            ),
         ] {
             if let Some(value) = self.get(name) {
                 self.assign(variable, value.to_owned(), name);
@@ -606,7 +618,10 @@ impl<'a> Reader<'a> {
         ];
         if !self.bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", false) {
             let names = TLS.map(|(name, _)| name);
-            self.unused(&names, "CONFIG_GRPC_XDS_SERVER_USE_TLS is not true (as upstream)");
+            self.unused(
+                &names,
+                "CONFIG_GRPC_XDS_SERVER_USE_TLS is not true (as upstream)",
+            );
             return;
         }
         self.assign(

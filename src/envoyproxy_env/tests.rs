@@ -342,7 +342,10 @@ fn grpc_xds_sotw_sets_the_xds_flags_with_upstream_defaults() {
         ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
         ("CONFIG_GRPC_XDS_NODE_ID", "rl-0"),
         ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=a"),
-        ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "authorization:Bearer t"),
+        (
+            "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+            "authorization:Bearer t",
+        ),
         ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "1s"),
         ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
         ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
@@ -378,7 +381,10 @@ fn grpc_xds_sotw_sets_the_xds_flags_with_upstream_defaults() {
     ] {
         assert!(set.contains_key(variable), "{variable}");
     }
-    assert!(!set.contains_key("RATELIMITD_CONFIG"), "no runtime directory");
+    assert!(
+        !set.contains_key("RATELIMITD_CONFIG"),
+        "no runtime directory"
+    );
     assert!(translation
         .assignments
         .iter()

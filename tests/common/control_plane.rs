@@ -118,11 +118,12 @@ impl ControlPlane {
                 std::fs::read(&tls.cert).expect("server cert"),
                 std::fs::read(&tls.key).expect("server key"),
             );
-            let config = ServerTlsConfig::new()
-                .identity(identity)
-                .client_ca_root(Certificate::from_pem(
-                    std::fs::read(&tls.client_ca).expect("client CA"),
-                ));
+            let config =
+                ServerTlsConfig::new()
+                    .identity(identity)
+                    .client_ca_root(Certificate::from_pem(
+                        std::fs::read(&tls.client_ca).expect("client CA"),
+                    ));
             builder = builder.tls_config(config).expect("server TLS");
         }
         let service = AggregatedDiscoveryServiceServer::new(Ads {
@@ -133,7 +134,10 @@ impl ControlPlane {
         let stopped = stop.clone();
         let task = tokio::spawn(async move {
             let _ = router
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stopped.cancelled_owned())
+                .serve_with_incoming_shutdown(
+                    TcpListenerStream::new(listener),
+                    stopped.cancelled_owned(),
+                )
                 .await;
         });
         self.running = Some((stop, task));
@@ -184,7 +188,10 @@ impl ControlPlane {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || tokio::time::timeout(left, arrived).await.is_err() {
-                panic!("no {what} within {timeout:?}; received: {:#?}", self.received());
+                panic!(
+                    "no {what} within {timeout:?}; received: {:#?}",
+                    self.received()
+                );
             }
         }
     }

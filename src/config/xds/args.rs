@@ -270,12 +270,18 @@ mod tests {
         let both = parse(&["--config-source=xds", "--xds-server=cp:1"]).expect("parses");
         assert!(both.options(&files).unwrap_err().contains("exclude"));
         let file = parse(&["--xds-server=cp:1"]).expect("parses");
-        assert!(file.options(&files).unwrap_err().contains("--config-source xds"));
+        assert!(file
+            .options(&files)
+            .unwrap_err()
+            .contains("--config-source xds"));
         let none = parse(&[]).expect("parses");
         assert!(none.options(&[]).unwrap_err().contains("--config"));
         assert_eq!(none.options(&files), Ok(None));
         assert!(parse(&["--xds-tls-ca=/ca.pem"]).is_err(), "needs --xds-tls");
-        assert!(parse(&["--xds-tls", "--xds-tls-cert=/c.pem"]).is_err(), "needs the key");
+        assert!(
+            parse(&["--xds-tls", "--xds-tls-cert=/c.pem"]).is_err(),
+            "needs the key"
+        );
         assert!(parse(&["--xds-node-metadata=novalue"]).is_err());
         assert!(parse(&["--xds-header=bad name:x"]).is_err());
         assert!(parse(&["--xds-backoff-random-factor=1.5"]).is_err());

@@ -176,7 +176,9 @@ impl Session<'_> {
             tracing::warn!(%type_url, "xDS response of a type not subscribed to; refused");
             return self.nack(
                 nonce,
-                format!("response of type `{type_url}`; subscribed to `{RATE_LIMIT_CONFIG_TYPE}` only"),
+                format!(
+                    "response of type `{type_url}`; subscribed to `{RATE_LIMIT_CONFIG_TYPE}` only"
+                ),
             );
         }
         let loader = self.loader.clone();
@@ -203,7 +205,10 @@ impl Session<'_> {
                 (self.on_update)(XdsUpdate::Rejected { version, errors });
                 self.nack(nonce, message)
             }
-            Err(error) => self.nack(nonce, format!("the configuration could not be loaded: {error}")),
+            Err(error) => self.nack(
+                nonce,
+                format!("the configuration could not be loaded: {error}"),
+            ),
         }
     }
 
@@ -301,7 +306,10 @@ mod tests {
             cluster: "edge".into(),
             metadata: vec![("zone".into(), "a".into())],
         });
-        assert_eq!((node.id.as_str(), node.cluster.as_str()), ("ratelimit-0", "edge"));
+        assert_eq!(
+            (node.id.as_str(), node.cluster.as_str()),
+            ("ratelimit-0", "edge")
+        );
         let metadata = node.metadata.expect("metadata");
         assert_eq!(
             metadata.fields["zone"].kind,

@@ -418,10 +418,15 @@ mod tests {
         });
         let errors = load(&[config]).expect_err("unit 42, replaces itself");
         assert!(
-            errors.contains("resource edge-config: descriptors[0].rate_limit.unit: unknown unit `42`"),
+            errors.contains(
+                "resource edge-config: descriptors[0].rate_limit.unit: unknown unit `42`"
+            ),
             "{errors}"
         );
-        assert!(errors.contains("descriptors[0].rate_limit.replaces"), "{errors}");
+        assert!(
+            errors.contains("descriptors[0].rate_limit.replaces"),
+            "{errors}"
+        );
     }
 
     #[test]
@@ -489,7 +494,10 @@ mod tests {
         assert_eq!(trees.len(), 1);
         let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
         assert!(text[0].starts_with("resource #1: resource: resource of type `type.googleapis.com/envoy.config.cluster.v3.Cluster`"), "{text:?}");
-        assert!(text[1].starts_with("resource #2: resource: not a RateLimitConfig"), "{text:?}");
+        assert!(
+            text[1].starts_with("resource #2: resource: not a RateLimitConfig"),
+            "{text:?}"
+        );
     }
 
     #[test]

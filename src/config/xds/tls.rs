@@ -49,5 +49,6 @@ impl XdsTls {
 }
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|error| format!("cannot read the xDS {what} {}: {error}", path.display()))
+    std::fs::read(path)
+        .map_err(|error| format!("cannot read the xDS {what} {}: {error}", path.display()))
 }
