@@ -374,7 +374,7 @@ mod tests {
                 )
             })
             .collect();
-        assert_eq!(kinds["d.free"], true);
+        assert!(kinds["d.free"]);
         assert!(matches!(
             rules
                 .limits()
