@@ -1,4 +1,6 @@
-//! Generated code for the hand-written RLS v3 protos in `proto/`.
+//! Generated code for the hand-written protos in `proto/`: RLS v3, and the xDS subscription to
+//! the rate-limit configuration (discovery messages and envoyproxy/ratelimit's
+//! `RateLimitConfig`).
 #![allow(clippy::all, missing_docs)]
 
 pub mod codec;
@@ -26,6 +28,11 @@ pub mod envoy {
         }
     }
     pub mod service {
+        pub mod discovery {
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.discovery.v3");
+            }
+        }
         pub mod ratelimit {
             pub mod v3 {
                 tonic::include_proto!("envoy.service.ratelimit.v3");
@@ -34,7 +41,26 @@ pub mod envoy {
     }
 }
 
+pub mod google {
+    pub mod rpc {
+        tonic::include_proto!("google.rpc");
+    }
+}
+
+/// envoyproxy/ratelimit's configuration resource (`ratelimit.config.ratelimit.v3`).
+pub mod ratelimit {
+    pub mod config {
+        pub mod ratelimit {
+            pub mod v3 {
+                tonic::include_proto!("ratelimit.config.ratelimit.v3");
+            }
+        }
+    }
+}
+
+pub use self::ratelimit::config::ratelimit::v3 as rls_config;
 pub use envoy::extensions::common::ratelimit::v3 as common;
+pub use envoy::service::discovery::v3 as discovery;
 pub use envoy::service::ratelimit::v3 as rls;
 
 /// Encoded `FileDescriptorSet` of the protos, served by gRPC reflection.

@@ -39,6 +39,7 @@ pub use self::listener::GrpcListener;
 use self::tls::{ServerTls, TlsError, TLS_RELOAD_INTERVAL};
 
 use crate::config::reload::{ReloadOutcome, Reloader};
+use crate::config::xds::{XdsConfig, XdsOptions, XdsUpdate};
 use crate::config::{self, ConfigErrors, LoadOptions};
 use crate::limiter::{Modes, RequestLimits, Rules};
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
@@ -66,8 +67,10 @@ const STATSD_LAST_FLUSH: Duration = Duration::from_secs(3);
 /// Everything `serve` needs besides the listeners.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Configuration files or directories.
+    /// Configuration files or directories (unused with [`Settings::xds`]).
     pub config_paths: Vec<PathBuf>,
+    /// Configuration from an xDS server instead of files.
+    pub xds: Option<XdsOptions>,
     /// Redis to share counters with other instances; `None` keeps them in this process.
     pub redis: Option<RedisSettings>,
     /// The keys the Redis store writes (prefix, envoyproxy/ratelimit's format); the envoyproxy
@@ -143,6 +146,7 @@ impl Settings {
     pub fn new(config_paths: Vec<PathBuf>) -> Settings {
         Settings {
             config_paths,
+            xds: None,
             redis: None,
             redis_keys: KeyLayout::default(),
             response_headers: ResponseHeaders::None,
@@ -200,10 +204,56 @@ pub enum ServerError {
     Tls(#[from] TlsError),
 }
 
+/// Where the rules come from, and whether any have loaded.
+#[derive(Clone)]
+enum ConfigFeed {
+    /// Files, reloaded when they change or on SIGHUP.
+    Files(Arc<Reloader>),
+    /// An xDS server, through a client that validates with `loader`.
+    Xds {
+        config: Arc<XdsConfig>,
+        options: Box<XdsOptions>,
+        loader: Arc<config::Loader>,
+    },
+}
+
+impl ConfigFeed {
+    fn has_loaded(&self) -> bool {
+        match self {
+            ConfigFeed::Files(reloader) => reloader.has_loaded(),
+            ConfigFeed::Xds { config, .. } => config.has_loaded(),
+        }
+    }
+
+    fn xds(&self) -> Option<Arc<XdsConfig>> {
+        match self {
+            ConfigFeed::Files(_) => None,
+            ConfigFeed::Xds { config, .. } => Some(config.clone()),
+        }
+    }
+}
+
+/// Loads the configuration files for the first time: their errors stop the start, unless
+/// `--force-start-without-initial-config` starts without them.
+fn start_files(settings: &Settings, loader: Arc<config::Loader>) -> Result<Reloader, ServerError> {
+    if !settings.initial_config.force_start {
+        return Ok(Reloader::start(settings.config_paths.clone(), loader)?);
+    }
+    let (reloader, errors) = Reloader::start_forced(settings.config_paths.clone(), loader);
+    if let Some(errors) = errors {
+        tracing::error!(
+            errors = errors.len(),
+            "configuration does not load; serving without one until it does \
+             (--force-start-without-initial-config):\n{errors}"
+        );
+    }
+    Ok(reloader)
+}
+
 /// What the serving loop needs besides the store, whatever the store is.
 struct Context {
     rules: Arc<ArcSwap<Rules>>,
-    reloader: Arc<Reloader>,
+    config: ConfigFeed,
     metrics: Arc<Metrics>,
     headers: ResponseHeaders,
     reload_interval: Option<Duration>,
@@ -240,32 +290,39 @@ pub async fn run(
         connection_age: settings.grpc.connection_age,
     };
     let loader = Arc::new(config::Loader::new(settings.config_limits).with_options(settings.load));
-    let reloader = if settings.initial_config.force_start {
-        let (reloader, errors) =
-            Reloader::start_forced(settings.config_paths.clone(), loader.clone());
-        if let Some(errors) = errors {
-            tracing::error!(
-                errors = errors.len(),
-                "configuration does not load; serving without one until it does \
-                 (--force-start-without-initial-config):\n{errors}"
+    let feed = match settings.xds.clone() {
+        Some(options) => {
+            tracing::info!(
+                server = %options.server,
+                node = %options.node.id,
+                tls = options.tls.is_some(),
+                "configuration from xDS; waiting for the server's first response"
             );
+            ConfigFeed::Xds {
+                config: Arc::new(XdsConfig::new()),
+                options: Box::new(options),
+                loader: loader.clone(),
+            }
         }
-        reloader
-    } else {
-        Reloader::start(settings.config_paths.clone(), loader.clone())?
+        None => ConfigFeed::Files(Arc::new(start_files(&settings, loader.clone())?)),
     };
-    let reloader = Arc::new(reloader);
-    let rules = reloader.rules().clone();
+    let rules = match &feed {
+        ConfigFeed::Files(reloader) => reloader.rules().clone(),
+        ConfigFeed::Xds { config, .. } => config.rules().clone(),
+    };
     let domains = rules.load().domains.len();
     let metrics = Arc::new(Metrics::new(settings.near_limit_ratio));
     metrics.register_rules(&rules.load());
     metrics.register_config_loader(loader);
+    if let ConfigFeed::Xds { config, .. } = &feed {
+        metrics.register_xds_config(config.clone());
+    }
     if settings.statsd.is_some() {
         metrics.keep_response_times();
     }
     let mut context = Context {
         rules,
-        reloader,
+        config: feed,
         metrics: metrics.clone(),
         headers: settings.response_headers,
         reload_interval: settings.reload_interval.filter(|i| !i.is_zero()),
@@ -420,9 +477,13 @@ async fn serve<S: Store>(
         }
     });
 
+    // Over xDS, the service starts before any configuration: health waits for one unless it
+    // may start without.
+    let waits_for_xds =
+        matches!(context.config, ConfigFeed::Xds { .. }) && !context.initial_config.force_start;
     let config_gate = ConfigGate {
-        reloader: context.reloader.clone(),
-        required: context.initial_config.healthy_only_when_loaded,
+        config: context.config.clone(),
+        required: context.initial_config.healthy_only_when_loaded || waits_for_xds,
     };
     health
         .set_serving(store.is_healthy().await && config_gate.open())
@@ -433,14 +494,36 @@ async fn serve<S: Store>(
         health.clone(),
         stopping.clone(),
     ));
-    tokio::spawn(watch_config(
-        context.reloader.clone(),
-        context.metrics.clone(),
-        context.reload_interval,
-        context.on_rules_changed,
-        hangups(),
-        stopping.clone(),
-    ));
+    match context.config.clone() {
+        ConfigFeed::Files(reloader) => {
+            tokio::spawn(watch_config(
+                reloader,
+                context.metrics.clone(),
+                context.reload_interval,
+                context.on_rules_changed,
+                hangups(),
+                stopping.clone(),
+            ));
+        }
+        ConfigFeed::Xds {
+            config,
+            options,
+            loader,
+        } => {
+            let on_update = xds_updates(
+                config.clone(),
+                context.metrics.clone(),
+                context.on_rules_changed,
+            );
+            tokio::spawn(config::xds::run(
+                *options,
+                config,
+                loader,
+                on_update,
+                stopping.clone(),
+            ));
+        }
+    }
     let statsd_sink = context.statsd.clone().map(|settings| {
         tokio::spawn(statsd::run(
             settings,
@@ -467,6 +550,7 @@ async fn serve<S: Store>(
         edge: Some(edge.clone()),
         max_json_body: limits.max_request_size,
         metrics_path: DEFAULT_METRICS_PATH.to_owned(),
+        xds: context.config.xds(),
     });
     let mut http_ports = vec![(http, http_state.clone())];
     let mut extra_ports = Vec::new();
@@ -478,6 +562,7 @@ async fn serve<S: Store>(
             edge: None,
             max_json_body: limits.max_request_size,
             metrics_path: context.metrics_path.clone(),
+            xds: None,
         };
         http_ports.push((listener, Arc::new(metrics_state)));
     }
@@ -779,6 +864,40 @@ async fn watch_config(
     }
 }
 
+/// What each xDS response did: counted as a reload, logged, and (when the rules changed) the
+/// per-limit metrics registered and `on_rules_changed` called.
+fn xds_updates(
+    config: Arc<XdsConfig>,
+    metrics: Arc<Metrics>,
+    on_rules_changed: Box<dyn Fn() + Send + Sync>,
+) -> Arc<dyn Fn(XdsUpdate) + Send + Sync> {
+    Arc::new(move |update| match update {
+        XdsUpdate::Applied {
+            version,
+            domains,
+            limits,
+            changed,
+        } => {
+            metrics.record_reload(true);
+            if changed {
+                metrics.register_rules(&config.rules().load_full());
+                on_rules_changed();
+                tracing::info!(%version, domains, limits, "xDS configuration applied");
+            } else {
+                tracing::info!(%version, domains, limits, "xDS configuration applied, no change");
+            }
+        }
+        XdsUpdate::Rejected { version, errors } => {
+            metrics.record_reload(false);
+            tracing::error!(
+                %version,
+                errors = errors.len(),
+                "xDS configuration rejected (NACK); the running one stays:\n{errors}"
+            );
+        }
+    })
+}
+
 fn reloader_rules(reloader: &Reloader) -> Arc<Rules> {
     reloader.rules().load_full()
 }
@@ -793,13 +912,13 @@ async fn drain_deadline(stopping: &CancellationToken) {
 /// Whether the configuration lets health be SERVING: always, unless health waits for a
 /// configuration to have loaded ([`InitialConfig::healthy_only_when_loaded`]).
 struct ConfigGate {
-    reloader: Arc<Reloader>,
+    config: ConfigFeed,
     required: bool,
 }
 
 impl ConfigGate {
     fn open(&self) -> bool {
-        !self.required || self.reloader.has_loaded()
+        !self.required || self.config.has_loaded()
     }
 }
 

@@ -136,7 +136,7 @@ fn upstream_invalid_files_are_rejected_with_line_and_reason() {
             Err(errors) => {
                 assert!(errors
                     .iter()
-                    .all(|error| error.line > 0 && error.file == path));
+                    .all(|error| error.line > 0 && error.file() == Some(&*path)));
                 if !errors
                     .iter()
                     .any(|error| error.line == line && error.message.contains(reason))

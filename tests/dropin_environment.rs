@@ -434,7 +434,7 @@ fn variables_that_cannot_be_honoured_stop_startup_by_name() {
             "true",
             "USE_DOG_STATSD=true: DogStatsD is not supported",
         ),
-        ("CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_TYPE=GRPC_XDS_SOTW"),
+        ("CONFIG_TYPE", "REST", "CONFIG_TYPE: `REST`"),
         (
             "SHADOW_MODE",
             "yes",

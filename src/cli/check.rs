@@ -15,6 +15,10 @@ pub struct CheckArgs {
 /// Prints `configuration OK: …` and exits 0, or every error with its place and exits 1.
 pub fn check(args: &CheckArgs) -> ExitCode {
     let source = &args.config;
+    if source.config.is_empty() {
+        eprintln!("error: check needs --config (or RATELIMITD_CONFIG)");
+        return ExitCode::from(2);
+    }
     match config::Loader::new(source.limits.limits())
         .with_options(source.load_options())
         .load(&source.config)

@@ -24,12 +24,7 @@ pub enum ConfigLayout {
 pub struct ConfigSourceArgs {
     /// Configuration file, or directory of *.yaml / *.yml files (repeatable). Without it (and
     /// RATELIMITD_CONFIG), envoyproxy/ratelimit's RUNTIME_ROOT layout is read (see docs/migration.md).
-    #[arg(
-        long = "config",
-        env = "RATELIMITD_CONFIG",
-        required = true,
-        value_delimiter = ','
-    )]
+    #[arg(long = "config", env = "RATELIMITD_CONFIG", value_delimiter = ',')]
     pub config: Vec<PathBuf>,
     /// How configuration directories are read: files (their own *.yaml / *.yml files, names
     /// starting with `.` skipped) or runtime (every file, in subdirectories too, as

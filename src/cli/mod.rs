@@ -16,6 +16,7 @@ mod serve;
 mod store;
 mod telemetry;
 pub mod upstream_env;
+mod xds;
 
 use clap::{Parser, Subcommand};
 

@@ -11,6 +11,7 @@ use super::responses::ResponseArgs;
 use super::store::StoreArgs;
 use super::telemetry::TelemetryArgs;
 use super::upstream_env;
+use super::xds::XdsArgs;
 use crate::envoyproxy_env;
 use crate::server::{self, open_files};
 
@@ -19,6 +20,8 @@ use crate::server::{self, open_files};
 pub struct ServeArgs {
     #[command(flatten)]
     config: ConfigSourceArgs,
+    #[command(flatten)]
+    xds: XdsArgs,
     #[command(flatten)]
     reload: ReloadArgs,
     #[command(flatten)]
@@ -43,8 +46,10 @@ impl ServeArgs {
     /// The server's settings; an error names the flags that do not fit together.
     pub fn settings(&self) -> Result<server::Settings, String> {
         let (redis, redis_keys) = self.store.redis()?;
+        let xds = self.xds.options(&self.config.config)?;
         Ok(server::Settings {
             config_paths: self.config.config.clone(),
+            xds,
             redis,
             redis_keys,
             response_headers: self.responses.headers(),

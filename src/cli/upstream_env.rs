@@ -8,17 +8,20 @@ use crate::envoyproxy_env;
 /// Sets the `RATELIMITD_*` variables that envoyproxy/ratelimit's variables ask for (see
 /// [`envoyproxy_env`]), before the command line is parsed, so flags and `RATELIMITD_*`
 /// variables win and every value goes through the same parser. Drop-in mode: `serve` or
-/// `check` without `--config` or `RATELIMITD_CONFIG`.
+/// `check` without `--config`, `--config-source` or their `RATELIMITD_*` variables.
 pub fn read(arguments: &[OsString]) -> Result<envoyproxy_env::Translation, Vec<String>> {
     let environment: BTreeMap<String, String> = std::env::vars_os()
         .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
         .collect();
     let subcommand = arguments.get(1).and_then(|a| a.to_str());
     let config_given = environment.contains_key("RATELIMITD_CONFIG")
+        || environment.contains_key("RATELIMITD_CONFIG_SOURCE")
         || arguments.iter().any(|argument| {
-            argument
-                .to_str()
-                .is_some_and(|a| a == "--config" || a.starts_with("--config="))
+            argument.to_str().is_some_and(|a| {
+                ["--config", "--config-source"]
+                    .iter()
+                    .any(|flag| a == *flag || a.starts_with(&format!("{flag}=")))
+            })
         });
     let drop_in = matches!(subcommand, Some("serve" | "check")) && !config_given;
     let translation = envoyproxy_env::translate(&environment, drop_in)?;

@@ -12,6 +12,7 @@ mod limits;
 pub mod reload;
 mod schema;
 mod stats;
+pub mod xds;
 mod yaml;
 
 use std::collections::HashMap;
@@ -20,12 +21,12 @@ use std::path::{Path, PathBuf};
 
 use crate::limiter;
 
-pub use error::{ConfigError, ConfigErrors};
+pub use error::{ConfigError, ConfigErrors, Origin};
 pub use limits::Limits;
 pub use stats::{ConfigLimit, LoadStats};
 
 use schema::DescriptorId;
-use yaml::Pos;
+use yaml::{Node, Pos};
 
 /// How configuration files come together.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -112,75 +113,43 @@ impl Loader {
     /// configuration is not loaded without it. Neither is ever opened.
     pub fn load(&self, paths: &[PathBuf]) -> Result<limiter::Rules, ConfigErrors> {
         let mut errors = Vec::new();
-        let mut rules = limiter::Rules::default();
-        let mut origins: HashMap<String, Origin> = HashMap::new();
-        for file in config_files(paths, self.options.layout, &mut errors) {
+        let files = config_files(paths, self.options.layout, &mut errors);
+        let mut assembly = Assembly::new(self.options, errors);
+        for file in files {
             let text = match self.read_text(&file) {
                 Ok(text) => text,
                 Err(error) => {
-                    errors.push(file_error(&file, error.to_string()));
+                    assembly.errors.push(file_error(&file, error.to_string()));
                     continue;
                 }
             };
-            let parsed = match self.parse_file(&file, &text) {
-                Ok(parsed) => parsed,
-                Err(file_errors) => {
-                    errors.extend(file_errors);
-                    continue;
-                }
-            };
-            let domain = parsed.rules.domain.clone();
-            let Some(origin) = origins.get_mut(&domain) else {
-                origins.insert(
-                    domain.clone(),
-                    Origin {
-                        file: file.clone(),
-                        domain_pos: parsed.domain_pos,
-                        top_level: parsed
-                            .top_level
-                            .into_iter()
-                            .map(|(id, (pos, _))| (id, (file.clone(), pos)))
-                            .collect(),
-                    },
-                );
-                rules.domains.insert(domain, parsed.rules);
-                continue;
-            };
-            if !self.options.merge_domains {
-                errors.push(ConfigError {
-                    file: file.clone(),
-                    line: parsed.domain_pos.line,
-                    column: parsed.domain_pos.column,
-                    field: "domain".to_string(),
-                    message: format!(
-                        "domain `{domain}` is already defined in {}:{} (--merge-domain-config \
-                         merges the files of one domain)",
-                        origin.file.display(),
-                        origin.domain_pos.line
-                    ),
-                });
-                continue;
-            }
-            let clashes = merge_clashes(&file, &parsed.top_level, &origin.top_level);
-            if !clashes.is_empty() {
-                errors.extend(clashes);
-                continue;
-            }
-            origin.top_level.extend(
-                parsed
-                    .top_level
-                    .into_iter()
-                    .map(|(id, (pos, _))| (id, (file.clone(), pos))),
-            );
-            if let Some(merged) = rules.domains.get_mut(&domain) {
-                merge_level(&mut merged.root, parsed.rules.root);
+            let origin = Origin::File(file);
+            match self.parse_file(&origin, &text) {
+                Ok(parsed) => assembly.add(origin, parsed),
+                Err(file_errors) => assembly.errors.extend(file_errors),
             }
         }
-        if errors.is_empty() {
-            Ok(rules)
-        } else {
-            Err(ConfigErrors(errors))
+        assembly.finish()
+    }
+
+    /// Validates configuration trees that did not come from files (xDS resources, one domain
+    /// each, in order) and assembles them exactly as [`Loader::load`] assembles files: the same
+    /// schema, the same rule for a domain in two of them ([`LoadOptions::merge_domains`]).
+    /// `errors` (problems found before the trees, e.g. undecodable resources) come first.
+    pub(crate) fn load_trees(
+        &self,
+        trees: Vec<(Origin, Node)>,
+        errors: Vec<ConfigError>,
+    ) -> Result<limiter::Rules, ConfigErrors> {
+        let mut assembly = Assembly::new(self.options, errors);
+        for (origin, root) in trees {
+            self.stats.record_parse();
+            match schema::domain_rules(&origin, &root) {
+                Ok(parsed) => assembly.add(origin, parsed),
+                Err(tree_errors) => assembly.errors.extend(tree_errors),
+            }
         }
+        assembly.finish()
     }
 
     fn read_text(&self, path: &Path) -> Result<String, file::FileError> {
@@ -198,7 +167,7 @@ impl Loader {
 
     fn parse_file(
         &self,
-        origin: &Path,
+        origin: &Origin,
         text: &str,
     ) -> Result<schema::ParsedDomain, Vec<ConfigError>> {
         self.stats.record_parse();
@@ -212,37 +181,112 @@ impl Loader {
     }
 }
 
-/// Where a domain was first defined, and where each of its top-level descriptors is.
-struct Origin {
-    file: PathBuf,
-    domain_pos: Pos,
-    top_level: HashMap<DescriptorId, (PathBuf, Pos)>,
+/// Domains being put together from files or resources, and every error found so far.
+struct Assembly {
+    options: LoadOptions,
+    rules: limiter::Rules,
+    origins: HashMap<String, DomainOrigin>,
+    errors: Vec<ConfigError>,
 }
 
-/// The errors for `file`'s top-level descriptors that another file of the domain already has,
-/// in `file`'s source order.
+impl Assembly {
+    fn new(options: LoadOptions, errors: Vec<ConfigError>) -> Assembly {
+        Assembly {
+            options,
+            rules: limiter::Rules::default(),
+            origins: HashMap::new(),
+            errors,
+        }
+    }
+
+    /// Adds one validated domain: new, merged into the same domain seen before, or refused.
+    fn add(&mut self, origin: Origin, parsed: schema::ParsedDomain) {
+        let domain = parsed.rules.domain.clone();
+        let Some(first) = self.origins.get_mut(&domain) else {
+            self.origins.insert(
+                domain.clone(),
+                DomainOrigin {
+                    domain_pos: parsed.domain_pos,
+                    top_level: parsed
+                        .top_level
+                        .into_iter()
+                        .map(|(id, (pos, _))| (id, (origin.clone(), pos)))
+                        .collect(),
+                    origin,
+                },
+            );
+            self.rules.domains.insert(domain, parsed.rules);
+            return;
+        };
+        if !self.options.merge_domains {
+            self.errors.push(ConfigError {
+                origin,
+                line: parsed.domain_pos.line,
+                column: parsed.domain_pos.column,
+                field: "domain".to_string(),
+                message: format!(
+                    "domain `{domain}` is already defined in {} (--merge-domain-config \
+                     merges the files of one domain)",
+                    first.origin.at_line(first.domain_pos.line)
+                ),
+            });
+            return;
+        }
+        let clashes = merge_clashes(&origin, &parsed.top_level, &first.top_level);
+        if !clashes.is_empty() {
+            self.errors.extend(clashes);
+            return;
+        }
+        first.top_level.extend(
+            parsed
+                .top_level
+                .into_iter()
+                .map(|(id, (pos, _))| (id, (origin.clone(), pos))),
+        );
+        if let Some(merged) = self.rules.domains.get_mut(&domain) {
+            merge_level(&mut merged.root, parsed.rules.root);
+        }
+    }
+
+    fn finish(self) -> Result<limiter::Rules, ConfigErrors> {
+        if self.errors.is_empty() {
+            Ok(self.rules)
+        } else {
+            Err(ConfigErrors(self.errors))
+        }
+    }
+}
+
+/// Where a domain was first defined, and where each of its top-level descriptors is.
+struct DomainOrigin {
+    origin: Origin,
+    domain_pos: Pos,
+    top_level: HashMap<DescriptorId, (Origin, Pos)>,
+}
+
+/// The errors for `origin`'s top-level descriptors that another file of the domain already has,
+/// in `origin`'s source order.
 fn merge_clashes(
-    file: &Path,
+    origin: &Origin,
     incoming: &HashMap<DescriptorId, (Pos, String)>,
-    existing: &HashMap<DescriptorId, (PathBuf, Pos)>,
+    existing: &HashMap<DescriptorId, (Origin, Pos)>,
 ) -> Vec<ConfigError> {
     let mut clashes: Vec<ConfigError> = incoming
         .iter()
         .filter_map(|(id, (pos, field))| {
-            let (first_file, first_pos) = existing.get(id)?;
+            let (first_origin, first_pos) = existing.get(id)?;
             let what = match &id.1 {
                 Some(value) => format!("key `{}` and value `{value}`", id.0),
                 None => format!("key `{}` without a value", id.0),
             };
             Some(ConfigError {
-                file: file.to_path_buf(),
+                origin: origin.clone(),
                 line: pos.line,
                 column: pos.column,
                 field: field.clone(),
                 message: format!(
-                    "duplicate descriptor in merged domain: {what} is already defined at {}:{}",
-                    first_file.display(),
-                    first_pos.line
+                    "duplicate descriptor in merged domain: {what} is already defined at {}",
+                    first_origin.at_line(first_pos.line)
                 ),
             })
         })
@@ -265,21 +309,21 @@ fn merge_level(into: &mut limiter::RuleSet, more: limiter::RuleSet) {
 /// file name used in errors. Returns every error found in the file, in source order.
 pub fn parse_domain(origin: &Path, text: &str) -> Result<limiter::DomainRules, ConfigErrors> {
     Loader::default()
-        .parse_file(origin, text)
+        .parse_file(&Origin::File(origin.to_path_buf()), text)
         .map(|parsed| parsed.rules)
         .map_err(ConfigErrors)
 }
 
 /// A YAML error as a configuration error. The alias budget's message stands alone; others are
 /// the parser's, marked as such.
-fn yaml_error(origin: &Path, error: yaml::SyntaxError) -> ConfigError {
+fn yaml_error(origin: &Origin, error: yaml::SyntaxError) -> ConfigError {
     let message = if error.alias_budget {
         error.message
     } else {
         format!("invalid YAML: {}", error.message)
     };
     ConfigError {
-        file: origin.to_path_buf(),
+        origin: origin.clone(),
         line: error.pos.line,
         column: error.pos.column,
         field: "yaml".to_string(),
@@ -406,7 +450,7 @@ fn runtime_tree(
 
 fn file_error(path: &Path, message: String) -> ConfigError {
     ConfigError {
-        file: path.to_path_buf(),
+        origin: Origin::File(path.to_path_buf()),
         line: 0,
         column: 0,
         field: "file".to_string(),
@@ -428,7 +472,7 @@ mod tests {
         .expect_err("bad indentation");
         assert_eq!(errors.len(), 1, "{errors}");
         let error = &errors.0[0];
-        assert_eq!((error.file.as_path(), error.line), (origin, 4), "{error}");
+        assert_eq!((error.file(), error.line), (Some(origin), 4), "{error}");
         assert_eq!(error.field, "yaml");
         assert!(error.message.starts_with("invalid YAML: "), "{error}");
         assert!(
@@ -471,7 +515,7 @@ mod tests {
         let errors = load(&paths).expect_err("same domain twice");
         assert_eq!(errors.len(), 1, "{errors}");
         let error = &errors.0[0];
-        assert_eq!((error.file.as_path(), error.line), (b.as_path(), 2));
+        assert_eq!((error.file(), error.line), (Some(b.as_path()), 2));
         assert!(
             error
                 .message
@@ -517,7 +561,7 @@ mod tests {
         .expect_err("path=/a* twice");
         assert_eq!(errors.len(), 1, "{errors}");
         let error = &errors.0[0];
-        assert_eq!((error.file.as_path(), error.line), (b.as_path(), 4));
+        assert_eq!((error.file(), error.line), (Some(b.as_path()), 4));
         assert_eq!(error.field, "descriptors[1]");
         assert!(
             error.message.contains(&format!(

@@ -3,10 +3,9 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 
-use super::error::ConfigError;
+use super::error::{ConfigError, Origin};
 use super::yaml::{MapEntry, Node, Pos, ScalarType, Value};
 use crate::limiter::metadata::Number;
 use crate::limiter::{
@@ -61,11 +60,11 @@ pub struct ParsedDomain {
     pub top_level: HashMap<DescriptorId, (Pos, String)>,
 }
 
-/// Validates one file's tree and builds its rules; on failure returns every error found, in
-/// source order.
-pub fn domain_rules(file: &Path, root: &Node) -> Result<ParsedDomain, Vec<ConfigError>> {
+/// Validates one file's (or resource's) tree and builds its rules; on failure returns every
+/// error found, in source order, each naming `origin`.
+pub fn domain_rules(origin: &Origin, root: &Node) -> Result<ParsedDomain, Vec<ConfigError>> {
     let mut checker = Checker {
-        file,
+        origin,
         errors: Vec::new(),
     };
     let parsed = checker.root(root);
@@ -103,7 +102,7 @@ struct NodeFlags {
 }
 
 struct Checker<'f> {
-    file: &'f Path,
+    origin: &'f Origin,
     errors: Vec<ConfigError>,
 }
 
@@ -129,7 +128,7 @@ impl<'n> Fields<'n> {
 impl Checker<'_> {
     fn error(&mut self, pos: Pos, field: &str, message: impl Into<String>) {
         self.errors.push(ConfigError {
-            file: self.file.to_path_buf(),
+            origin: self.origin.clone(),
             line: pos.line,
             column: pos.column,
             field: field.to_string(),
@@ -488,11 +487,14 @@ impl Checker<'_> {
                     Some(value) => format!("key `{key}` and value `{value}`"),
                     None => format!("key `{key}` without a value"),
                 };
-                let line = first.get().0.line;
+                let at = match self.origin {
+                    Origin::File(_) => format!("line {}", first.get().0.line),
+                    Origin::Resource(_) => first.get().1.clone(),
+                };
                 self.error(
                     item.pos,
                     path,
-                    format!("duplicate descriptor: {what} is already defined at line {line}"),
+                    format!("duplicate descriptor: {what} is already defined at {at}"),
                 );
                 return;
             }
@@ -959,7 +961,7 @@ mod tests {
             Err(errors) => errors
                 .into_iter()
                 .map(|e| {
-                    assert_eq!(e.file, Path::new("test.yaml"));
+                    assert_eq!(e.file(), Some(Path::new("test.yaml")));
                     (e.line, e.column, e.field, e.message)
                 })
                 .collect(),

@@ -459,21 +459,39 @@ impl<'a> Reader<'a> {
             "XDS_CLIENT_BACKOFF_JITTER",
             "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
         ];
-        match self
+        let xds = match self
             .get("CONFIG_TYPE")
             .map(str::to_ascii_uppercase)
             .as_deref()
         {
-            None | Some("FILE") => self.unused(&XDS, "CONFIG_TYPE is FILE (as upstream)"),
-            Some("GRPC_XDS_SOTW") => self.fail(
-                "CONFIG_TYPE=GRPC_XDS_SOTW: configuration over xDS is not supported yet; \
-                 mount the configuration files (CONFIG_TYPE=FILE)"
-                    .into(),
-            ),
-            Some(other) => self.fail(format!(
-                "CONFIG_TYPE: `{other}` is not a configuration type (FILE)"
-            )),
-        }
+            None | Some("FILE") => {
+                self.unused(&XDS, "CONFIG_TYPE is FILE (as upstream)");
+                false
+            }
+            Some("GRPC_XDS_SOTW") if !self.drop_in => {
+                self.note(
+                    Level::Info,
+                    "CONFIG_TYPE=GRPC_XDS_SOTW is not used: the configuration is given by \
+                     --config or RATELIMITD_CONFIG"
+                        .into(),
+                );
+                self.unused(
+                    &XDS,
+                    "the configuration is given by --config or RATELIMITD_CONFIG",
+                );
+                false
+            }
+            Some("GRPC_XDS_SOTW") => {
+                self.xds();
+                true
+            }
+            Some(other) => {
+                self.fail(format!(
+                    "CONFIG_TYPE: `{other}` is not a configuration type (FILE, GRPC_XDS_SOTW)"
+                ));
+                false
+            }
+        };
         self.copy_bool(
             "FORCE_START_WITHOUT_INITIAL_CONFIG",
             "RATELIMITD_FORCE_START_WITHOUT_INITIAL_CONFIG",
@@ -496,6 +514,10 @@ impl<'a> Reader<'a> {
                 &RUNTIME,
                 "the configuration is given by --config or RATELIMITD_CONFIG",
             );
+            return;
+        }
+        if xds {
+            self.unused(&RUNTIME, "CONFIG_TYPE is GRPC_XDS_SOTW");
             return;
         }
         let root = self
@@ -524,6 +546,93 @@ impl<'a> Reader<'a> {
                      reloads on a swap of the root's symlink and on a change in place alike"
                 ),
             );
+        }
+    }
+
+    /// `CONFIG_TYPE=GRPC_XDS_SOTW`: the xDS client's settings, upstream's defaults where
+    /// ratelimitd's would differ (the server `localhost:18000`).
+    fn xds(&mut self) {
+        self.assign(
+            "RATELIMITD_CONFIG_SOURCE",
+            "xds".into(),
+            "CONFIG_TYPE=GRPC_XDS_SOTW",
+        );
+        let server = self
+            .get("CONFIG_GRPC_XDS_SERVER_URL")
+            .unwrap_or("localhost:18000");
+        self.assign(
+            "RATELIMITD_XDS_SERVER",
+            server.to_owned(),
+            "CONFIG_GRPC_XDS_SERVER_URL",
+        );
+        for (name, variable) in [
+            ("CONFIG_GRPC_XDS_NODE_ID", "RATELIMITD_XDS_NODE_ID"),
+            (
+                "CONFIG_GRPC_XDS_NODE_METADATA",
+                "RATELIMITD_XDS_NODE_METADATA",
+            ),
+            (
+                "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+                "RATELIMITD_XDS_BACKOFF_RANDOM_FACTOR",
+            ),
+            (
+                "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+                "RATELIMITD_XDS_MAX_MESSAGE_BYTES",
+            ),
+        ] {
+            if let Some(value) = self.get(name) {
+                self.assign(variable, value.to_owned(), name);
+            }
+        }
+        if let Some(headers) = self.get("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS") {
+            // Often a bearer token.
+            self.assign_with(
+                "RATELIMITD_XDS_HEADERS",
+                headers.to_owned(),
+                "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+                true,
+            );
+        }
+        self.copy_duration(
+            "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+            "RATELIMITD_XDS_CONNECT_RETRY_INTERVAL",
+            None,
+        );
+        self.copy_duration(
+            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+            "RATELIMITD_XDS_BACKOFF_INITIAL",
+            None,
+        );
+        self.copy_duration(
+            "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+            "RATELIMITD_XDS_BACKOFF_MAX",
+            None,
+        );
+        self.copy_bool("XDS_CLIENT_BACKOFF_JITTER", "RATELIMITD_XDS_BACKOFF_JITTER");
+
+        const TLS: [(&str, &str); 4] = [
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "RATELIMITD_XDS_TLS_CERT"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "RATELIMITD_XDS_TLS_KEY"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "RATELIMITD_XDS_TLS_CA"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "RATELIMITD_XDS_TLS_SAN"),
+        ];
+        if !self.bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", false) {
+            let names = TLS.map(|(name, _)| name);
+            self.unused(
+                &names,
+                "CONFIG_GRPC_XDS_SERVER_USE_TLS is not true (as upstream)",
+            );
+            return;
+        }
+        self.assign(
+            "RATELIMITD_XDS_TLS",
+            "true".into(),
+            "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+        );
+        for (name, variable) in TLS {
+            if let Some(value) = self.get(name) {
+                self.assign(variable, value.to_owned(), name);
+            }
         }
     }
 

@@ -229,10 +229,7 @@ fn what_cannot_be_honoured_is_refused_by_name() {
     for (pairs, expected) in [
         (vec![("BACKEND_TYPE", "memcache")], "BACKEND_TYPE=memcache"),
         (vec![("USE_DOG_STATSD", "true")], "USE_DOG_STATSD=true"),
-        (
-            vec![("CONFIG_TYPE", "GRPC_XDS_SOTW")],
-            "CONFIG_TYPE=GRPC_XDS_SOTW",
-        ),
+        (vec![("CONFIG_TYPE", "REST")], "CONFIG_TYPE: `REST`"),
         (
             vec![("GRPC_SERVER_USE_TLS", "true")],
             "GRPC_SERVER_USE_TLS=true needs",
@@ -337,4 +334,62 @@ fn a_connection_age_grace_alone_takes_upstreams_default_age() {
         humantime::parse_duration(&set["RATELIMITD_GRPC_MAX_CONNECTION_AGE_GRACE"]),
         Ok(std::time::Duration::from_secs(30))
     );
+}
+
+#[test]
+fn grpc_xds_sotw_sets_the_xds_flags_with_upstream_defaults() {
+    let env = env(&[
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_NODE_ID", "rl-0"),
+        ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=a"),
+        (
+            "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+            "authorization:Bearer t",
+        ),
+        ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "1s"),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key"),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "envoy-gateway"),
+        ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "500ms"),
+        ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "1m"),
+        ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.2"),
+        ("XDS_CLIENT_BACKOFF_JITTER", "false"),
+        ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "1048576"),
+        ("RUNTIME_ROOT", "/data"),
+    ]);
+    let translation = translate(&env, true).expect("translates");
+    let set = assigned(&translation);
+    assert_eq!(set["RATELIMITD_CONFIG_SOURCE"], "xds");
+    assert_eq!(set["RATELIMITD_XDS_SERVER"], "localhost:18000");
+    assert_eq!(set["RATELIMITD_XDS_NODE_ID"], "rl-0");
+    assert_eq!(set["RATELIMITD_XDS_NODE_METADATA"], "zone=a");
+    assert_eq!(set["RATELIMITD_XDS_HEADERS"], "authorization:Bearer t");
+    assert_eq!(set["RATELIMITD_XDS_TLS"], "true");
+    assert_eq!(set["RATELIMITD_XDS_TLS_CA"], "/certs/ca.crt");
+    assert_eq!(set["RATELIMITD_XDS_TLS_CERT"], "/certs/tls.crt");
+    assert_eq!(set["RATELIMITD_XDS_TLS_KEY"], "/certs/tls.key");
+    assert_eq!(set["RATELIMITD_XDS_TLS_SAN"], "envoy-gateway");
+    assert_eq!(set["RATELIMITD_XDS_BACKOFF_RANDOM_FACTOR"], "0.2");
+    assert_eq!(set["RATELIMITD_XDS_BACKOFF_JITTER"], "false");
+    assert_eq!(set["RATELIMITD_XDS_MAX_MESSAGE_BYTES"], "1048576");
+    for variable in [
+        "RATELIMITD_XDS_CONNECT_RETRY_INTERVAL",
+        "RATELIMITD_XDS_BACKOFF_INITIAL",
+        "RATELIMITD_XDS_BACKOFF_MAX",
+    ] {
+        assert!(set.contains_key(variable), "{variable}");
+    }
+    assert!(
+        !set.contains_key("RATELIMITD_CONFIG"),
+        "no runtime directory"
+    );
+    assert!(translation
+        .assignments
+        .iter()
+        .any(|a| a.variable == "RATELIMITD_XDS_HEADERS" && a.secret));
+
+    let with_config = translate(&env, false).expect("translates");
+    assert!(!assigned(&with_config).contains_key("RATELIMITD_CONFIG_SOURCE"));
 }

@@ -9,7 +9,8 @@
 //! - `/rlconfig`: the loaded limits, one per line, in envoyproxy/ratelimit's format
 //!   (`edge.api_key_free.path: unit=SECOND requests_per_unit=10, shadow_mode: false`), sorted by
 //!   path, with this service's extensions appended when they differ from the defaults
-//!   (`, unit_multiplier: 5`, `, algorithm: gcra`, `, burst: 20`, `, unlimited: true`).
+//!   (`, unit_multiplier: 5`, `, algorithm: gcra`, `, burst: 20`, `, unlimited: true`); with
+//!   configuration over xDS, headed by `# xDS version: <version_info in force>`.
 
 use std::sync::Arc;
 
@@ -24,6 +25,7 @@ use super::json::{request_from_json, response_to_json};
 use super::limited::Limited;
 use super::metrics::Metrics;
 use super::rls::RateLimitEdge;
+use crate::config::xds::XdsConfig;
 use crate::limiter::{LimitKind, Rules};
 use crate::proto::rls::rate_limit_response::Code;
 use crate::store::Store;
@@ -45,6 +47,8 @@ pub struct HttpState<S> {
     /// Where the Prometheus text is served (`/metrics`; a metrics port may name another path,
     /// as envoyproxy/ratelimit's `PROMETHEUS_PATH`).
     pub metrics_path: String,
+    /// With configuration over xDS: its version in force heads `/rlconfig`.
+    pub xds: Option<Arc<XdsConfig>>,
 }
 
 impl<S> HttpState<S> {
@@ -56,6 +60,7 @@ impl<S> HttpState<S> {
             edge: None,
             max_json_body: DEFAULT_MAX_JSON_BODY,
             metrics_path: DEFAULT_METRICS_PATH.to_owned(),
+            xds: None,
         }
     }
 }
@@ -99,7 +104,19 @@ pub async fn respond<S: Store>(
             }
         }
         "/rlconfig" if get => match &state.edge {
-            Some(edge) => text(StatusCode::OK, rlconfig(&edge.rules().load())),
+            Some(edge) => {
+                let limits = rlconfig(&edge.rules().load());
+                match state.xds.as_ref().map(|xds| xds.version()) {
+                    None => text(StatusCode::OK, limits),
+                    Some(version) => text(
+                        StatusCode::OK,
+                        format!(
+                            "# xDS version: {}\n{limits}",
+                            version.as_deref().unwrap_or("(none received yet)")
+                        ),
+                    ),
+                }
+            }
             None => text(StatusCode::NOT_FOUND, "not found"),
         },
         // Like envoyproxy/ratelimit, any method: the body is what matters.

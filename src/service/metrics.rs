@@ -45,6 +45,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use parking_lot::{Mutex, RwLock};
 
 use super::limited::{Limited, Port};
+use crate::config::xds::XdsConfig;
 use crate::config::{ConfigLimit, Loader};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::{
@@ -325,6 +326,7 @@ pub struct Metrics {
     last_success_unix: AtomicU64,
     /// The loader of the running configuration, whose counters are rendered.
     config_loader: Mutex<Option<Arc<Loader>>>,
+    xds_config: Mutex<Option<Arc<XdsConfig>>>,
     limited: [AtomicU64; Limited::ALL.len()],
     accept_errors: [AtomicU64; Port::ALL.len()],
     externals: Mutex<Vec<External>>,
@@ -376,6 +378,7 @@ impl Metrics {
             last_reload_ok: AtomicBool::new(true),
             last_success_unix: AtomicU64::new(unix_now()),
             config_loader: Mutex::new(None),
+            xds_config: Mutex::new(None),
             limited: Default::default(),
             accept_errors: Default::default(),
             externals: Mutex::new(Vec::new()),
@@ -580,6 +583,12 @@ impl Metrics {
         *self.config_loader.lock() = Some(loader);
     }
 
+    /// The xDS client's configuration, whose version in force is exported
+    /// (`ratelimitd_config_xds_version_info`).
+    pub fn register_xds_config(&self, config: Arc<XdsConfig>) {
+        *self.xds_config.lock() = Some(config);
+    }
+
     pub fn record_store_error(&self, error: &StoreError) {
         let index = STORE_ERROR_KINDS
             .iter()
@@ -745,7 +754,7 @@ impl Metrics {
         family(
             &mut out,
             "ratelimitd_config_reloads_total",
-            "Configuration reloads (file change or SIGHUP), by result.",
+            "Configuration reloads (file change, SIGHUP or xDS response), by result.",
             "counter",
         );
         let _ = writeln!(
@@ -780,6 +789,21 @@ impl Metrics {
             "ratelimitd_config_last_reload_success_timestamp_seconds {}",
             self.last_success_unix.load(Ordering::Relaxed)
         );
+        if let Some(config) = self.xds_config.lock().as_ref() {
+            family(
+                &mut out,
+                "ratelimitd_config_xds_version_info",
+                "1, labelled with the version_info of the xDS configuration in force (none before the first).",
+                "gauge",
+            );
+            if let Some(version) = config.version() {
+                let _ = writeln!(
+                    out,
+                    "ratelimitd_config_xds_version_info{{version=\"{}\"}} 1",
+                    escape(&version)
+                );
+            }
+        }
 
         if let Some(loader) = self.config_loader.lock().as_ref() {
             render_config_loader(&mut out, loader);

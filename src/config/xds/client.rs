@@ -1,0 +1,319 @@
+//! The ADS stream: subscribe, turn each response into rules, ACK or NACK it, and reconnect when
+//! the stream ends.
+//!
+//! As envoyproxy/ratelimit's client does: one `StreamAggregatedResources` stream, a wildcard
+//! subscription (no resource names) to [`RATE_LIMIT_CONFIG_TYPE`], the node on every request,
+//! the extra headers on the stream; an ACK carries the response's version and nonce, a NACK
+//! the version still in force, the refused response's nonce and `error_detail`. After a
+//! reconnect the first request carries the version in force, so a server that has nothing newer
+//! may answer with the same configuration (applied again, without a change).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::channel::mpsc;
+use futures::SinkExt;
+use tokio_util::sync::CancellationToken;
+use tonic::metadata::{AsciiMetadataValue, MetadataKey};
+use tonic::transport::{Channel, Endpoint};
+
+use super::backoff::{Backoff, BackoffPolicy};
+use super::convert::{self, RATE_LIMIT_CONFIG_TYPE};
+use super::{NodeIdentity, XdsConfig, XdsOptions};
+use crate::config::{ConfigErrors, Loader};
+use crate::proto::discovery::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use crate::proto::discovery::{DiscoveryRequest, DiscoveryResponse};
+use crate::proto::envoy::config::core::v3::Node;
+use crate::proto::google::rpc::Status;
+
+/// How long a connection attempt (TCP and TLS) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// HTTP/2 pings on an idle stream, so that a server that vanished without closing the
+/// connection is noticed.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `google.rpc.Code.INVALID_ARGUMENT`, the code of a NACK's `error_detail`.
+const INVALID_ARGUMENT: i32 = 3;
+
+/// What a response did to the configuration.
+#[derive(Debug)]
+pub enum XdsUpdate {
+    /// The response's configuration is in force. `changed` is false when it equals the one it
+    /// replaced.
+    Applied {
+        version: String,
+        domains: usize,
+        limits: usize,
+        changed: bool,
+    },
+    /// The response was refused (NACKed); the configuration in force stays.
+    Rejected {
+        version: String,
+        errors: ConfigErrors,
+    },
+}
+
+/// Keeps `config` up to date from the server until `stopping` is cancelled, reconnecting by
+/// itself. `on_update` is called after each response was applied or refused (before its ACK or
+/// NACK is sent).
+pub async fn run(
+    options: XdsOptions,
+    config: Arc<XdsConfig>,
+    loader: Arc<Loader>,
+    on_update: Arc<dyn Fn(XdsUpdate) + Send + Sync>,
+    stopping: CancellationToken,
+) {
+    let mut backoff = Backoff::new(options.backoff);
+    let mut connect_retry = Backoff::new(BackoffPolicy {
+        initial: options.connect_retry_interval,
+        max: options.connect_retry_interval.mul_f64(1.5),
+        random_factor: 0.5,
+        jitter: true,
+    });
+    let session = Session {
+        options: &options,
+        config: &config,
+        loader: &loader,
+        on_update: &on_update,
+    };
+    loop {
+        let end = tokio::select! {
+            _ = stopping.cancelled() => return,
+            end = session.run(&mut backoff) => end,
+        };
+        let wait = match end {
+            SessionEnd::Unreachable(error) => {
+                let wait = connect_retry.next_delay();
+                tracing::warn!(server = %options.server, %error, ?wait, "cannot open the xDS stream; retrying");
+                wait
+            }
+            SessionEnd::Ended(reason) => {
+                connect_retry.reset();
+                let wait = backoff.next_delay();
+                tracing::warn!(server = %options.server, %reason, ?wait, "xDS stream ended; reconnecting");
+                wait
+            }
+        };
+        tokio::select! {
+            _ = stopping.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Why a stream is over.
+enum SessionEnd {
+    /// No stream was opened (connection refused, TLS, the server refused the call).
+    Unreachable(String),
+    /// The stream was open and ended.
+    Ended(String),
+}
+
+struct Session<'a> {
+    options: &'a XdsOptions,
+    config: &'a Arc<XdsConfig>,
+    loader: &'a Arc<Loader>,
+    on_update: &'a Arc<dyn Fn(XdsUpdate) + Send + Sync>,
+}
+
+impl Session<'_> {
+    async fn run(&self, backoff: &mut Backoff) -> SessionEnd {
+        let channel = match connect(self.options).await {
+            Ok(channel) => channel,
+            Err(error) => return SessionEnd::Unreachable(error),
+        };
+        let mut client = AggregatedDiscoveryServiceClient::new(channel)
+            .max_decoding_message_size(self.options.max_message_bytes);
+        // One request is sent per response received: the buffer never fills.
+        let (mut requests, outgoing) = mpsc::channel::<DiscoveryRequest>(2);
+        let subscribe = self.request(self.config.version().unwrap_or_default(), String::new());
+        if requests.try_send(subscribe).is_err() {
+            return SessionEnd::Unreachable("the request stream closed".into());
+        }
+        let mut call = tonic::Request::new(outgoing);
+        for (name, value) in &self.options.headers {
+            match (
+                MetadataKey::from_bytes(name.as_bytes()),
+                AsciiMetadataValue::try_from(value.as_str()),
+            ) {
+                (Ok(name), Ok(value)) => {
+                    call.metadata_mut().insert(name, value);
+                }
+                _ => return SessionEnd::Unreachable(format!("invalid xDS header `{name}`")),
+            }
+        }
+        let mut responses = match client.stream_aggregated_resources(call).await {
+            Ok(response) => response.into_inner(),
+            Err(status) => return SessionEnd::Unreachable(status.to_string()),
+        };
+        tracing::info!(server = %self.options.server, node = %self.options.node.id, "xDS stream open");
+        loop {
+            let response = match responses.message().await {
+                Ok(Some(response)) => response,
+                Ok(None) => return SessionEnd::Ended("the server closed the stream".into()),
+                Err(status) => return SessionEnd::Ended(status.to_string()),
+            };
+            backoff.reset();
+            let reply = self.answer(response).await;
+            if requests.send(reply).await.is_err() {
+                return SessionEnd::Ended("the request stream closed".into());
+            }
+        }
+    }
+
+    /// Applies or refuses `response`, and the ACK or NACK that says so.
+    async fn answer(&self, response: DiscoveryResponse) -> DiscoveryRequest {
+        let DiscoveryResponse {
+            version_info: version,
+            resources,
+            type_url,
+            nonce,
+            ..
+        } = response;
+        if type_url != RATE_LIMIT_CONFIG_TYPE {
+            tracing::warn!(%type_url, "xDS response of a type not subscribed to; refused");
+            return self.nack(
+                nonce,
+                format!(
+                    "response of type `{type_url}`; subscribed to `{RATE_LIMIT_CONFIG_TYPE}` only"
+                ),
+            );
+        }
+        let loader = self.loader.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            let (trees, errors) = convert::resource_trees(&resources);
+            loader.load_trees(trees, errors)
+        })
+        .await;
+        match loaded {
+            Ok(Ok(rules)) => {
+                let domains = rules.domains.len();
+                let limits = rules.limits().len();
+                let changed = self.config.apply(rules, &version);
+                (self.on_update)(XdsUpdate::Applied {
+                    version: version.clone(),
+                    domains,
+                    limits,
+                    changed,
+                });
+                self.request(version, nonce)
+            }
+            Ok(Err(errors)) => {
+                let message = errors.to_string();
+                (self.on_update)(XdsUpdate::Rejected { version, errors });
+                self.nack(nonce, message)
+            }
+            Err(error) => self.nack(
+                nonce,
+                format!("the configuration could not be loaded: {error}"),
+            ),
+        }
+    }
+
+    fn nack(&self, nonce: String, message: String) -> DiscoveryRequest {
+        DiscoveryRequest {
+            error_detail: Some(Status {
+                code: INVALID_ARGUMENT,
+                message,
+                details: Vec::new(),
+            }),
+            ..self.request(self.config.version().unwrap_or_default(), nonce)
+        }
+    }
+
+    fn request(&self, version_info: String, response_nonce: String) -> DiscoveryRequest {
+        DiscoveryRequest {
+            version_info,
+            node: Some(node(&self.options.node)),
+            resource_names: Vec::new(),
+            type_url: RATE_LIMIT_CONFIG_TYPE.to_string(),
+            response_nonce,
+            error_detail: None,
+        }
+    }
+}
+
+fn node(identity: &NodeIdentity) -> Node {
+    let fields = identity
+        .metadata
+        .iter()
+        .map(|(name, value)| {
+            (
+                name.clone(),
+                prost_types::Value {
+                    kind: Some(prost_types::value::Kind::StringValue(value.clone())),
+                },
+            )
+        })
+        .collect();
+    Node {
+        id: identity.id.clone(),
+        cluster: identity.cluster.clone(),
+        metadata: Some(prost_types::Struct { fields }),
+        user_agent_name: "ratelimitd".to_string(),
+        user_agent_version: env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
+async fn connect(options: &XdsOptions) -> Result<Channel, String> {
+    let scheme = if options.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{}", options.server))
+        .map_err(|error| format!("xDS server `{}`: {error}", options.server))?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT);
+    if let Some(tls) = &options.tls {
+        let config = tls.client_config(host_of(&options.server))?;
+        endpoint = endpoint
+            .tls_config(config)
+            .map_err(|error| format!("xDS TLS: {error}"))?;
+    }
+    endpoint
+        .connect()
+        .await
+        .map_err(|error| match std::error::Error::source(&error) {
+            Some(source) => format!("{error}: {source}"),
+            None => error.to_string(),
+        })
+}
+
+/// The host of `HOST:PORT` (without the brackets of an IPv6 address).
+fn host_of(server: &str) -> &str {
+    let host = server.rsplit_once(':').map_or(server, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_is_what_precedes_the_port() {
+        assert_eq!(host_of("xds.example:18000"), "xds.example");
+        assert_eq!(host_of("[::1]:18000"), "::1");
+    }
+
+    #[test]
+    fn the_node_carries_id_cluster_and_string_metadata() {
+        let node = node(&NodeIdentity {
+            id: "ratelimit-0".into(),
+            cluster: "edge".into(),
+            metadata: vec![("zone".into(), "a".into())],
+        });
+        assert_eq!(
+            (node.id.as_str(), node.cluster.as_str()),
+            ("ratelimit-0", "edge")
+        );
+        let metadata = node.metadata.expect("metadata");
+        assert_eq!(
+            metadata.fields["zone"].kind,
+            Some(prost_types::value::Kind::StringValue("a".into()))
+        );
+    }
+}

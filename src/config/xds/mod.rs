@@ -1,0 +1,134 @@
+//! Configuration over xDS: an ADS client (state of the world) subscribed to envoyproxy/ratelimit's
+//! `RateLimitConfig` resources, one per domain, as Envoy Gateway's control plane serves them.
+//!
+//! Every response holds the whole configuration. It is turned into the trees files produce
+//! ([`convert`]) and validated and assembled by the same [`Loader`](super::Loader) as files;
+//! valid, it replaces the running rules in one swap and is ACKed with its version and nonce;
+//! invalid, it is NACKed with the errors (resource name and field path) in `error_detail`, and
+//! the running rules stay. [`client`] holds the stream, [`backoff`] the reconnect delays,
+//! [`tls`] the connection's TLS.
+
+pub mod backoff;
+pub mod client;
+pub mod convert;
+pub mod tls;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+
+pub use backoff::BackoffPolicy;
+pub use client::{run, XdsUpdate};
+pub use convert::RATE_LIMIT_CONFIG_TYPE;
+pub use tls::XdsTls;
+
+use crate::limiter::Rules;
+
+/// Where the xDS server is and how to talk to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct XdsOptions {
+    /// The server, `HOST:PORT`.
+    pub server: String,
+    /// Who this client says it is (the `node` of every request).
+    pub node: NodeIdentity,
+    /// Metadata added to the stream's request headers (e.g. an authorization token), lowercase
+    /// names.
+    pub headers: Vec<(String, String)>,
+    /// TLS to the server; `None`: plaintext.
+    pub tls: Option<XdsTls>,
+    /// The wait between attempts while the server cannot be reached at all (refused, TLS
+    /// failure), ± 50 %, as envoyproxy/ratelimit's `CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL`.
+    pub connect_retry_interval: Duration,
+    /// The waits after a stream the server had accepted ends.
+    pub backoff: BackoffPolicy,
+    /// Largest response accepted, bytes (a larger one ends the stream, which is reopened).
+    pub max_message_bytes: usize,
+}
+
+impl XdsOptions {
+    /// gRPC's default largest message.
+    pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
+    /// envoyproxy/ratelimit's `CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL` default.
+    pub const DEFAULT_CONNECT_RETRY_INTERVAL: Duration = Duration::from_secs(3);
+
+    /// Defaults for everything but the server: node `default`, plaintext, envoyproxy/ratelimit's
+    /// delays.
+    pub fn new(server: impl Into<String>) -> XdsOptions {
+        XdsOptions {
+            server: server.into(),
+            node: NodeIdentity::default(),
+            headers: Vec::new(),
+            tls: None,
+            connect_retry_interval: Self::DEFAULT_CONNECT_RETRY_INTERVAL,
+            backoff: BackoffPolicy::DEFAULT,
+            max_message_bytes: Self::DEFAULT_MAX_MESSAGE_BYTES,
+        }
+    }
+}
+
+/// The `node` of the discovery requests: the control plane picks the configuration by it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeIdentity {
+    pub id: String,
+    /// Empty: not sent.
+    pub cluster: String,
+    /// String fields of the node's metadata, in order.
+    pub metadata: Vec<(String, String)>,
+}
+
+impl Default for NodeIdentity {
+    /// envoyproxy/ratelimit's `CONFIG_GRPC_XDS_NODE_ID` default.
+    fn default() -> Self {
+        NodeIdentity {
+            id: "default".into(),
+            cluster: String::new(),
+            metadata: Vec::new(),
+        }
+    }
+}
+
+/// The configuration an xDS client maintains: the rules the service answers with (swapped
+/// whole), whether any configuration arrived yet, and the version in force.
+#[derive(Debug, Default)]
+pub struct XdsConfig {
+    rules: Arc<ArcSwap<Rules>>,
+    loaded: AtomicBool,
+    version: Mutex<Option<String>>,
+}
+
+impl XdsConfig {
+    /// No configuration yet: no domains.
+    pub fn new() -> XdsConfig {
+        XdsConfig::default()
+    }
+
+    /// The rules, for the service to read.
+    pub fn rules(&self) -> &Arc<ArcSwap<Rules>> {
+        &self.rules
+    }
+
+    /// Whether a valid configuration has arrived.
+    pub fn has_loaded(&self) -> bool {
+        self.loaded.load(Ordering::Acquire)
+    }
+
+    /// The `version_info` of the configuration in force (ACKed last); `None` before the first.
+    pub fn version(&self) -> Option<String> {
+        self.version.lock().clone()
+    }
+
+    /// Puts `rules` in force as `version`; returns whether they differ from those they replace
+    /// (always true for the first).
+    fn apply(&self, rules: Rules, version: &str) -> bool {
+        let changed = !self.has_loaded() || **self.rules.load() != rules;
+        if changed {
+            self.rules.store(Arc::new(rules));
+        }
+        *self.version.lock() = Some(version.to_string());
+        self.loaded.store(true, Ordering::Release);
+        changed
+    }
+}
