@@ -21,6 +21,7 @@ use ratelimitd::service::probe_transport::{ProbeAddress, ProbeTarget, ProbeTls};
 use ratelimitd::service::rls::StoreErrorPolicy;
 use ratelimitd::service::statsd::{ExtraTags, StatsdAddr, StatsdSettings};
 use ratelimitd::service::ResponseHeaders;
+use ratelimitd::store::failure_health::FailureHealthArgs;
 use ratelimitd::store::redis::{HostPort, KeyFormat, KeyLayout, ServerAuth, Topology};
 use ratelimitd::store::{DenyCacheSettings, RedisSettings};
 use ratelimitd::{config, envoyproxy_env, server};
@@ -334,6 +335,8 @@ struct ServeArgs {
     grpc_transport: GrpcTransportArgs,
     #[command(flatten)]
     redis_keys: RedisKeyArgs,
+    #[command(flatten)]
+    failure_health: FailureHealthArgs,
 }
 
 /// The keys the Redis store writes: a prefix, and envoyproxy/ratelimit's format for fixed
@@ -939,6 +942,7 @@ fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCode {
                 max_entries: args.deny_cache_size as usize,
                 ..DenyCacheSettings::default()
             }),
+            failure_health: args.failure_health.settings(),
             near_limit_ratio: args.near_limit_ratio,
             lanes: args.threads.map_or_else(server::default_lanes, usize::from),
             limits: args.limits.limits(),
