@@ -52,7 +52,8 @@ use crate::service::statsd::{self, StatsdSettings};
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
 use crate::store::redis::{KeyFormat, KeyLayout};
 use crate::store::{
-    DenyCache, DenyCacheSettings, MemoryStore, RedisSettings, RedisStore, Store, StoreError,
+    DenyCache, DenyCacheSettings, FailureHealth, FailureHealthSettings, MemoryStore, RedisSettings,
+    RedisStore, Store, StoreError,
 };
 
 /// How often the store's health is probed, and idle memory-store keys swept.
@@ -84,6 +85,9 @@ pub struct Settings {
     pub on_store_error: StoreErrorPolicy,
     /// The local deny cache in front of Redis; `None` turns it off. Unused without Redis.
     pub deny_cache: Option<DenyCacheSettings>,
+    /// When failed Redis calls turn health NOT_SERVING (besides the store's probe). Unused
+    /// without Redis, where nothing fails.
+    pub failure_health: FailureHealthSettings,
     /// Share of a limit above which admitted hits count as near the limit (metrics).
     pub near_limit_ratio: f64,
     /// Serving lanes: threads serving gRPC connections, each with its own current-thread runtime
@@ -153,6 +157,7 @@ impl Settings {
             reload_interval: Some(DEFAULT_RELOAD_INTERVAL),
             on_store_error: StoreErrorPolicy::Unavailable,
             deny_cache: Some(DenyCacheSettings::default()),
+            failure_health: FailureHealthSettings::default(),
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
             lanes: default_lanes(),
             limits: Limits::default(),
@@ -354,6 +359,7 @@ pub async fn run(
                     .await?
                     .with_key_layout(settings.redis_keys),
             );
+            let redis = store.clone();
             let layout = store.key_layout();
             tracing::info!(
                 key_format = %layout.format(),
@@ -397,6 +403,10 @@ pub async fn run(
                 let store = store.clone();
                 metrics.register_counter(name, help, move || read(&store));
             }
+            let store = Arc::new(FailureHealth::new(store, settings.failure_health));
+            if settings.failure_health.is_on() {
+                register_failure_health(&metrics, &store);
+            }
             match settings.deny_cache {
                 None => {
                     tracing::info!(
@@ -408,7 +418,7 @@ pub async fn run(
                     serve(context, store, listeners, shutdown).await
                 }
                 Some(cache_settings) => {
-                    let epoch = store.clone();
+                    let epoch = redis.clone();
                     let cache = Arc::new(
                         DenyCache::new(store, cache_settings).with_epoch(move || epoch.epoch()),
                     );
@@ -896,6 +906,26 @@ fn xds_updates(
             );
         }
     })
+}
+
+/// The `/metrics` view of the rule on failed store calls.
+fn register_failure_health<S: Store>(metrics: &Metrics, store: &Arc<FailureHealth<S>>) {
+    let (calls, failures, trips) = (store.clone(), store.clone(), store.clone());
+    metrics.register_gauge(
+        "ratelimitd_health_store_calls",
+        "Requests the store decided or failed in the health window (--health-failure-window).",
+        move || calls.tally().calls,
+    );
+    metrics.register_gauge(
+        "ratelimitd_health_store_failures",
+        "Of those, the ones that failed (errors, timeouts, lost connections).",
+        move || failures.tally().failures,
+    );
+    metrics.register_counter(
+        "ratelimitd_health_store_failure_trips_total",
+        "Times failed store calls turned health NOT_SERVING (--health-failure-ratio reached).",
+        move || trips.trips(),
+    );
 }
 
 fn reloader_rules(reloader: &Reloader) -> Arc<Rules> {

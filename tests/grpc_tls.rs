@@ -298,6 +298,99 @@ async fn the_client_san_pins_the_client_identity() {
     }
 }
 
+/// A pin matches SANs of its own type only: the same text as a URI SAN does not satisfy a DNS
+/// pin, nor a DNS or URI SAN an IP pin; `dns:`, `ip:` and `uri:` name the type outright.
+#[tokio::test]
+async fn the_client_san_pin_matches_the_sans_type_and_value() {
+    let pki = Pki::new();
+    let ca = pki.ca("a");
+    let cert = ca.server("server", "ratelimitd san type", 2);
+    let dns = ca.client("dns", "DNS:envoy.mesh.test");
+    let uri_lookalike = ca.client("uri-lookalike", "URI:envoy.mesh.test");
+    let ip = ca.client("ip", "IP:10.0.0.7");
+    let ip_lookalikes = ca.client("ip-lookalikes", "DNS:10.0.0.7, URI:10.0.0.7");
+    let dns_scheme_uri = ca.client("dns-scheme-uri", "URI:dns:envoy.mesh.test");
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&dir);
+
+    let cases: [(&str, &[&Issued], &[&Issued]); 6] = [
+        (
+            "envoy.mesh.test",
+            &[&dns],
+            &[&uri_lookalike, &dns_scheme_uri],
+        ),
+        (
+            "dns:envoy.mesh.test",
+            &[&dns],
+            &[&uri_lookalike, &dns_scheme_uri],
+        ),
+        ("uri:envoy.mesh.test", &[&uri_lookalike], &[&dns]),
+        ("10.0.0.7", &[&ip], &[&ip_lookalikes]),
+        ("ip:10.0.0.7", &[&ip], &[&ip_lookalikes]),
+        (
+            "uri:dns:envoy.mesh.test",
+            &[&dns_scheme_uri],
+            &[&dns, &uri_lookalike],
+        ),
+    ];
+    for (pin, accepted, refused) in cases {
+        let server = start_with_client_san(&config, &ca, &cert, pin);
+        for client in accepted {
+            assert_eq!(
+                health_over_tls(&server, &ca.cert, Some(client)).await,
+                Ok(SERVING),
+                "pin {pin}: {client:?}"
+            );
+        }
+        for client in refused {
+            let answer = health_over_tls(&server, &ca.cert, Some(client)).await;
+            assert!(answer.is_err(), "pin {pin}: {client:?}: {answer:?}");
+        }
+    }
+}
+
+/// RFC 5280 4.2.1.12: a client certificate that has an extended key usage must list
+/// `clientAuth`; one without the extension is not restricted and passes (as Go's crypto/tls,
+/// hence envoyproxy/ratelimit, accepts it).
+#[tokio::test]
+async fn a_client_certificate_with_an_extended_key_usage_must_allow_client_auth() {
+    let pki = Pki::new();
+    let ca = pki.ca("a");
+    let cert = ca.server("server", "ratelimitd eku", 2);
+    let sans = "DNS:envoy.client.test";
+    let client_auth = ca.client_with_usage("client-auth", Some("clientAuth"), sans);
+    let both = ca.client_with_usage("both", Some("serverAuth, clientAuth"), sans);
+    let none = ca.client_with_usage("no-eku", None, sans);
+    let server_auth = ca.client_with_usage("server-auth", Some("serverAuth"), sans);
+    let code_signing = ca.client_with_usage("code-signing", Some("codeSigning"), sans);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&dir);
+
+    for pin in [None, Some("envoy.client.test")] {
+        let mut args = tls_args(&config, &cert);
+        args.extend(["--grpc-tls-client-ca", path_str(&ca.cert)]);
+        if let Some(pin) = pin {
+            args.extend(["--grpc-tls-client-san", pin]);
+        }
+        let server = Ratelimitd::start(&args);
+        for client in [&client_auth, &both, &none] {
+            assert_eq!(
+                health_over_tls(&server, &ca.cert, Some(client)).await,
+                Ok(SERVING),
+                "pin {pin:?}: {client:?}"
+            );
+        }
+        for client in [&server_auth, &code_signing] {
+            let answer = health_over_tls(&server, &ca.cert, Some(client)).await;
+            assert!(answer.is_err(), "pin {pin:?}: {client:?}: {answer:?}");
+        }
+        eventually(Duration::from_secs(5), "the refusals counted", || async {
+            metric(&server, "ratelimitd_grpc_tls_handshake_failures_total").await >= 2
+        })
+        .await;
+    }
+}
+
 /// Copies `from` over `to` in place (the way a careless writer replaces a file: truncate, write).
 fn overwrite(from: &Path, to: &Path) {
     std::fs::write(to, std::fs::read(from).unwrap()).unwrap();
@@ -535,6 +628,32 @@ fn flag_errors_name_the_flag_and_the_file() {
                 garbage,
             ],
             &garbage_ca,
+        ),
+        (
+            vec![
+                "--grpc-tls-cert",
+                cert_path,
+                "--grpc-tls-key",
+                key_path,
+                "--grpc-tls-client-ca",
+                path_str(&ca.cert),
+                "--grpc-tls-client-san",
+                "ip:envoy.mesh",
+            ],
+            "--grpc-tls-client-san ip:envoy.mesh: `envoy.mesh` after `ip:` is not an IP address",
+        ),
+        (
+            vec![
+                "--grpc-tls-cert",
+                cert_path,
+                "--grpc-tls-key",
+                key_path,
+                "--grpc-tls-client-ca",
+                path_str(&ca.cert),
+                "--grpc-tls-client-san",
+                "dns:not a name",
+            ],
+            "--grpc-tls-client-san dns:not a name: `not a name` is not a DNS name",
         ),
         (
             vec!["--grpc-max-connection-age-grace", "1m"],

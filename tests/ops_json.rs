@@ -242,3 +242,92 @@ async fn rlconfig_lists_the_loaded_limits() {
     assert_eq!(post.status, 405);
     assert_eq!(get(server.http_addr(), "/nope").await.status, 404);
 }
+
+/// Sends `head` on a new connection to the HTTP port, then `trickle` one byte a second from
+/// another task, and returns what the server answered within `bound` (the connection left open
+/// by the client, so only the server can end the wait early).
+async fn answer_while_trickling(
+    addr: std::net::SocketAddr,
+    head: &[u8],
+    trickle: &'static [u8],
+    bound: std::time::Duration,
+) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    write.write_all(head).await.unwrap();
+    let writer = tokio::spawn(async move {
+        for byte in trickle {
+            if write.write_all(&[*byte]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    });
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let _ = tokio::time::timeout(bound, async {
+        while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+            match read.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buffer[..n]),
+            }
+        }
+    })
+    .await;
+    writer.abort();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test]
+async fn a_body_declared_or_sent_over_the_cap_is_refused_at_once_with_413() {
+    let server = serve(&["--max-request-size", "1KiB"]);
+    let addr = server.http_addr();
+    let bound = std::time::Duration::from_secs(5);
+    // 60 bytes sent at 1 byte/s would take a minute; a 2 KiB declared length is over the cap.
+    let trickle: &'static [u8] = &[b' '; 60];
+
+    let declared = answer_while_trickling(
+        addr,
+        b"POST /json HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n\
+          content-length: 2048\r\n\r\n",
+        trickle,
+        bound,
+    )
+    .await;
+    assert!(
+        declared.starts_with("HTTP/1.1 413"),
+        "a declared length over the cap, answered within {bound:?}: {declared:?}"
+    );
+    assert!(
+        declared.to_ascii_lowercase().contains("connection: close"),
+        "{declared:?}"
+    );
+
+    // Chunked: the cap's worth and one byte more arrive at once, then the body trickles on.
+    let mut head =
+        b"POST /json HTTP/1.1\r\nhost: test\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+    head.extend_from_slice(format!("{:x}\r\n", 1025).as_bytes());
+    head.extend_from_slice(&[b' '; 1025]);
+    head.extend_from_slice(b"\r\n");
+    let chunked = answer_while_trickling(addr, &head, trickle, bound).await;
+    assert!(
+        chunked.starts_with("HTTP/1.1 413"),
+        "a chunked body past the cap, answered within {bound:?}: {chunked:?}"
+    );
+
+    // A declared length within the cap is still read and answered.
+    let body = user("frank");
+    assert!(body.len() < 1024);
+    assert_eq!(post_json(addr, &body).await.status, 200);
+    let text = metrics(addr).await;
+    assert_eq!(
+        value(
+            &text,
+            "ratelimitd_transport_limited_total",
+            "limit=\"request_size\""
+        ),
+        2.0,
+        "{text}"
+    );
+}

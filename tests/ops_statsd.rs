@@ -536,6 +536,54 @@ async fn an_unreachable_or_unknown_statsd_server_is_counted_and_logged_never_fat
     assert!(value(&text, "ratelimitd_statsd_send_errors_total", "") >= 1.0);
 }
 
+/// A closed port fails every other flush (the ICMP answer to one flush's datagrams fails the
+/// next send, and the flush after it connects again): over 3 s at a 100 ms flush, the address
+/// is announced once and the failures are logged at most once a second.
+#[tokio::test]
+async fn a_closed_statsd_port_logs_its_address_once_and_its_failures_once_a_second() {
+    let closed = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let addr = format!("127.0.0.1:{port}");
+    let config = fixture_path();
+    let started = std::time::Instant::now();
+    let server = Ratelimitd::start(&[
+        "--config",
+        &config,
+        "--statsd-addr",
+        &addr,
+        "--statsd-flush-interval",
+        FLUSH,
+    ]);
+    let mut c = server.client().await;
+    let watched = std::time::Instant::now();
+    while watched.elapsed() < Duration::from_secs(3) {
+        // Over its limit after 20: each answer, OK or OVER_LIMIT, is counted and flushed.
+        should(&mut c, in_domain(&[&[("key2", "closed")]])).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let text = metrics(server.http_addr()).await;
+    let errors = value(&text, "ratelimitd_statsd_send_errors_total", "");
+    assert!(
+        errors >= 5.0,
+        "about one failed send every other flush: {errors}"
+    );
+    let output = server.output();
+    let lifetime = started.elapsed();
+    let count = |needle: &str| output.lines().filter(|l| l.contains(needle)).count();
+    assert_eq!(
+        count("sending stats to statsd"),
+        1,
+        "the address is announced once:\n{output}"
+    );
+    let failures = count("sending to statsd failed");
+    let most = lifetime.as_secs() as usize + 1;
+    assert!(
+        (1..=most).contains(&failures),
+        "{failures} failure lines, at most one a second:\n{output}"
+    );
+}
+
 #[test]
 fn bad_statsd_flags_are_refused_by_name() {
     let config = fixture_path();

@@ -100,8 +100,9 @@ pub struct GrpcTransportArgs {
     /// or its handshake is refused. Reloaded like the certificate.
     #[arg(long, env = "RATELIMITD_GRPC_TLS_CLIENT_CA", value_name = "PATH")]
     grpc_tls_client_ca: Option<PathBuf>,
-    /// A Subject Alternative Name client certificates must also carry: a DNS name, an IP
-    /// address or a URI (e.g. a SPIFFE ID).
+    /// A Subject Alternative Name client certificates must also carry, of the type it names:
+    /// `dns:NAME`, `ip:ADDRESS` or `uri:URI` (e.g. a SPIFFE ID); untyped, its form decides (an
+    /// IP address, a value with a colon is a URI, anything else a DNS name).
     #[arg(long, env = "RATELIMITD_GRPC_TLS_CLIENT_SAN", value_name = "NAME")]
     grpc_tls_client_san: Option<String>,
     /// Serve gRPC on a unix domain socket at PATH instead of --grpc-addr. A leftover socket

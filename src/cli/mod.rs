@@ -7,6 +7,7 @@
 
 mod check;
 mod config_source;
+mod failure_health;
 mod health;
 mod limits;
 mod listeners;

@@ -56,6 +56,7 @@ impl ServeArgs {
             reload_interval: self.reload.interval(),
             on_store_error: self.store.on_store_error(),
             deny_cache: self.store.deny_cache(),
+            failure_health: self.store.failure_health(),
             near_limit_ratio: self.telemetry.near_limit_ratio(),
             lanes: self.listeners.lanes(),
             limits: self.limits.limits(),

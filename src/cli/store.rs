@@ -4,10 +4,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::failure_health::FailureHealthArgs;
 use crate::server;
 use crate::service::rls::StoreErrorPolicy;
 use crate::store::redis::{HostPort, KeyFormat, KeyLayout, ServerAuth, Topology};
-use crate::store::{DenyCacheSettings, RedisSettings};
+use crate::store::{DenyCacheSettings, FailureHealthSettings, RedisSettings};
 
 /// Which Redis, how it is reached, and how the limiter uses it.
 #[derive(clap::Args)]
@@ -84,6 +85,8 @@ pub struct StoreArgs {
     deny_cache_size: u32,
     #[command(flatten)]
     keys: RedisKeyArgs,
+    #[command(flatten)]
+    failure_health: FailureHealthArgs,
 }
 
 impl StoreArgs {
@@ -109,6 +112,11 @@ impl StoreArgs {
     /// What a store failure answers.
     pub fn on_store_error(&self) -> StoreErrorPolicy {
         self.on_store_error
+    }
+
+    /// When failed store calls turn health NOT_SERVING.
+    pub fn failure_health(&self) -> FailureHealthSettings {
+        self.failure_health.settings()
     }
 
     /// The deny cache, unless turned off.

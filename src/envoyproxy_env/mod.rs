@@ -832,6 +832,33 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`: upstream's health follows Redis only when it is
+    /// true (default false). ratelimitd's probe of Redis (PING) drives health either way; the
+    /// variable decides the rule on failed Redis calls (`--health-failure-window`), which is
+    /// then off unless it is true: by default in drop-in mode, and wherever it is set false.
+    fn redis_health(&mut self) {
+        const NAME: &str = "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION";
+        let active = self.bool(NAME, !self.drop_in);
+        let overridden = self.env.contains_key("RATELIMITD_HEALTH_FAILURE_WINDOW");
+        if !active && (self.is_set(NAME) || !overridden) {
+            self.assign("RATELIMITD_HEALTH_FAILURE_WINDOW", "0s".into(), NAME);
+        }
+        if self.is_set(NAME) {
+            let text = if active {
+                format!(
+                    "{NAME}=true: health turns NOT_SERVING while Redis does not answer its probe \
+                     (PING) or while most Redis calls fail (--health-failure-ratio)"
+                )
+            } else {
+                format!(
+                    "{NAME}=false: failed Redis calls do not change health; it still follows a \
+                     probe of Redis (NOT_SERVING while PING is not answered)"
+                )
+            };
+            self.note(Level::Info, text);
+        }
+    }
+
     fn redis(&mut self) {
         const MEMCACHE: [&str; 9] = [
             "MEMCACHE_HOST_PORT",
@@ -863,10 +890,7 @@ impl<'a> Reader<'a> {
             ],
             "ratelimitd batches concurrent requests into one script call per Redis node by itself",
         );
-        self.unused(
-            &["REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"],
-            "ratelimitd's health always follows a probe of Redis (NOT_SERVING while it does not answer)",
-        );
+        self.redis_health();
         self.unused(
             &["REDIS_POOL_ON_EMPTY_BEHAVIOR"],
             "ratelimitd's Redis connections are multiplexed: a call never waits for a free one",

@@ -393,3 +393,30 @@ fn grpc_xds_sotw_sets_the_xds_flags_with_upstream_defaults() {
     let with_config = translate(&env, false).expect("translates");
     assert!(!assigned(&with_config).contains_key("RATELIMITD_CONFIG_SOURCE"));
 }
+
+#[test]
+fn redis_health_check_active_connection_decides_the_rule_on_failed_calls() {
+    const WINDOW: &str = "RATELIMITD_HEALTH_FAILURE_WINDOW";
+    let window = |pairs: &[(&str, &str)], drop_in: bool| {
+        assigned(&translate(&env(pairs), drop_in).unwrap())
+            .get(WINDOW)
+            .cloned()
+    };
+    // Upstream's default (false) in drop-in mode; ratelimitd's (on) with --config.
+    assert_eq!(window(&[], true).as_deref(), Some("0s"));
+    assert_eq!(window(&[], false), None);
+    for drop_in in [true, false] {
+        let on = [("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true")];
+        let off = [("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false")];
+        assert_eq!(window(&on, drop_in), None, "drop-in {drop_in}");
+        assert_eq!(
+            window(&off, drop_in).as_deref(),
+            Some("0s"),
+            "drop-in {drop_in}"
+        );
+    }
+    // The ratelimitd variable, set, wins without a word about an upstream variable left unset.
+    let translation = translate(&env(&[(WINDOW, "30s")]), true).unwrap();
+    assert_eq!(assigned(&translation).get(WINDOW), None);
+    assert!(translation.notices.is_empty(), "{:?}", translation.notices);
+}

@@ -4,7 +4,8 @@
 //! - `/metrics`: Prometheus text (see [`super::metrics`]);
 //! - `/json`: envoyproxy/ratelimit's JSON endpoint: POST a proto3-JSON `RateLimitRequest`, get the
 //!   proto3-JSON `RateLimitResponse` with 200 (OK) or 429 (OVER_LIMIT); 400 with a message for a
-//!   body that is not a valid request, 503 with a message when the store failed (and the
+//!   body that is not a valid request, 413 for one over the size cap (at once when its declared
+//!   `Content-Length` is over it), 503 with a message when the store failed (and the
 //!   store-failure policy is `unavailable`);
 //! - `/rlconfig`: the loaded limits, one per line, in envoyproxy/ratelimit's format
 //!   (`edge.api_key_free.path: unit=SECOND requests_per_unit=10, shadow_mode: false`), sorted by
@@ -16,8 +17,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::body::{Body, Incoming};
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::health::Health;
@@ -143,6 +144,9 @@ async fn json<S: Store>(
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
     let max = state.max_json_body;
+    if request.body().size_hint().lower() > max as u64 {
+        return too_large(state);
+    }
     let body = match http_body_util::Limited::new(request.into_body(), max)
         .collect()
         .await
@@ -150,13 +154,7 @@ async fn json<S: Store>(
         Ok(body) => body.to_bytes(),
         Err(error) => {
             return if error.is::<http_body_util::LengthLimitError>() {
-                if let Some(metrics) = &state.metrics {
-                    metrics.record_limited(Limited::RequestSize);
-                }
-                text(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("request body larger than {max} bytes\n"),
-                )
+                too_large(state)
             } else {
                 text(
                     StatusCode::BAD_REQUEST,
@@ -200,6 +198,24 @@ async fn json<S: Store>(
             format!("{}\n", status.message()),
         ),
     }
+}
+
+/// 413 for a `/json` body over the cap: answered as soon as the declared `Content-Length` says
+/// so (before any of the body is read, so a client sending it slowly holds nothing), or when a
+/// chunked body reaches the cap. The rest of the body is never read, so the connection closes
+/// after the answer (`Connection: close` says so).
+fn too_large<S>(state: &HttpState<S>) -> Response<Full<Bytes>> {
+    if let Some(metrics) = &state.metrics {
+        metrics.record_limited(Limited::RequestSize);
+    }
+    let mut response = text(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("request body larger than {} bytes\n", state.max_json_body),
+    );
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// The `/rlconfig` text: one line per configured limit, sorted by path.

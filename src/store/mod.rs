@@ -4,6 +4,7 @@
 //! all enforced (non-shadow) checks admit, so a denied request consumes nothing anywhere.
 
 pub mod deny_cache;
+pub mod failure_health;
 pub mod memory;
 pub mod redis;
 
@@ -14,6 +15,7 @@ pub use crate::limiter::check::Check;
 
 pub use self::redis::{RedisSettings, RedisStore};
 pub use deny_cache::{DenyCache, DenyCacheSettings};
+pub use failure_health::{FailureHealth, FailureHealthSettings};
 pub use memory::MemoryStore;
 
 /// Why a store could not decide. The gRPC edge answers these with `UNAVAILABLE`.

@@ -103,7 +103,27 @@ impl Ca {
         self.issue(name, name, 100, "clientAuth", sans)
     }
 
+    /// A client certificate `name` whose extended key usage is `usage` (openssl syntax, e.g.
+    /// `serverAuth`), or which has no extendedKeyUsage extension at all (`None`).
+    pub fn client_with_usage(&self, name: &str, usage: Option<&str>, sans: &str) -> Issued {
+        self.issue_with(name, name, 100, usage, sans)
+    }
+
     fn issue(&self, name: &str, cn: &str, serial: u32, usage: &str, sans: &str) -> Issued {
+        self.issue_with(name, cn, serial, Some(usage), sans)
+    }
+
+    fn issue_with(
+        &self,
+        name: &str,
+        cn: &str,
+        serial: u32,
+        usage: Option<&str>,
+        sans: &str,
+    ) -> Issued {
+        let usage = usage
+            .map(|usage| format!("extendedKeyUsage = {usage}\n"))
+            .unwrap_or_default();
         let pki = &self.pki;
         let ext = pki.path(&format!("{name}.ext"));
         std::fs::write(
@@ -112,7 +132,7 @@ impl Ca {
                 "[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = unused\n\
                  [leaf]\nbasicConstraints = critical, CA:FALSE\n\
                  keyUsage = critical, digitalSignature, keyEncipherment\n\
-                 extendedKeyUsage = {usage}\nsubjectAltName = {sans}\n\
+                 {usage}subjectAltName = {sans}\n\
                  subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid\n"
             ),
         )

@@ -11,7 +11,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 
-use super::client_san::SanVerifier;
+use super::client_san::{SanPin, SanVerifier};
 use super::{ClientAuth, TlsSettings};
 
 /// Largest PEM file read: certificate chains and CA bundles are a few KiB, so anything bigger is
@@ -21,6 +21,7 @@ pub const MAX_PEM_FILE_BYTES: u64 = 1 << 20;
 const CERT_FLAG: &str = "--grpc-tls-cert";
 const KEY_FLAG: &str = "--grpc-tls-key";
 const CLIENT_CA_FLAG: &str = "--grpc-tls-client-ca";
+const CLIENT_SAN_FLAG: &str = "--grpc-tls-client-san";
 
 /// Why the TLS files do not make a usable configuration.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +42,8 @@ pub enum TlsError {
     },
     #[error("{KEY_FLAG} {key} is not the private key of the certificate in {CERT_FLAG} {cert}")]
     KeyMismatch { cert: String, key: String },
+    #[error("{CLIENT_SAN_FLAG} {value}: {problem}")]
+    BadSan { value: String, problem: String },
 }
 
 /// The bytes of every file of a TLS configuration, read at one moment; two reads compare equal
@@ -123,7 +126,13 @@ fn client_verifier(
         .build()
         .map_err(|error| invalid(CLIENT_CA_FLAG, &auth.ca, error))?;
     Ok(match &auth.san {
-        Some(san) => Arc::new(SanVerifier::new(verifier, san.clone())),
+        Some(san) => {
+            let pin = SanPin::parse(san).map_err(|problem| TlsError::BadSan {
+                value: san.clone(),
+                problem,
+            })?;
+            Arc::new(SanVerifier::new(verifier, pin))
+        }
         None => verifier,
     })
 }

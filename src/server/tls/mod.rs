@@ -15,7 +15,7 @@ mod uri_sans;
 
 use std::path::PathBuf;
 
-pub use self::client_san::certificate_has_name;
+pub use self::client_san::SanPin;
 pub use self::files::{TlsError, MAX_PEM_FILE_BYTES};
 pub use self::reload::{watch, ServerTls, TLS_RELOAD_INTERVAL};
 
@@ -35,8 +35,9 @@ pub struct TlsSettings {
 pub struct ClientAuth {
     /// PEM file of the CA certificate(s) a client certificate must chain to.
     pub ca: PathBuf,
-    /// A Subject Alternative Name the client certificate must also carry: a DNS name (wildcards
-    /// in the certificate match as for servers), an IP address, or a URI (compared exactly, e.g.
-    /// a SPIFFE ID). `None`: any certificate the CA signed for client authentication will do.
+    /// A Subject Alternative Name the client certificate must also carry, as
+    /// `--grpc-tls-client-san` spells it (see [`SanPin::parse`]: `dns:`, `ip:`, `uri:` or an
+    /// untyped name), matched against SANs of its type only. `None`: any certificate the CA
+    /// signed for client authentication will do.
     pub san: Option<String>,
 }

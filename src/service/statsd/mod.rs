@@ -7,9 +7,10 @@
 //! out as deltas (`name:delta|c`, none when zero), each request's time as a timer line
 //! (`ratelimit_server.ShouldRateLimit.response_time:<ms>|ms`), packed into datagrams of at most
 //! 1432 bytes. The host is looked up at start and again after any failure; while no address is
-//! known nothing is taken, so the counts wait for the next flush that can send them. A send that
-//! fails loses its datagram (as gostats drops it), is counted in
-//! `ratelimitd_statsd_send_errors_total` and logged at most once a second.
+//! known nothing is taken, so the counts wait for the next flush that can send them. The address
+//! a lookup gives is logged (INFO) once, and again only when a later lookup gives another. A send
+//! that fails loses its datagram (as gostats drops it), is counted in
+//! `ratelimitd_statsd_send_errors_total` and logged at most once a second, as are failed lookups.
 
 mod address;
 mod datagrams;
@@ -91,6 +92,7 @@ pub async fn run(settings: StatsdSettings, metrics: Arc<Metrics>, stopping: Canc
         socket: None,
         stats,
         warnings: WarnThrottle::new(),
+        announced: None,
     };
     sink.connect().await;
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -116,14 +118,21 @@ struct Sink {
     socket: Option<UdpSocket>,
     stats: Arc<SinkStats>,
     warnings: WarnThrottle,
+    /// The address the "sending stats to statsd" line last named: a reconnect after a failed
+    /// send (a closed port fails every flush) logs it again only when the lookup gave another.
+    announced: Option<SocketAddr>,
 }
 
 impl Sink {
-    /// Looks the host up and connects a UDP socket to it; logs and counts a failure.
+    /// Looks the host up and connects a UDP socket to it; logs and counts a failure. The address
+    /// found is logged when it differs from the one logged before.
     async fn connect(&mut self) {
         match self.try_connect().await {
             Ok((socket, resolved)) => {
-                tracing::info!(statsd_addr = %self.addr, %resolved, "sending stats to statsd");
+                if self.announced != Some(resolved) {
+                    tracing::info!(statsd_addr = %self.addr, %resolved, "sending stats to statsd");
+                    self.announced = Some(resolved);
+                }
                 self.socket = Some(socket);
             }
             Err(error) => {
