@@ -14,6 +14,7 @@ use ratelimitd::server::connection_age::ConnectionAge;
 use ratelimitd::server::limits::{self, Limits};
 use ratelimitd::server::open_files;
 use ratelimitd::server::tls::{ClientAuth, TlsSettings};
+use ratelimitd::server::uds_mode::UdsModeArgs;
 use ratelimitd::server::{GrpcListener, GrpcOptions};
 use ratelimitd::service::headers::LimitHeaderNames;
 use ratelimitd::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
@@ -332,6 +333,8 @@ struct ServeArgs {
     statsd: StatsdArgs,
     #[command(flatten)]
     grpc_transport: GrpcTransportArgs,
+    #[command(flatten)]
+    grpc_uds_mode: UdsModeArgs,
     #[command(flatten)]
     redis_keys: RedisKeyArgs,
 }
@@ -894,12 +897,14 @@ fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCode {
     };
     let result = runtime.block_on(async {
         let grpc: GrpcListener = match &args.grpc_transport.grpc_uds {
-            Some(path) => GrpcListener::bind_unix(path).map_err(|error| {
-                std::io::Error::new(
-                    error.kind(),
-                    format!("--grpc-uds {}: {error}", path.display()),
-                )
-            })?,
+            Some(path) => GrpcListener::bind_unix(path, args.grpc_uds_mode.mode())
+                .await
+                .map_err(|error| {
+                    std::io::Error::new(
+                        error.kind(),
+                        format!("--grpc-uds {}: {error}", path.display()),
+                    )
+                })?,
             None => TcpListener::bind(args.grpc_addr).await?.into(),
         };
         let listeners = server::Listeners {
