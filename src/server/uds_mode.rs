@@ -52,6 +52,7 @@ impl fmt::Display for UdsMode {
 
 /// The flag of the socket's mode.
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "gRPC transport")]
 pub struct UdsModeArgs {
     /// Permission bits of the --grpc-uds socket file (octal), set before it accepts connections
     /// whatever the umask: connecting needs write permission, so 0660 lets the owner and group
