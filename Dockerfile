@@ -8,6 +8,8 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
 # The workspace lists the benchmark tools' member: its manifest must exist, its sources are never built.
 COPY bench/Cargo.toml ./bench/
+# h2 with its one patch (vendor/h2/PATCHED.md), through [patch.crates-io].
+COPY vendor ./vendor
 COPY proto ./proto
 COPY lua ./lua
 COPY src ./src

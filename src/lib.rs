@@ -2,12 +2,14 @@
 //!
 //! Layers, importing downwards only: [`server`] wires [`service`] (the gRPC/HTTP edge) to a
 //! [`store`] and the [`config`]; [`limiter`] is the pure domain (matching and algorithm math).
+//! [`regular_file`] is how every layer reads a file it is given a path to.
 
 pub mod cli;
 pub mod config;
 pub mod envoyproxy_env;
 pub mod limiter;
 pub mod proto;
+pub mod regular_file;
 pub mod server;
 pub mod service;
 pub mod store;

@@ -17,6 +17,7 @@ pub mod listener;
 pub mod open_files;
 mod request_body;
 pub mod tls;
+pub mod uds_mode;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -1,13 +1,16 @@
 //! `--grpc-uds`: gRPC (RLS, health) on a unix domain socket instead of the TCP address, through
 //! the real binary and a tonic channel over a `UnixStream`: the startup line names the socket, a
-//! leftover socket is replaced while any other file is left alone, the socket file is removed on
-//! exit, TLS works over it, and `ratelimitd health --grpc-uds` probes it.
+//! leftover socket is replaced while any other file is left alone, a live socket whose listener
+//! does not accept is refused at once, the socket file gets `--grpc-uds-mode` whatever the
+//! umask and is removed on exit, TLS works over it, and `ratelimitd health --grpc-uds` probes
+//! it.
 
 mod common;
 
-use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::grpc_transport::{health_status, rls, uds_channel};
 use common::pki::Pki;
@@ -176,4 +179,167 @@ async fn tls_over_a_unix_socket_and_its_probe() {
         .env("RATELIMITD_GRPC_UDS", &socket);
     let (status, out, err) = run_to_end(cmd, Duration::from_secs(20));
     assert!(status.success(), "{out}{err}");
+}
+
+/// A listener at `path` that never accepts, its backlog full: as an instance stopped with
+/// SIGSTOP ends up once clients have queued up on it. Returns the listener and the queued
+/// connections (kept open).
+fn listening_but_full(path: &Path) -> (socket2::Socket, Vec<socket2::Socket>) {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let address = SockAddr::unix(path).unwrap();
+    let listener = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
+    listener.bind(&address).unwrap();
+    listener.listen(0).unwrap();
+    let mut queued = Vec::new();
+    loop {
+        let client = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
+        client.set_nonblocking(true).unwrap();
+        match client.connect(&address) {
+            Ok(()) => queued.push(client),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(error) => panic!("connect {}: {error}", path.display()),
+        }
+        assert!(queued.len() < 64, "the backlog never filled");
+    }
+    (listener, queued)
+}
+
+#[test]
+fn a_live_socket_whose_listener_does_not_accept_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&dir);
+    let socket = dir.path().join("stuck.sock");
+    let (_listener, _queued) = listening_but_full(&socket);
+    let started = Instant::now();
+    let (code, out) = run(&[
+        "serve",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--config",
+        &config,
+        "--grpc-uds",
+        path_str(&socket),
+    ]);
+    eprintln!("a full backlog refused in {:?}", started.elapsed());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!(
+            "--grpc-uds {}: a process listens on this socket but does not accept connections",
+            socket.display()
+        )),
+        "{out}"
+    );
+    assert!(
+        is_socket(&socket),
+        "the other process's socket is left alone"
+    );
+}
+
+/// Starts `serve` on a unix socket under umask 000, with `args` and `envs` added.
+fn start_under_umask_000(
+    config: &str,
+    socket: &Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Ratelimitd {
+    let mut cmd = command();
+    cmd.args([
+        "serve",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--config",
+        config,
+        "--grpc-uds",
+    ])
+    .arg(socket)
+    .args(args);
+    for (name, value) in envs {
+        cmd.env(name, value);
+    }
+    // SAFETY: umask is async-signal-safe and touches nothing but the child's own mask.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::umask(0);
+            Ok(())
+        });
+    }
+    Ratelimitd::spawn(cmd)
+}
+
+/// One way of giving the mode: its name, the extra flags and variables, and the mode it gives.
+struct ModeCase {
+    what: &'static str,
+    args: &'static [&'static str],
+    envs: &'static [(&'static str, &'static str)],
+    mode: u32,
+}
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+#[tokio::test]
+async fn the_socket_mode_is_set_whatever_the_umask() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&dir);
+    let cases = [
+        ModeCase {
+            what: "default",
+            args: &[],
+            envs: &[],
+            mode: 0o660,
+        },
+        ModeCase {
+            what: "flag",
+            args: &["--grpc-uds-mode", "0600"],
+            envs: &[],
+            mode: 0o600,
+        },
+        ModeCase {
+            what: "env",
+            args: &[],
+            envs: &[("RATELIMITD_GRPC_UDS_MODE", "666")],
+            mode: 0o666,
+        },
+    ];
+    for ModeCase {
+        what,
+        args,
+        envs,
+        mode,
+    } in cases
+    {
+        let socket = dir.path().join(format!("{what}.sock"));
+        let server = start_under_umask_000(&config, &socket, args, envs);
+        assert_eq!(
+            format!("{:04o}", mode_of(&socket)),
+            format!("{mode:04o}"),
+            "{what}"
+        );
+        assert_eq!(
+            health_status(uds_channel(&socket).await).await.unwrap(),
+            SERVING,
+            "{what}"
+        );
+        drop(server);
+    }
+
+    let (code, out) = run(&[
+        "serve",
+        "--config",
+        &config,
+        "--grpc-uds",
+        path_str(&dir.path().join("bad.sock")),
+        "--grpc-uds-mode",
+        "4770",
+    ]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("`4770` is not a permission mode between 0000 and 0777"),
+        "{out}"
+    );
 }

@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use super::parse;
 use crate::server::connection_age::ConnectionAge;
 use crate::server::tls::{ClientAuth, TlsSettings};
+use crate::server::uds_mode::UdsMode;
 use crate::server::{self, GrpcListener, GrpcOptions, Listeners};
 
 /// The listening addresses and the threads that serve them.
@@ -39,12 +40,14 @@ impl ListenerArgs {
     /// Binds every listener; an error names the address or socket path that failed.
     pub async fn bind(&self, transport: &GrpcTransportArgs) -> std::io::Result<Listeners> {
         let grpc: GrpcListener = match &transport.grpc_uds {
-            Some(path) => GrpcListener::bind_unix(path).map_err(|error| {
-                std::io::Error::new(
-                    error.kind(),
-                    format!("--grpc-uds {}: {error}", path.display()),
-                )
-            })?,
+            Some(path) => GrpcListener::bind_unix(path, transport.grpc_uds_mode)
+                .await
+                .map_err(|error| {
+                    std::io::Error::new(
+                        error.kind(),
+                        format!("--grpc-uds {}: {error}", path.display()),
+                    )
+                })?,
             None => bind(self.grpc_addr).await?.into(),
         };
         Ok(Listeners {
@@ -109,6 +112,11 @@ pub struct GrpcTransportArgs {
     /// there is removed first (any other file is refused); the socket is removed on exit.
     #[arg(long, env = "RATELIMITD_GRPC_UDS", value_name = "PATH")]
     grpc_uds: Option<PathBuf>,
+    /// Permission bits of the --grpc-uds socket file (octal), set before it accepts connections
+    /// whatever the umask: connecting needs write permission, so 0660 lets the owner and group
+    /// connect, 0666 every local user.
+    #[arg(long, env = "RATELIMITD_GRPC_UDS_MODE", value_name = "MODE", default_value = "0660", value_parser = UdsMode::parse)]
+    grpc_uds_mode: UdsMode,
     /// Send each gRPC connection GOAWAY at this age (±10 % jitter), so clients reconnect and
     /// spread over replicas. Default: no age limit.
     #[arg(long, env = "RATELIMITD_GRPC_MAX_CONNECTION_AGE", value_name = "DURATION", value_parser = humantime::parse_duration)]

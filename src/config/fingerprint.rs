@@ -16,8 +16,9 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
-use super::file::{self, FileError, Stamp};
+use super::limits::file_refusal;
 use super::{config_files, Loader};
+use crate::regular_file::{self as file, FileError, Stamp};
 
 /// Digest of the configuration files' names and contents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,14 +112,14 @@ struct Refused {
 impl Refused {
     fn without_stamp(error: FileError) -> Refused {
         Refused {
-            why: error.to_string(),
+            why: file_refusal(&error),
             stamp: None,
         }
     }
 
     fn with_stamp(error: FileError, stamp: Stamp) -> Refused {
         Refused {
-            why: error.to_string(),
+            why: file_refusal(&error),
             stamp: Some(stamp),
         }
     }

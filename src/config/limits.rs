@@ -1,6 +1,8 @@
 //! Bounds on what loading a configuration may cost, so that no file (however large, however
 //! aliased, whatever its type) can take the process down or stall its reloads.
 
+use crate::regular_file::{FileError, FileLimit};
+
 /// Bounds applied to every configuration file, by `check`, at startup and on every reload.
 ///
 /// Together with the YAML limits ([`super::yaml::MAX_DEPTH`], [`super::yaml::MAX_NODES`]) they
@@ -31,5 +33,14 @@ impl Default for Limits {
             max_file_bytes: Limits::DEFAULT_MAX_FILE_BYTES,
             max_alias_bytes: Limits::DEFAULT_MAX_ALIAS_BYTES,
         }
+    }
+}
+
+/// Why a configuration file was refused, as its error says it: a size refusal names
+/// `--max-config-file-bytes`, the flag that raises the cap.
+pub(super) fn file_refusal(error: &FileError) -> String {
+    match error.limit() {
+        Some(FileLimit::FileBytes) => format!("{error} (--max-config-file-bytes)"),
+        _ => error.to_string(),
     }
 }

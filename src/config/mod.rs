@@ -1,12 +1,11 @@
 //! YAML configuration: files and directories to validated [`limiter::Rules`], with every error
 //! reported as `file:line:column: field: message`.
 //!
-//! [`file`] reads one file within the [`Limits`], [`yaml`] builds a positioned YAML tree,
+//! [`crate::regular_file`] reads one file within the [`Limits`], [`yaml`] builds a positioned YAML tree,
 //! [`schema`] validates it into one domain's rules, and this module finds the files and assembles
 //! the domains. [`reload`] watches them.
 
 mod error;
-mod file;
 mod fingerprint;
 mod limits;
 pub mod reload;
@@ -20,6 +19,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::limiter;
+use crate::regular_file as file;
 
 pub use error::{ConfigError, ConfigErrors, Origin};
 pub use limits::Limits;
@@ -119,7 +119,9 @@ impl Loader {
             let text = match self.read_text(&file) {
                 Ok(text) => text,
                 Err(error) => {
-                    assembly.errors.push(file_error(&file, error.to_string()));
+                    assembly
+                        .errors
+                        .push(file_error(&file, limits::file_refusal(&error)));
                     continue;
                 }
             };

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::file::FileLimit;
+use crate::regular_file::FileLimit;
 
 /// What loads and change checks did since the process started. Every counter only grows.
 #[derive(Debug, Default)]

@@ -16,6 +16,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::TlsConnector;
 
+use crate::regular_file::{self, MAX_PEM_FILE_BYTES};
+
 /// Where the server listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProbeAddress {
@@ -107,7 +109,7 @@ fn client_config(tls: &ProbeTls) -> Result<ClientConfig, String> {
         None => builder.with_no_client_auth(),
         Some((cert, key)) => {
             let chain = certificates("--tls-cert", cert)?;
-            let key = PrivateKeyDer::from_pem_file(key)
+            let key = PrivateKeyDer::from_pem_slice(&read_pem_file("--tls-key", key)?)
                 .map_err(|error| format!("--tls-key {}: {error}", key.display()))?;
             builder
                 .with_client_auth_cert(chain, key)
@@ -119,8 +121,8 @@ fn client_config(tls: &ProbeTls) -> Result<ClientConfig, String> {
 }
 
 fn certificates(flag: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let chain = CertificateDer::pem_file_iter(path)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+    let chain = CertificateDer::pem_slice_iter(&read_pem_file(flag, path)?)
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|error| format!("{flag} {}: {error}", path.display()))?;
     if chain.is_empty() {
         return Err(format!(
@@ -129,6 +131,14 @@ fn certificates(flag: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>,
         ));
     }
     Ok(chain)
+}
+
+/// The bytes of a PEM file given by `flag`: a regular file of at most [`MAX_PEM_FILE_BYTES`],
+/// opened without blocking (a FIFO at the path is refused, not waited on).
+fn read_pem_file(flag: &str, path: &Path) -> Result<Vec<u8>, String> {
+    regular_file::read(path, MAX_PEM_FILE_BYTES)
+        .map(|(bytes, _)| bytes)
+        .map_err(|error| format!("{flag} {}: {error}", path.display()))
 }
 
 /// A byte stream to the server, whatever carries it.

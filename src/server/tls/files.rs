@@ -1,7 +1,6 @@
 //! Reading the TLS files and making a server configuration of them, with errors that name the
 //! flag and the file at fault.
 
-use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -13,10 +12,7 @@ use rustls::{RootCertStore, ServerConfig};
 
 use super::client_san::{SanPin, SanVerifier};
 use super::{ClientAuth, TlsSettings};
-
-/// Largest PEM file read: certificate chains and CA bundles are a few KiB, so anything bigger is
-/// a wrong path (a log file, a disk image) that must not be read into memory every second.
-pub const MAX_PEM_FILE_BYTES: u64 = 1 << 20;
+use crate::regular_file::{self, FileError, MAX_PEM_FILE_BYTES};
 
 const CERT_FLAG: &str = "--grpc-tls-cert";
 const KEY_FLAG: &str = "--grpc-tls-key";
@@ -26,14 +22,14 @@ const CLIENT_SAN_FLAG: &str = "--grpc-tls-client-san";
 /// Why the TLS files do not make a usable configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("{flag} {path}: cannot read: {source}")]
+    /// Not read: missing, unreadable, not a regular file (a FIFO would block the reading thread
+    /// until a writer came) or larger than [`MAX_PEM_FILE_BYTES`].
+    #[error("{flag} {path}: {source}")]
     Read {
         flag: &'static str,
         path: String,
-        source: std::io::Error,
+        source: FileError,
     },
-    #[error("{flag} {path}: larger than {MAX_PEM_FILE_BYTES} bytes, not a PEM file")]
-    TooLarge { flag: &'static str, path: String },
     #[error("{flag} {path}: {problem}")]
     Invalid {
         flag: &'static str,
@@ -160,25 +156,16 @@ fn certificates(
     Ok(chain)
 }
 
-/// The whole file, refused beyond [`MAX_PEM_FILE_BYTES`].
+/// The whole file, read as [`regular_file::read`] does: a regular file of at most
+/// [`MAX_PEM_FILE_BYTES`], opened without blocking.
 fn read_pem_file(flag: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    let read_error = |source| TlsError::Read {
-        flag,
-        path: shown(path),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(read_error)?;
-    let mut bytes = Vec::new();
-    file.take(MAX_PEM_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_error)?;
-    if bytes.len() as u64 > MAX_PEM_FILE_BYTES {
-        return Err(TlsError::TooLarge {
+    regular_file::read(path, MAX_PEM_FILE_BYTES)
+        .map(|(bytes, _)| bytes)
+        .map_err(|source| TlsError::Read {
             flag,
             path: shown(path),
-        });
-    }
-    Ok(bytes)
+            source,
+        })
 }
 
 fn invalid(flag: &'static str, path: &Path, error: impl std::fmt::Display) -> TlsError {

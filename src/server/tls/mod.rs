@@ -16,7 +16,7 @@ mod uri_sans;
 use std::path::PathBuf;
 
 pub use self::client_san::SanPin;
-pub use self::files::{TlsError, MAX_PEM_FILE_BYTES};
+pub use self::files::TlsError;
 pub use self::reload::{watch, ServerTls, TLS_RELOAD_INTERVAL};
 
 /// Where the gRPC port's TLS material lives (`--grpc-tls-cert`, `--grpc-tls-key`, ...).

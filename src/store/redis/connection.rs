@@ -28,6 +28,7 @@ use rustls::pki_types::CertificateDer;
 
 use super::link::Link;
 use super::sentinel::MasterLocator;
+use crate::regular_file::{self, MAX_PEM_FILE_BYTES};
 use crate::store::StoreError;
 
 /// First pause after a failed connection attempt; doubles per consecutive failure.
@@ -360,13 +361,12 @@ pub fn client_for_info(
     })
 }
 
-/// The PEM bytes of a CA file, checked to hold at least one certificate.
+/// The PEM bytes of a CA file, checked to hold at least one certificate. The file is read as
+/// [`regular_file::read`] does: a regular file of at most [`MAX_PEM_FILE_BYTES`], opened
+/// without blocking (a FIFO is refused, not waited on).
 pub fn read_ca(ca_path: &Path) -> Result<Vec<u8>, StoreError> {
-    let pem = std::fs::read(ca_path).map_err(|e| {
-        StoreError::Unavailable(format!(
-            "cannot read the redis TLS CA file {}: {e}",
-            ca_path.display()
-        ))
+    let (pem, _) = regular_file::read(ca_path, MAX_PEM_FILE_BYTES).map_err(|e| {
+        StoreError::Unavailable(format!("the redis TLS CA file {}: {e}", ca_path.display()))
     })?;
     let certificates = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()

@@ -1,5 +1,6 @@
-//! Reading one configuration file without letting the file decide what that costs: only regular
-//! files (or symlinks to them) are read, never more than the size cap, and nothing blocks.
+//! Reading a file the server was told to open (a configuration file, TLS material, a CA bundle)
+//! without letting the file decide what that costs: only regular files (or symlinks to them) are
+//! read, never more than the caller's size cap, and nothing blocks.
 //!
 //! The type and size come from `stat` before the file is opened: opening a FIFO for reading
 //! blocks until a writer appears, and `/dev/zero` never ends. The file is then opened with
@@ -12,6 +13,11 @@ use std::fs::{self, File, Metadata};
 use std::io::{self, Read};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
+
+/// Largest PEM file (certificate chain, private key, CA bundle) read anywhere: they are a few
+/// KiB, so anything bigger is a wrong path (a log file, a disk image) that must not be read into
+/// memory, let alone every second.
+pub const MAX_PEM_FILE_BYTES: u64 = 1 << 20;
 
 /// Why a file was not read.
 #[derive(Debug)]
@@ -59,15 +65,23 @@ impl fmt::Display for FileError {
             ),
             FileError::TooLarge { size, max } => write!(
                 f,
-                "file has {size} bytes; at most {max} are accepted (--max-config-file-bytes)"
+                "file has {size} bytes; at most {max} are accepted"
             ),
             FileError::GrewPast { max } => write!(
                 f,
-                "file grew past {max} bytes while it was read; at most {max} are accepted \
-                 (--max-config-file-bytes)"
+                "file grew past {max} bytes while it was read; at most {max} are accepted"
             ),
             FileError::NotUtf8 => f.write_str("cannot read file: it is not UTF-8 text"),
             FileError::Io(error) => write!(f, "cannot read file: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for FileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FileError::Io(error) => Some(error),
+            _ => None,
         }
     }
 }
@@ -247,7 +261,7 @@ mod tests {
         let error = read(&path, 9).unwrap_err();
         assert_eq!(
             error.to_string(),
-            "file has 10 bytes; at most 9 are accepted (--max-config-file-bytes)"
+            "file has 10 bytes; at most 9 are accepted"
         );
         assert_eq!(error.limit(), Some(FileLimit::FileBytes));
     }
@@ -259,7 +273,7 @@ mod tests {
         let error = read(Path::new("/proc/self/status"), 10).unwrap_err();
         assert_eq!(
             error.to_string(),
-            "file grew past 10 bytes while it was read; at most 10 are accepted (--max-config-file-bytes)"
+            "file grew past 10 bytes while it was read; at most 10 are accepted"
         );
         assert_eq!(error.limit(), Some(FileLimit::FileBytes));
     }
