@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use ratelimitd::limiter::{Modes, RequestLimits};
 use ratelimitd::server::connection_age::ConnectionAge;
 use ratelimitd::server::limits::{self, Limits};
+use ratelimitd::server::memory_budget::MemoryBudgetArgs;
 use ratelimitd::server::open_files;
 use ratelimitd::server::tls::{ClientAuth, TlsSettings};
 use ratelimitd::server::{GrpcListener, GrpcOptions};
@@ -324,6 +325,8 @@ struct ServeArgs {
     request_limits: RequestLimitArgs,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    memory_budget: MemoryBudgetArgs,
     #[command(flatten)]
     ports: ExtraPortArgs,
     #[command(flatten)]
@@ -942,6 +945,7 @@ fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCode {
             near_limit_ratio: args.near_limit_ratio,
             lanes: args.threads.map_or_else(server::default_lanes, usize::from),
             limits: args.limits.limits(),
+            grpc_memory_budget: args.memory_budget.bytes(),
             modes: Modes {
                 shadow_mode: args.shadow_mode,
                 quota_mode: args.quota_mode,
