@@ -14,6 +14,9 @@ mod http_port;
 mod lanes;
 pub mod limits;
 pub mod listener;
+mod machine_memory;
+pub mod memory_budget;
+pub mod memory_release;
 pub mod open_files;
 mod request_body;
 pub mod tls;
@@ -37,6 +40,7 @@ use self::http_port::HttpLimits;
 pub use self::limits::Limits;
 use self::listener::GrpcAddress;
 pub use self::listener::GrpcListener;
+use self::memory_budget::MemoryBudget;
 use self::tls::{ServerTls, TlsError, TLS_RELOAD_INTERVAL};
 
 use crate::config::reload::{ReloadOutcome, Reloader};
@@ -96,6 +100,8 @@ pub struct Settings {
     pub lanes: usize,
     /// What clients may make the ports hold (streams, bytes, connections, time).
     pub limits: Limits,
+    /// Bytes all gRPC calls together may hold (see [`memory_budget`]).
+    pub grpc_memory_budget: usize,
     /// Global shadow mode (`shadow_mode`: no limit denies, `overall_code` is always OK) and
     /// quota mode (`quota_mode`: every limit in quota mode).
     pub modes: Modes,
@@ -162,6 +168,7 @@ impl Settings {
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
             lanes: default_lanes(),
             limits: Limits::default(),
+            grpc_memory_budget: memory_budget::default_bytes(),
             modes: Modes::default(),
             response_dynamic_metadata: false,
             load: LoadOptions::default(),
@@ -268,6 +275,7 @@ struct Context {
     on_rules_changed: Box<dyn Fn() + Send + Sync>,
     lanes: usize,
     limits: Limits,
+    grpc_memory_budget: usize,
     modes: Modes,
     response_dynamic_metadata: bool,
     request_limits: RequestLimits,
@@ -336,6 +344,7 @@ pub async fn run(
         on_rules_changed: Box::new(|| {}),
         lanes: settings.lanes,
         limits: settings.limits.clone(),
+        grpc_memory_budget: settings.grpc_memory_budget,
         modes: settings.modes,
         response_dynamic_metadata: settings.response_dynamic_metadata,
         request_limits: settings.request_limits,
@@ -553,7 +562,9 @@ async fn serve<S: Store>(
     let open_files = open_files::current_soft_limit().unwrap_or(u64::MAX);
     let caps = limits.connection_caps(open_files);
     let metrics = context.metrics.clone();
-    let registry = Registry::new(caps.grpc, metrics.clone());
+    let budget = MemoryBudget::new(context.grpc_memory_budget);
+    tokio::spawn(memory_release::watch(budget.clone(), stopping.clone()));
+    let registry = Registry::new(caps.grpc, budget, metrics.clone());
     register_transport_gauges(&metrics, &registry);
     let http_state = Arc::new(HttpState {
         health: health.clone(),
@@ -600,6 +611,7 @@ async fn serve<S: Store>(
             grpc_max_connections = caps.grpc,
             http_max_connections = caps.http,
             open_files,
+            grpc_memory_budget = context.grpc_memory_budget,
             "serving"
         ),
         GrpcAddress::Unix(path) => tracing::info!(
@@ -608,6 +620,7 @@ async fn serve<S: Store>(
             grpc_max_connections = caps.grpc,
             http_max_connections = caps.http,
             open_files,
+            grpc_memory_budget = context.grpc_memory_budget,
             "serving"
         ),
     }
@@ -754,8 +767,26 @@ fn register_transport_gauges(metrics: &Metrics, registry: &Arc<Registry>) {
     let buffered = registry.clone();
     metrics.register_gauge(
         "ratelimitd_grpc_buffered_request_bytes",
-        "Bytes of partly received gRPC request messages, all connections.",
+        "Bytes of partly received gRPC request messages (at the length their prefix declares), all connections.",
         move || buffered.buffered() as u64,
+    );
+    let limit = registry.budget().limit() as u64;
+    metrics.register_gauge(
+        "ratelimitd_grpc_memory_budget_bytes",
+        "The memory budget of all gRPC calls together (--grpc-memory-budget).",
+        move || limit,
+    );
+    let held = registry.budget().clone();
+    metrics.register_gauge(
+        "ratelimitd_grpc_memory_held_bytes",
+        "Bytes held against the memory budget: open calls, their request heads and messages being received.",
+        move || held.held() as u64,
+    );
+    let calls = registry.budget().clone();
+    metrics.register_gauge(
+        "ratelimitd_grpc_open_calls",
+        "Open gRPC calls (streams served), all connections.",
+        move || calls.calls() as u64,
     );
 }
 
@@ -826,12 +857,14 @@ async fn watch_config(
         };
         let worker = reloader.clone();
         let outcome = tokio::task::spawn_blocking(move || {
-            if forced {
-                return Some(worker.reload());
+            if !forced {
+                worker.changed()?;
+                std::thread::sleep(RELOAD_SETTLE);
             }
-            worker.changed()?;
-            std::thread::sleep(RELOAD_SETTLE);
-            Some(worker.reload())
+            let outcome = worker.reload();
+            // What the parse allocated is free now, whether the configuration was applied or not.
+            memory_release::give_back();
+            Some(outcome)
         })
         .await;
         let outcome = match outcome {

@@ -5,6 +5,7 @@ use std::time::Duration;
 use super::parse;
 use crate::limiter::RequestLimits;
 use crate::server::limits::Limits;
+use crate::server::memory_budget;
 
 /// What one request may carry; a request beyond it is refused with INVALID_ARGUMENT.
 #[derive(clap::Args)]
@@ -82,6 +83,13 @@ pub struct LimitArgs {
     /// Open files kept for anything but client connections (listeners, Redis, runtime).
     #[arg(long, env = "RATELIMITD_FD_RESERVE", default_value_t = Limits::DEFAULT_FD_RESERVE)]
     fd_reserve: usize,
+    /// Most memory all gRPC calls together may hold: 6 KiB per open call plus its request
+    /// headers, plus the messages being received at the length their prefix declares. A call or
+    /// message past it is refused with RESOURCE_EXHAUSTED. Default: a quarter of the memory the
+    /// process may use (its cgroup's limit, else the machine's RAM), at least 32 MiB. Sizes take
+    /// B, KiB, MiB, GiB.
+    #[arg(long, env = "RATELIMITD_GRPC_MEMORY_BUDGET", value_name = "SIZE", value_parser = memory_budget)]
+    grpc_memory_budget: Option<usize>,
 }
 
 impl LimitArgs {
@@ -104,5 +112,36 @@ impl LimitArgs {
             http_connection_timeout: self.http_connection_timeout,
             fd_reserve: self.fd_reserve,
         }
+    }
+
+    /// The budget of all gRPC calls in bytes: the flag's, else [`memory_budget::default_bytes`].
+    pub fn grpc_memory_budget(&self) -> usize {
+        self.grpc_memory_budget
+            .unwrap_or_else(memory_budget::default_bytes)
+    }
+}
+
+/// A budget of at least one call.
+fn memory_budget(text: &str) -> Result<usize, String> {
+    let size = parse::size(text)?;
+    if size >= memory_budget::CALL_COST {
+        Ok(size)
+    } else {
+        Err(format!(
+            "`{text}` is below one call's {} bytes (sizes take B, KiB, MiB, GiB)",
+            memory_budget::CALL_COST
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_budget_takes_sizes_of_at_least_one_call() {
+        assert_eq!(memory_budget("64MiB"), Ok(64 << 20));
+        assert!(memory_budget("1KiB").is_err());
+        assert!(memory_budget("lots").is_err());
     }
 }

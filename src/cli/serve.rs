@@ -60,6 +60,7 @@ impl ServeArgs {
             near_limit_ratio: self.telemetry.near_limit_ratio(),
             lanes: self.listeners.lanes(),
             limits: self.limits.limits(),
+            grpc_memory_budget: self.limits.grpc_memory_budget(),
             modes: self.responses.modes(),
             response_dynamic_metadata: self.responses.dynamic_metadata(),
             load: self.config.load_options(),

@@ -7,6 +7,9 @@
 //!   protocol says servers should, so that no other HTTP client takes the error for a success.
 //!   There is no JSON codec: `application/grpc+json` is refused rather than misread as protobuf.
 //! - Health `Watch` and reflection streams beyond the caps: RESOURCE_EXHAUSTED at once.
+//! - A call that does not fit the memory budget of all calls
+//!   ([`super::memory_budget::MemoryBudget`]):
+//!   RESOURCE_EXHAUSTED at once, before tonic sees it.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -25,6 +28,7 @@ use tower_service::Service as _;
 
 use super::connections::{CallGuard, CallKind, ConnectionHandle, StreamingRefused};
 use super::grpc_timeout;
+use super::memory_budget::{self, CallCharge};
 use super::request_body::{BodyLimits, RequestBody};
 use crate::service::limited::Limited;
 
@@ -53,10 +57,17 @@ pub struct CallGate {
     limits: Arc<GateLimits>,
 }
 
+/// What an admitted call holds until its response ends: its count on the connection and its
+/// charge on the memory budget.
+pub struct Admitted {
+    _call: CallGuard,
+    _charge: CallCharge,
+}
+
 /// A response body that keeps its call counted on the connection until it is dropped.
 pub struct ResponseBody {
     inner: tonic::body::Body,
-    _call: Option<CallGuard>,
+    _call: Option<Admitted>,
 }
 
 impl Body for ResponseBody {
@@ -90,8 +101,9 @@ impl CallGate {
         }
     }
 
-    /// The call counted on its connection, or the answer that refuses it.
-    fn admit(&self, request: &Request<Incoming>) -> Result<CallGuard, Box<Answer>> {
+    /// The call counted on its connection and charged to the memory budget, or the answer that
+    /// refuses it.
+    fn admit(&self, request: &Request<Incoming>) -> Result<Admitted, Box<Answer>> {
         let metrics = self.connection.metrics();
         if request.method() != Method::POST {
             metrics.record_limited(Limited::ContentType);
@@ -108,6 +120,13 @@ impl CallGate {
                 "gRPC calls have content-type application/grpc\n",
             )));
         }
+        let budget = self.connection.budget();
+        let Ok(charge) = budget.open_call(memory_budget::head_bytes(request)) else {
+            metrics.record_limited(Limited::MemoryBudget);
+            return Err(Box::new(status(Status::resource_exhausted(
+                budget.refusal(),
+            ))));
+        };
         let kind = if streams(request.uri().path()) {
             CallKind::Streaming
         } else {
@@ -140,6 +159,10 @@ impl CallGate {
             };
             metrics.record_limited(limited);
             Box::new(status(Status::resource_exhausted(message)))
+        })
+        .map(|call| Admitted {
+            _call: call,
+            _charge: charge,
         })
     }
 }

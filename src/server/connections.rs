@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use super::memory_budget::MemoryBudget;
 use crate::service::limited::Limited;
 use crate::service::Metrics;
 
@@ -42,6 +43,7 @@ pub struct Registry {
     shedding: AtomicUsize,
     streaming_calls: AtomicUsize,
     buffered: AtomicUsize,
+    budget: Arc<MemoryBudget>,
     metrics: Arc<Metrics>,
 }
 
@@ -64,8 +66,9 @@ pub struct Connection {
 pub struct Refused;
 
 impl Registry {
-    /// A registry for at most `cap` connections (plus up to [`MAX_SHEDDING`] being closed).
-    pub fn new(cap: usize, metrics: Arc<Metrics>) -> Arc<Registry> {
+    /// A registry for at most `cap` connections (plus up to [`MAX_SHEDDING`] being closed),
+    /// whose calls share `budget`.
+    pub fn new(cap: usize, budget: Arc<MemoryBudget>, metrics: Arc<Metrics>) -> Arc<Registry> {
         Arc::new(Registry {
             origin: Instant::now(),
             cap: cap.max(1),
@@ -74,6 +77,7 @@ impl Registry {
             shedding: AtomicUsize::new(0),
             streaming_calls: AtomicUsize::new(0),
             buffered: AtomicUsize::new(0),
+            budget,
             metrics,
         })
     }
@@ -96,6 +100,11 @@ impl Registry {
     /// Bytes of partly received request messages on all connections.
     pub fn buffered(&self) -> usize {
         self.buffered.load(Ordering::Relaxed)
+    }
+
+    /// The memory budget every call of every connection is charged to.
+    pub fn budget(&self) -> &Arc<MemoryBudget> {
+        &self.budget
     }
 
     fn now_ms(&self) -> u64 {
@@ -164,6 +173,10 @@ pub struct ConnectionHandle {
 impl ConnectionHandle {
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.registry.metrics
+    }
+
+    pub fn budget(&self) -> &Arc<MemoryBudget> {
+        &self.registry.budget
     }
 }
 
@@ -304,10 +317,12 @@ impl Drop for CallGuard {
 pub enum BufferFull {
     Connection,
     Global,
+    /// The memory budget of all calls ([`MemoryBudget`]).
+    Memory,
 }
 
 /// Bytes of partly received request messages held by one call, charged to its connection's
-/// budget and the global one, and given back on drop.
+/// budget, the global one and the memory budget, and given back on drop.
 pub struct Buffered {
     registry: Arc<Registry>,
     connection: Arc<Connection>,
@@ -315,6 +330,11 @@ pub struct Buffered {
 }
 
 impl Buffered {
+    /// The memory budget it charges, for refusals to name.
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.registry.budget
+    }
+
     pub fn new(handle: &ConnectionHandle) -> Buffered {
         Buffered {
             registry: handle.registry.clone(),
@@ -324,7 +344,8 @@ impl Buffered {
     }
 
     /// Holds `bytes` in total from now on: more is charged (refused, and nothing changed, when
-    /// the connection would pass `per_connection` or all connections `global`), less given back.
+    /// the connection would pass `per_connection`, all connections `global`, or the memory
+    /// budget its limit), less given back.
     pub fn hold(
         &mut self,
         bytes: usize,
@@ -335,6 +356,7 @@ impl Buffered {
             let back = self.held - bytes;
             self.connection.buffered.fetch_sub(back, Ordering::AcqRel);
             self.registry.buffered.fetch_sub(back, Ordering::AcqRel);
+            self.registry.budget.release(back);
             self.held = bytes;
             return Ok(());
         }
@@ -347,6 +369,11 @@ impl Buffered {
             self.registry.buffered.fetch_sub(more, Ordering::AcqRel);
             self.connection.buffered.fetch_sub(more, Ordering::AcqRel);
             return Err(BufferFull::Global);
+        }
+        if self.registry.budget.charge(more).is_err() {
+            self.registry.buffered.fetch_sub(more, Ordering::AcqRel);
+            self.connection.buffered.fetch_sub(more, Ordering::AcqRel);
+            return Err(BufferFull::Memory);
         }
         self.held = bytes;
         Ok(())
@@ -362,6 +389,7 @@ impl Drop for Buffered {
             self.registry
                 .buffered
                 .fetch_sub(self.held, Ordering::AcqRel);
+            self.registry.budget.release(self.held);
         }
     }
 }
@@ -371,7 +399,11 @@ mod tests {
     use super::*;
 
     fn registry(cap: usize) -> Arc<Registry> {
-        Registry::new(cap, Arc::new(Metrics::default()))
+        registry_with_budget(cap, 1 << 30)
+    }
+
+    fn registry_with_budget(cap: usize, budget: usize) -> Arc<Registry> {
+        Registry::new(cap, MemoryBudget::new(budget), Arc::new(Metrics::default()))
     }
 
     #[test]
@@ -442,5 +474,24 @@ mod tests {
         drop((a1, a2, b1));
         assert_eq!(registry.buffered(), 0);
         assert_eq!(a.connection.buffered.load(Ordering::Relaxed), 0);
+        assert_eq!(registry.budget().held(), 0);
+    }
+
+    #[test]
+    fn buffered_bytes_are_charged_to_the_memory_budget() {
+        let registry = registry_with_budget(10, 150);
+        let a = registry.admit().unwrap();
+        let b = registry.admit().unwrap();
+        let call = registry.budget().clone();
+        call.charge(50).unwrap();
+        let mut a1 = Buffered::new(&a.handle());
+        let mut b1 = Buffered::new(&b.handle());
+        assert_eq!(a1.hold(90, 100, 1000), Ok(()));
+        assert_eq!(b1.hold(20, 100, 1000), Err(BufferFull::Memory));
+        assert_eq!((registry.buffered(), registry.budget().held()), (90, 140));
+        assert_eq!(a1.hold(40, 100, 1000), Ok(()));
+        assert_eq!(b1.hold(20, 100, 1000), Ok(()));
+        drop((a1, b1));
+        assert_eq!((registry.buffered(), registry.budget().held()), (0, 50));
     }
 }

@@ -4,9 +4,10 @@
 //! - A message whose length prefix is above `max_message` is refused at its 5-byte header,
 //!   before any of it is buffered: RESOURCE_EXHAUSTED, as gRPC specifies for "sent or received
 //!   message was larger than configured limit".
-//! - The bytes of the message being received are charged to the connection's budget and the
-//!   global one ([`Buffered`]) until it is complete; a message that does not fit is refused
-//!   (RESOURCE_EXHAUSTED: "server temporarily out of resources").
+//! - The message being received is charged, at the length its prefix declares (tonic reserves
+//!   that much as soon as it reads the prefix), to the connection's budget, the global one and
+//!   the memory budget of all calls ([`Buffered`]) until it is complete; a message that does not
+//!   fit is refused at its prefix (RESOURCE_EXHAUSTED: "server temporarily out of resources").
 //! - A call that takes one request (every method but reflection) must send exactly one message:
 //!   a second one, or none, is a cardinality violation, UNIMPLEMENTED as gRPC's status-code table
 //!   says (grpc-java answers INTERNAL; tonic would silently ignore a second message). Such a call
@@ -38,9 +39,9 @@ const HEADER: usize = 5;
 pub struct BodyLimits {
     /// Largest message length accepted.
     pub max_message: usize,
-    /// Bytes of partly received messages one connection may hold.
+    /// Bytes of partly received messages one connection may hold (at their declared length).
     pub per_connection: usize,
-    /// Bytes of partly received messages all connections may hold.
+    /// Bytes of partly received messages all connections may hold (likewise).
     pub global: usize,
     /// For single-request calls: time to send the request and end the stream.
     pub read_timeout: Duration,
@@ -115,6 +116,13 @@ impl Framing {
     fn complete(&mut self) {
         self.header_read = 0;
         self.partial = 0;
+    }
+
+    /// Bytes the current, incomplete message takes once whole: its prefix and the length the
+    /// prefix declares (what has arrived of the prefix while it is incomplete; 0 between
+    /// messages).
+    fn reserved(&self) -> usize {
+        self.partial + self.body_left
     }
 }
 
@@ -208,7 +216,7 @@ impl RequestBody {
         let (per_connection, global) = (self.limits.per_connection, self.limits.global);
         match self
             .buffered
-            .hold(self.framing.partial, per_connection, global)
+            .hold(self.framing.reserved(), per_connection, global)
         {
             Ok(()) => Ok(()),
             Err(BufferFull::Connection) => Err((
@@ -222,6 +230,10 @@ impl RequestBody {
                 Status::resource_exhausted(format!(
                     "partly received messages reached the server's {global} bytes"
                 )),
+            )),
+            Err(BufferFull::Memory) => Err((
+                Limited::MemoryBudget,
+                Status::resource_exhausted(self.buffered.budget().refusal()),
             )),
         }
     }
@@ -320,6 +332,12 @@ mod tests {
         let mut framing = Framing::default();
         framing.feed(&message(10)[..8], false, 10).unwrap();
         assert_eq!(framing.partial, 8);
+        assert_eq!(framing.reserved(), 15);
+        let mut framing = Framing::default();
+        framing.feed(&message(10)[..3], false, 10).unwrap();
+        assert_eq!(framing.reserved(), 3);
+        framing.feed(&message(10)[3..], false, 10).unwrap();
+        assert_eq!(framing.reserved(), 0);
     }
 
     #[test]

@@ -14,6 +14,9 @@ pub enum Limited {
     /// A call refused because all connections' partly received messages reached
     /// `--grpc-max-buffered-bytes`.
     BufferedBytes,
+    /// A call, or a message of one, refused because all calls together hold
+    /// `--grpc-memory-budget`.
+    MemoryBudget,
     /// A long-lived call (Watch, reflection) refused at `--grpc-max-streaming-calls`.
     StreamingCalls,
     /// A long-lived call refused at `--grpc-max-streaming-calls-per-connection`.
@@ -40,11 +43,12 @@ pub enum Limited {
 }
 
 impl Limited {
-    pub const ALL: [Limited; 15] = [
+    pub const ALL: [Limited; 16] = [
         Limited::RequestSize,
         Limited::ConcurrentStreams,
         Limited::ConnectionBuffer,
         Limited::BufferedBytes,
+        Limited::MemoryBudget,
         Limited::StreamingCalls,
         Limited::StreamingCallsPerConnection,
         Limited::ReadTimeout,
@@ -65,6 +69,7 @@ impl Limited {
             Limited::ConcurrentStreams => "grpc_concurrent_streams",
             Limited::ConnectionBuffer => "grpc_connection_buffer",
             Limited::BufferedBytes => "grpc_buffered_bytes",
+            Limited::MemoryBudget => "grpc_memory_budget",
             Limited::StreamingCalls => "grpc_streaming_calls",
             Limited::StreamingCallsPerConnection => "grpc_streaming_calls_per_connection",
             Limited::ReadTimeout => "grpc_read_timeout",

@@ -8,6 +8,8 @@
 //!                 [--server-pid PID] [--store-pid PID ...] [--threads N] [--json] [--label TEXT]
 //! ratelimit-bench footprint [--keys 1000000] [--algorithm gcra] [--json]
 //! ratelimit-bench report RESULTS.jsonl...
+//! ratelimit-bench hold [--addr 127.0.0.1:8081] [--connections 1000] [--streams 100]
+//!                      [--declared 65000] [--hold 2s] [--rounds 4] [--server-pid PID]
 //! ```
 //!
 //! The load: `connections` HTTP/2 connections, `concurrency` RPCs in flight on each (gRPC
@@ -24,12 +26,15 @@
 //! (`/proc/stat`: on a shared machine other work takes cores too).
 //!
 //! `footprint` inserts keys into an in-process `MemoryStore` and reports the RSS growth per key,
-//! then how much an expiry sweep gives back. `report` turns the JSON lines of a
+//! then how much an expiry sweep gives back. `hold` opens many connections of half-sent calls, round
+//! after round, and reports what the server keeps (see hold.rs). `report` turns the JSON lines of a
 //! `scripts/bench.sh` run into its markdown tables.
 
 // The crate root lives in src/bin/, its modules beside it in src/bin/ratelimit-bench/.
 #[path = "ratelimit-bench/footprint.rs"]
 mod footprint;
+#[path = "ratelimit-bench/hold.rs"]
+mod hold;
 #[path = "ratelimit-bench/load/mod.rs"]
 mod load;
 #[path = "ratelimit-bench/procstat.rs"]
@@ -61,6 +66,8 @@ enum Command {
     Load(load::LoadArgs),
     /// Insert keys into an in-process MemoryStore and report RSS growth per key.
     Footprint(footprint::FootprintArgs),
+    /// Hold many connections of half-sent calls, round after round, and read the server's RSS.
+    Hold(hold::HoldArgs),
     /// Render the markdown tables of a scripts/bench.sh run from its JSON lines.
     Report(report::ReportArgs),
 }
@@ -70,6 +77,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Footprint(args)) => footprint::run(&args),
         Some(Command::Report(args)) => report::run(&args),
+        Some(Command::Hold(args)) => hold::run(&args),
         Some(Command::Load(args)) => load::run(args),
         None => load::run(cli.load),
     };
