@@ -1,11 +1,13 @@
 //! ratelimitd: a gRPC rate-limit decision service, wire-compatible with envoyproxy/ratelimit.
 //!
 //! Layers, importing downwards only: [`server`] wires [`service`] (the gRPC/HTTP edge) to a
-//! [`store`] and the [`config`]; [`limiter`] is the pure domain (matching and algorithm math).
+//! [`store`] and the [`config`]; [`limiter`] is the pure domain (matching and algorithm math);
+//! [`otel`] exports the request spans as OpenTelemetry traces.
 
 pub mod config;
 pub mod envoyproxy_env;
 pub mod limiter;
+pub mod otel;
 pub mod proto;
 pub mod server;
 pub mod service;

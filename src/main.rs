@@ -23,9 +23,11 @@ use ratelimitd::service::statsd::{ExtraTags, StatsdAddr, StatsdSettings};
 use ratelimitd::service::ResponseHeaders;
 use ratelimitd::store::redis::{HostPort, KeyFormat, KeyLayout, ServerAuth, Topology};
 use ratelimitd::store::{DenyCacheSettings, RedisSettings};
-use ratelimitd::{config, envoyproxy_env, server};
+use ratelimitd::{config, envoyproxy_env, otel, server};
 use tokio::net::TcpListener;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 #[derive(Parser)]
 #[command(
@@ -334,6 +336,8 @@ struct ServeArgs {
     grpc_transport: GrpcTransportArgs,
     #[command(flatten)]
     redis_keys: RedisKeyArgs,
+    #[command(flatten)]
+    tracing: otel::TracingArgs,
 }
 
 /// The keys the Redis store writes: a prefix, and envoyproxy/ratelimit's format for fixed
@@ -837,20 +841,38 @@ fn check(args: &CheckArgs) -> ExitCode {
     }
 }
 
-fn init_logging(format: LogFormat, filter: &str) {
+/// Logs to stdout through `filter`; the request spans go to `traces` only (see [`otel`]).
+fn init_logging(format: LogFormat, filter: &str, traces: Option<&otel::Pipeline>) {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stdout().is_terminal());
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let output = tracing_subscriber::fmt::layer().with_ansi(std::io::stdout().is_terminal());
+    let output = match format {
+        LogFormat::Text => output.boxed(),
+        LogFormat::Json => output.json().boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(output.with_filter(otel::without_spans(filter)))
+        .with(traces.map(otel::Pipeline::layer))
+        .init();
 }
 
 fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCode {
-    init_logging(args.log_format, &args.log_level);
+    let traces = args.tracing.settings().and_then(otel::Pipeline::start);
+    init_logging(
+        args.log_format,
+        &args.log_level,
+        traces.as_ref().ok().and_then(Option::as_ref),
+    );
     log_upstream_environment(upstream);
+    let traces = match traces {
+        Ok(traces) => traces,
+        Err(error) => {
+            tracing::error!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(traces) = &traces {
+        tracing::info!("{}", traces.describe());
+    }
     open_files::raise_to_hard_limit();
     let topology = match redis_topology(&args) {
         Ok(topology) => topology,
@@ -963,6 +985,9 @@ fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCode {
         server::run(settings, listeners, shutdown_signal()).await
     });
     runtime.shutdown_timeout(BLOCKING_WORK_GRACE);
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

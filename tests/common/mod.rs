@@ -3,6 +3,7 @@
 pub mod fault_load;
 pub mod grpc_transport;
 pub mod hostile_config;
+pub mod otlp_collector;
 pub mod pki;
 pub mod ratelimitd;
 pub mod redis_cluster;
