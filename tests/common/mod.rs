@@ -1,5 +1,6 @@
 #![allow(dead_code)]
 
+pub mod envoy;
 pub mod fault_load;
 pub mod grpc_transport;
 pub mod hostile_config;
