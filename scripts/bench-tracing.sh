@@ -5,8 +5,9 @@
 #   on-0.01   --tracing --tracing-sampling-ratio 0.01
 #   on-1      --tracing --tracing-sampling-ratio 1
 # The traced variants export over OTLP HTTP/protobuf to a sink on this machine that answers 200
-# to every export (python3's http.server). Each round runs the four variants in turn (so they meet
-# the same phases of a shared machine); the table gives each variant's median over the rounds.
+# to every export (python3's http.server). Each round runs the four variants in turn, starting one
+# further along each round (so they meet the same phases of a shared machine, and none always runs
+# first); the table gives each variant's median over the rounds.
 # The server is pinned to CPU 0 and the load generator to CPU 1, as the memory rows of bench.sh.
 #
 # stdout: a markdown table (header: date, commit, machine, command); progress goes to stderr.
@@ -108,8 +109,10 @@ run() {
 
 VARIANTS="no-otel off on-0.01 on-1"
 declare -A CPU=() RPS=()
+read -r -a order <<<"$VARIANTS"
 for round in $(seq 1 "$ROUNDS"); do
-  for variant in $VARIANTS; do
+  for step in 0 1 2 3; do
+    variant=${order[$(((round + step) % 4))]}
     read -r cpu rps < <(run "$variant")
     log "round $round $variant: $cpu µs/req, $rps req/s"
     CPU[$variant]+="$cpu "
