@@ -16,6 +16,7 @@ mod responses;
 mod serve;
 mod store;
 mod telemetry;
+mod traces;
 pub mod upstream_env;
 mod xds;
 

@@ -80,8 +80,15 @@ const BLOCKING_WORK_GRACE: Duration = Duration::from_secs(1);
 
 /// Logs, binds, serves until SIGTERM or SIGINT; exit 1 with the reason on any error.
 pub fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCode {
-    args.telemetry.init_logging();
+    let traces = args.telemetry.init();
     upstream_env::log(upstream);
+    let traces = match traces {
+        Ok(traces) => traces,
+        Err(error) => {
+            tracing::error!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
     open_files::raise_to_hard_limit();
     let settings = match args.settings() {
         Ok(settings) => settings,
@@ -107,6 +114,9 @@ pub fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCod
         server::run(settings, listeners, shutdown_signal()).await
     });
     runtime.shutdown_timeout(BLOCKING_WORK_GRACE);
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

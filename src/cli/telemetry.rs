@@ -1,12 +1,16 @@
-//! What the server tells about itself: logs, the near-limit metric, statsd.
+//! What the server tells about itself: logs, traces, the near-limit metric, statsd.
 
 use std::io::IsTerminal;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 use super::parse;
+use super::traces::TracingArgs;
+use crate::otel;
 use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use crate::service::statsd::{ExtraTags, StatsdAddr, StatsdSettings};
 
@@ -38,12 +42,25 @@ pub struct TelemetryArgs {
     near_limit_ratio: f64,
     #[command(flatten)]
     statsd: StatsdArgs,
+    #[command(flatten)]
+    tracing: TracingArgs,
 }
 
 impl TelemetryArgs {
-    /// Installs the global log subscriber.
-    pub fn init_logging(&self) {
-        init_logging(self.log_format, &self.log_level);
+    /// Starts the trace pipeline when `--tracing` asks for it and installs the global log
+    /// subscriber with it; a pipeline that cannot start is logged and refused.
+    pub fn init(&self) -> Result<Option<otel::Pipeline>, String> {
+        let traces = self.tracing.settings().and_then(otel::Pipeline::start);
+        init_logging(
+            self.log_format,
+            &self.log_level,
+            traces.as_ref().ok().and_then(Option::as_ref),
+        );
+        let traces = traces?;
+        if let Some(traces) = &traces {
+            tracing::info!("{}", traces.describe());
+        }
+        Ok(traces)
     }
 
     /// The near-limit share of the metrics.
@@ -57,17 +74,19 @@ impl TelemetryArgs {
     }
 }
 
-/// Installs the global log subscriber: `filter` in tracing-subscriber's syntax (`info` when it
-/// does not parse), colours only on a terminal.
-pub fn init_logging(format: LogFormat, filter: &str) {
+/// Logs to stdout through `filter` (tracing-subscriber's syntax; `info` when it does not parse),
+/// colours only on a terminal; the request spans go to `traces` only (see [`otel`]).
+pub fn init_logging(format: LogFormat, filter: &str, traces: Option<&otel::Pipeline>) {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stdout().is_terminal());
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let output = tracing_subscriber::fmt::layer().with_ansi(std::io::stdout().is_terminal());
+    let output = match format {
+        LogFormat::Text => output.boxed(),
+        LogFormat::Json => output.json().boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(output.with_filter(otel::without_spans(filter)))
+        .with(traces.map(otel::Pipeline::layer))
+        .init();
 }
 
 /// The statsd sink: envoyproxy/ratelimit's stats, under its names, over UDP.

@@ -1081,6 +1081,9 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// envoyproxy/ratelimit's OpenTelemetry settings. Its endpoint and the rest come from the
+    /// standard `OTEL_EXPORTER_OTLP_*` variables, which ratelimitd's exporter reads as well; its
+    /// service name (default `RateLimit`) is set whether or not `OTEL_SERVICE_NAME` is, as there.
     fn tracing(&mut self) {
         const SETTINGS: [&str; 5] = [
             "TRACING_SERVICE_NAME",
@@ -1089,15 +1092,72 @@ impl<'a> Reader<'a> {
             "TRACING_EXPORTER_PROTOCOL",
             "TRACING_SAMPLING_RATE",
         ];
-        if self.bool("TRACING_ENABLED", false) {
+        if !self.bool("TRACING_ENABLED", false) {
+            self.unused(&SETTINGS, "TRACING_ENABLED is not true (as upstream)");
+            return;
+        }
+        self.assign("RATELIMITD_TRACING", "true".into(), "TRACING_ENABLED");
+        let name = self.get("TRACING_SERVICE_NAME").unwrap_or("RateLimit");
+        self.assign(
+            "RATELIMITD_TRACING_SERVICE_NAME",
+            name.to_owned(),
+            "TRACING_SERVICE_NAME",
+        );
+        let mut attributes = Vec::new();
+        for (variable, key) in [
+            ("TRACING_SERVICE_NAMESPACE", "service.namespace"),
+            ("TRACING_SERVICE_INSTANCE_ID", "service.instance.id"),
+        ] {
+            match self.get(variable) {
+                Some(value) if value.contains(',') => self.fail(format!(
+                    "{variable}: `{value}` holds a comma, which a resource attribute cannot carry \
+                     here"
+                )),
+                Some(value) => attributes.push(format!("{key}={value}")),
+                None => {}
+            }
+        }
+        if !attributes.is_empty() {
+            self.assign(
+                "RATELIMITD_TRACING_RESOURCE_ATTRIBUTES",
+                attributes.join(","),
+                "TRACING_SERVICE_NAMESPACE/TRACING_SERVICE_INSTANCE_ID",
+            );
+        }
+        if self.get("TRACING_SERVICE_INSTANCE_ID").is_none() {
             self.note(
-                Level::Warn,
-                "TRACING_ENABLED=true: ratelimitd does not export traces yet; requests are served \
-                 without spans"
+                Level::Info,
+                "TRACING_SERVICE_INSTANCE_ID is unset: spans carry no service.instance.id \
+                 (envoyproxy/ratelimit makes up a random one)"
                     .into(),
             );
         }
-        self.unused(&SETTINGS, "ratelimitd does not export traces yet");
+        match self.get("TRACING_EXPORTER_PROTOCOL") {
+            None | Some("http") => self.assign(
+                "RATELIMITD_TRACING_PROTOCOL",
+                "http/protobuf".into(),
+                "TRACING_EXPORTER_PROTOCOL",
+            ),
+            Some("grpc") => self.assign(
+                "RATELIMITD_TRACING_PROTOCOL",
+                "grpc".into(),
+                "TRACING_EXPORTER_PROTOCOL",
+            ),
+            Some(other) => self.fail(format!(
+                "TRACING_EXPORTER_PROTOCOL: `{other}` is not an exporter protocol (http, grpc)"
+            )),
+        }
+        let rate = self.get("TRACING_SAMPLING_RATE").unwrap_or("1");
+        match rate.trim().parse::<f64>() {
+            Ok(ratio) if (0.0..=1.0).contains(&ratio) => self.assign(
+                "RATELIMITD_TRACING_SAMPLING_RATIO",
+                rate.trim().to_owned(),
+                "TRACING_SAMPLING_RATE",
+            ),
+            _ => self.fail(format!(
+                "TRACING_SAMPLING_RATE: `{rate}` is not a ratio from 0 to 1"
+            )),
+        }
     }
 }
 

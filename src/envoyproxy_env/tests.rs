@@ -420,3 +420,63 @@ fn redis_health_check_active_connection_decides_the_rule_on_failed_calls() {
     assert_eq!(assigned(&translation).get(WINDOW), None);
     assert!(translation.notices.is_empty(), "{:?}", translation.notices);
 }
+
+#[test]
+fn tracing_enabled_maps_every_tracing_variable() {
+    let translation = translate(
+        &env(&[
+            ("TRACING_ENABLED", "true"),
+            ("TRACING_SERVICE_NAMESPACE", "gateway"),
+            ("TRACING_SERVICE_INSTANCE_ID", "ratelimit-0"),
+            ("TRACING_EXPORTER_PROTOCOL", "grpc"),
+            ("TRACING_SAMPLING_RATE", "0.25"),
+        ]),
+        false,
+    )
+    .unwrap();
+    let set = assigned(&translation);
+    assert_eq!(set["RATELIMITD_TRACING"], "true");
+    assert_eq!(set["RATELIMITD_TRACING_SERVICE_NAME"], "RateLimit");
+    assert_eq!(
+        set["RATELIMITD_TRACING_RESOURCE_ATTRIBUTES"],
+        "service.namespace=gateway,service.instance.id=ratelimit-0"
+    );
+    assert_eq!(set["RATELIMITD_TRACING_PROTOCOL"], "grpc");
+    assert_eq!(set["RATELIMITD_TRACING_SAMPLING_RATIO"], "0.25");
+}
+
+#[test]
+fn tracing_takes_upstreams_defaults_when_enabled_alone() {
+    let translation = translate(&env(&[("TRACING_ENABLED", "true")]), false).unwrap();
+    let set = assigned(&translation);
+    assert_eq!(set["RATELIMITD_TRACING_PROTOCOL"], "http/protobuf");
+    assert_eq!(set["RATELIMITD_TRACING_SAMPLING_RATIO"], "1");
+    assert_eq!(set["RATELIMITD_TRACING_SERVICE_NAME"], "RateLimit");
+    assert!(!set.contains_key("RATELIMITD_TRACING_RESOURCE_ATTRIBUTES"));
+}
+
+#[test]
+fn tracing_settings_without_tracing_enabled_are_unused() {
+    let translation = translate(&env(&[("TRACING_SAMPLING_RATE", "0.5")]), false).unwrap();
+    assert!(assigned(&translation).is_empty());
+    assert!(translation
+        .notices
+        .iter()
+        .any(|n| n.text.starts_with("TRACING_SAMPLING_RATE is not used")));
+}
+
+#[test]
+fn bad_tracing_values_are_refused_by_name() {
+    for (name, value) in [
+        ("TRACING_EXPORTER_PROTOCOL", "zipkin"),
+        ("TRACING_SAMPLING_RATE", "2"),
+        ("TRACING_SERVICE_NAMESPACE", "a,b"),
+    ] {
+        let errors =
+            translate(&env(&[("TRACING_ENABLED", "true"), (name, value)]), false).unwrap_err();
+        assert!(
+            errors.iter().any(|e| e.starts_with(name)),
+            "{name}={value}: {errors:?}"
+        );
+    }
+}

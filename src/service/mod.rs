@@ -1,6 +1,7 @@
 //! The network edge: gRPC (RLS v3, health) and the HTTP port. Protocol conversion happens here and
 //! only here; the edge never touches Redis.
 
+pub mod call_span;
 pub mod convert;
 pub mod headers;
 pub mod health;

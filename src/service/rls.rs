@@ -8,6 +8,7 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use tonic::{Code as GrpcCode, Request, Response, Status};
 
+use super::call_span::CallSpan;
 use super::convert::{dynamic_metadata, request_from_proto, response_to_proto, Refused};
 use super::headers::ResponseHeaders;
 use super::metrics::{Metrics, RequestResult};
@@ -145,10 +146,20 @@ impl<S: Store> RateLimitEdge<S> {
         &self.rules
     }
 
-    /// Decides one request; also used by the HTTP `/json` endpoint.
+    /// Decides one request; also used by the HTTP `/json` endpoint (untraced).
     pub async fn decide(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        self.decide_traced(request, &CallSpan::none()).await
+    }
+
+    /// Decides one request within `call`'s span.
+    async fn decide_traced(
+        &self,
+        request: RateLimitRequest,
+        call: &CallSpan,
+    ) -> Result<RateLimitResponse, Status> {
         let started = Instant::now();
-        let result = self.decide_timed(request).await;
+        let result = self.decide_timed(request, call).await;
+        call.record_result(&result);
         if let Some(metrics) = &self.metrics {
             let ended = match &result {
                 Ok(response) if response.overall_code == ProtoCode::OverLimit as i32 => {
@@ -165,25 +176,41 @@ impl<S: Store> RateLimitEdge<S> {
         result
     }
 
-    async fn decide_timed(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
+    async fn decide_timed(
+        &self,
+        request: RateLimitRequest,
+        call: &CallSpan,
+    ) -> Result<RateLimitResponse, Status> {
         let request = request_from_proto(request, &self.limits).map_err(|refused| {
             if let (Refused::Limit(exceeded), Some(metrics)) = (&refused, &self.metrics) {
                 metrics.record_request_limit(exceeded.limit());
             }
             Status::from(refused)
         })?;
+        call.record_request(&request);
         let rules = self.rules.load();
-        let plan = plan_with(&rules, &request, self.modes)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let (verdicts, from_store) = if plan.checks.is_empty() {
-            (Vec::new(), true)
-        } else {
-            match self.store.decide(&plan.checks).await {
-                Ok(verdicts) => (verdicts, true),
-                Err(error) => (self.on_store_error(error, plan.checks.len())?, false),
-            }
-        };
-        let outcome = outcome(&plan, &verdicts);
+        let decision = call.decision();
+        let (plan, verdicts, from_store, outcome) = decision
+            .instrument(async {
+                let plan = plan_with(&rules, &request, self.modes)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                decision.record_checks(plan.checks.len());
+                let (verdicts, from_store) = if plan.checks.is_empty() {
+                    (Vec::new(), true)
+                } else {
+                    let decided = decision
+                        .store_call(plan.checks.len(), self.store.decide(&plan.checks))
+                        .await;
+                    match decided {
+                        Ok(verdicts) => (verdicts, true),
+                        Err(error) => (self.on_store_error(error, plan.checks.len())?, false),
+                    }
+                };
+                let outcome = outcome(&plan, &verdicts);
+                decision.record_overall(outcome.overall);
+                Ok::<_, Status>((plan, verdicts, from_store, outcome))
+            })
+            .await?;
         if let Some(metrics) = &self.metrics {
             metrics.record_decision(&request, &plan, from_store.then_some(&verdicts), &outcome);
             if plan.checks.is_empty() && rules.domain(&request.domain).is_none() {
@@ -237,6 +264,9 @@ impl<S: Store> RateLimitService for RateLimitEdge<S> {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        self.decide(request.into_inner()).await.map(Response::new)
+        let call = CallSpan::start(request.metadata());
+        call.instrument(self.decide_traced(request.into_inner(), &call))
+            .await
+            .map(Response::new)
     }
 }

@@ -1,9 +1,11 @@
 #![allow(dead_code)]
 
 pub mod control_plane;
+pub mod envoy;
 pub mod fault_load;
 pub mod grpc_transport;
 pub mod hostile_config;
+pub mod otlp_collector;
 pub mod pki;
 pub mod ratelimitd;
 pub mod redis_cluster;

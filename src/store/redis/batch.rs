@@ -23,6 +23,7 @@ use super::script::Invocation;
 use super::Shared;
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::RequestLimits;
+use crate::otel::StoreCallSpan;
 use crate::store::StoreError;
 
 /// Most requests decided by one script call.
@@ -52,6 +53,9 @@ pub(super) struct Pending {
     pub(super) invocation: Invocation,
     pub(super) deadline: Instant,
     pub(super) answer: oneshot::Sender<Answer>,
+    /// The span of the store call waiting for this request, told the size of the script call
+    /// that carries it.
+    pub(super) span: StoreCallSpan,
 }
 
 impl Pending {
@@ -117,6 +121,7 @@ impl Batcher {
                 invocation,
                 deadline,
                 answer,
+                span: StoreCallSpan::current(),
             })
             .map_err(|_| shut_down())?;
         answered.await.unwrap_or_else(|_| Err(shut_down()))
@@ -146,6 +151,7 @@ async fn dispatch(
             first = next_live(&mut queue, &mut carried, timeout), if in_flight.len() < max_in_flight => {
                 let Some(first) = first else { break };
                 let batch = gather(first, spare.pop().unwrap_or_default(), &mut queue, &mut carried, timeout);
+                record_batch(&batch);
                 in_flight.push(call(Arc::clone(&route), batch));
             }
         }
@@ -201,6 +207,20 @@ fn gather(
         batch.push(pending);
     }
     batch
+}
+
+/// Tells each request's span the size of the call that carries it.
+fn record_batch(batch: &[Pending]) {
+    if !crate::otel::is_exporting() {
+        return;
+    }
+    let checks = batch
+        .iter()
+        .map(|pending| pending.invocation.checks())
+        .sum();
+    for pending in batch {
+        pending.span.record_batch(batch.len(), checks);
+    }
 }
 
 /// The script call(s) deciding `batch`, answering every request of it; the batch back, emptied,
@@ -294,6 +314,7 @@ mod tests {
                     invocation,
                     deadline,
                     answer,
+                    span: StoreCallSpan::default(),
                 })
                 .expect("the receiver is alive");
         }

@@ -1,0 +1,58 @@
+//! OpenTelemetry traces: one span per `ShouldRateLimit`, exported over OTLP.
+//!
+//! The service already logs through `tracing`; its request spans (target [`SPAN_TARGET`]) reach
+//! an OpenTelemetry layer of the same subscriber when tracing is on, and nothing else: the log
+//! output's filter leaves them out (see [`without_spans`]), so with tracing off no layer is
+//! interested in them and each span costs one check of a cached callsite interest.
+//!
+//! - [`TraceSettings`]: what the `--tracing*` flags (`cli`) and the standard `OTEL_*` variables
+//!   ask for.
+//! - [`Pipeline`]: the exporter (OTLP over gRPC or HTTP/protobuf), the batching tracer provider
+//!   and the subscriber layer; flushed by [`Pipeline::shutdown`].
+//! - [`propagation`]: the caller's trace context from W3C `traceparent` or B3 (single and multi)
+//!   headers in the gRPC metadata.
+//! - [`StoreCallSpan`]: what the Redis store records on the span of the request it decides (the
+//!   script call's batch).
+//!
+//! Built without the `otel` cargo feature, [`Pipeline::start`] refuses `--tracing` and the span
+//! types are empty: the request path carries no span code at all.
+
+pub mod settings;
+mod store_span;
+
+#[cfg(feature = "otel")]
+mod b3;
+#[cfg(feature = "otel")]
+mod pipeline;
+#[cfg(not(feature = "otel"))]
+#[path = "pipeline_absent.rs"]
+mod pipeline;
+#[cfg(feature = "otel")]
+pub mod propagation;
+
+#[cfg(feature = "otel")]
+pub(crate) use pipeline::records_descriptor_values;
+pub use pipeline::Pipeline;
+pub use settings::{Protocol, TraceSettings};
+pub use store_span::StoreCallSpan;
+
+/// The `tracing` target of every span exported as OpenTelemetry (and of no log event).
+pub const SPAN_TARGET: &str = "ratelimitd::spans";
+
+/// Whether a [`Pipeline`] exports spans (never, in a build without the `otel` feature).
+#[inline]
+pub fn is_exporting() -> bool {
+    #[cfg(feature = "otel")]
+    return pipeline::is_running();
+    #[cfg(not(feature = "otel"))]
+    false
+}
+
+/// `filter` (the log output's) with the exported spans left out, so logs read the same whether
+/// tracing is on or not and, with it off, no span is ever built.
+pub fn without_spans(filter: tracing_subscriber::EnvFilter) -> tracing_subscriber::EnvFilter {
+    match format!("{SPAN_TARGET}=off").parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    }
+}
