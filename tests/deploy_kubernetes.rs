@@ -575,11 +575,12 @@ fn every_variable_set_is_one_ratelimitd_answers_and_the_xds_example_runs_upstrea
             try_at(container, &format!("{probe}.grpc")).is_none(),
             "the gRPC port speaks TLS, which the kubelet's gRPC probe does not"
         );
-        assert_eq!(
-            text(container, &format!("{probe}.httpGet.path")),
-            "/healthcheck"
-        );
     }
+    assert_eq!(
+        text(container, "readinessProbe.httpGet.path"),
+        "/healthcheck"
+    );
+    assert_eq!(text(container, "livenessProbe.tcpSocket.port"), "http");
 }
 
 #[test]

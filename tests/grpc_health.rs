@@ -46,6 +46,12 @@ async fn health_is_serving_under_every_name() {
             "service name {name:?}"
         );
     }
+    let liveness = health
+        .check(check_req("ratelimitd.liveness"))
+        .await
+        .expect("liveness answers")
+        .into_inner();
+    assert_eq!(liveness.status, ServingStatus::Serving as i32);
     let err = health
         .check(check_req("no.such.Service"))
         .await

@@ -13,6 +13,7 @@ use ops_support::*;
 use ratelimitd::proto::rls::rate_limit_response::Code;
 use ratelimitd::proto::rls::{RateLimitRequest, RateLimitResponse};
 use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::HealthCheckRequest;
 
 const TIMEOUT: Duration = Duration::from_millis(200);
 /// What a failing answer may take beyond the Redis timeout (gRPC on loopback, scheduling).
@@ -90,6 +91,9 @@ async fn killed_redis(policy: Option<&str>) {
     assert_eq!(counters(&server, name).await, (0.0, 0.0));
 
     redis.kill();
+    if name == "unavailable" {
+        liveness_stays_serving_while_readiness_follows_the_store(&server).await;
+    }
     for _ in 0..5 {
         let result = timed(&mut c, mixed()).await;
         match name {
@@ -155,6 +159,29 @@ async fn killed_redis(policy: Option<&str>) {
         }
     })
     .await;
+}
+
+/// With Redis gone, the names that follow the store turn NOT_SERVING (readiness) while
+/// `ratelimitd.liveness` stays SERVING: a liveness probe must not restart a replica for an
+/// outage that no restart cures.
+async fn liveness_stays_serving_while_readiness_follows_the_store(server: &Ratelimitd) {
+    let mut health = server.health_client().await;
+    eventually(Duration::from_secs(10), "readiness NOT_SERVING", || {
+        let mut health = health.clone();
+        async move {
+            (overall_health(&mut health).await == ServingStatus::NotServing as i32).then_some(())
+        }
+    })
+    .await;
+    let liveness = health
+        .check(HealthCheckRequest {
+            service: "ratelimitd.liveness".into(),
+        })
+        .await
+        .expect("liveness answers")
+        .into_inner()
+        .status;
+    assert_eq!(liveness, ServingStatus::Serving as i32);
 }
 
 #[tokio::test]

@@ -15,6 +15,12 @@ pub const SERVICE_NAMES: [&str; 3] = [
     "ratelimit",
 ];
 
+/// gRPC health service name for liveness probes: SERVING from the moment the port answers until
+/// the process exits, whatever the store and configuration. The names above follow them, so a
+/// liveness probe on one of those would restart every replica during a Redis outage, which no
+/// restart can cure.
+pub const LIVENESS_SERVICE: &str = "ratelimitd.liveness";
+
 /// One switch for every health surface, so gRPC and HTTP never disagree.
 pub struct Health {
     reporter: HealthReporter,
@@ -30,6 +36,10 @@ impl Health {
             serving: AtomicBool::new(true),
             closed: AtomicBool::new(false),
         };
+        health
+            .reporter
+            .set_service_status(LIVENESS_SERVICE, ServingStatus::Serving)
+            .await;
         health.set_serving(false).await;
         health
     }
