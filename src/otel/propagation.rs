@@ -25,7 +25,7 @@ static PROPAGATOR: LazyLock<TextMapCompositePropagator> = LazyLock::new(|| {
 /// The parent context `metadata` carries; an empty context (the call starts a trace) when it
 /// carries none, or only headers that do not parse.
 pub fn parent_context(metadata: &MetadataMap) -> Context {
-    PROPAGATOR.extract(&Metadata(metadata))
+    PROPAGATOR.extract_with_context(&Context::new(), &Metadata(metadata))
 }
 
 /// gRPC metadata as a propagator carrier (ASCII values only; names are lower case on the wire).
