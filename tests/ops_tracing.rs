@@ -22,6 +22,7 @@ const SERVER_SPAN: &str = "envoy.service.ratelimit.v3.RateLimitService/ShouldRat
 const SECRET_USER: &str = "user-7f3a9c";
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_SPAN_ID: &str = "00f067aa0ba902b7";
+const B3_TRACE_ID: &str = "80f198ee56343ba864fe8b2a57d3eff7";
 
 fn config() -> String {
     rld::fixture("tracing/tracing.yaml").display().to_string()
@@ -274,9 +275,11 @@ async fn the_sampling_ratio_follows_the_parent_and_samples_roots() {
     let mut client = server.client().await;
     let sampled = format!("00-{TRACE_ID}-{PARENT_SPAN_ID}-01");
     let unsampled = format!("00-{}-{PARENT_SPAN_ID}-00", "5".repeat(32));
+    let b3_sampled = format!("{B3_TRACE_ID}-e457b5a2e4d86bd1-1");
     for headers in [
         vec![("traceparent", sampled.as_str())],
         vec![("traceparent", unsampled.as_str())],
+        vec![("b3", b3_sampled.as_str())],
         vec![],
     ] {
         client
@@ -289,13 +292,134 @@ async fn the_sampling_ratio_follows_the_parent_and_samples_roots() {
     let spans = collector.spans();
     let servers = named(&spans, SERVER_SPAN);
     assert_eq!(
-        servers
-            .iter()
-            .map(|s| s.trace_id.as_str())
-            .collect::<Vec<_>>(),
-        vec![TRACE_ID],
-        "ratio 0: only the call whose parent was sampled: {spans:#?}"
+        sorted_trace_ids(&servers),
+        sorted(vec![TRACE_ID, B3_TRACE_ID]),
+        "ratio 0: only the calls whose parent was sampled: {spans:#?}"
     );
+    for server in &servers {
+        assert_family(&spans, server);
+    }
+    assert_eq!(spans.len(), 3 * servers.len(), "{spans:#?}");
+}
+
+#[tokio::test]
+async fn an_unsampled_parent_is_not_traced_even_at_ratio_1() {
+    let collector = OtlpCollector::grpc().await;
+    let server = start_traced(&collector, "grpc", &["--tracing-sampling-ratio", "1"]);
+    let mut client = server.client().await;
+    let unsampled = format!("00-{TRACE_ID}-{PARENT_SPAN_ID}-00");
+    let b3_unsampled = format!("{B3_TRACE_ID}-e457b5a2e4d86bd1-0");
+    let sampled_trace = "463ac35c9f6413ad48485a3953bb6124";
+    let sampled = format!("00-{sampled_trace}-{PARENT_SPAN_ID}-01");
+    for headers in [
+        vec![("traceparent", unsampled.as_str())],
+        vec![("b3", b3_unsampled.as_str())],
+        vec![
+            ("x-b3-traceid", "0af7651916cd43dd8448eb211c80319c"),
+            ("x-b3-spanid", "b7ad6b7169203331"),
+            ("x-b3-sampled", "0"),
+        ],
+        vec![("traceparent", sampled.as_str())],
+    ] {
+        client
+            .should_rate_limit(with_headers(known_request(), &headers))
+            .await
+            .expect("ShouldRateLimit");
+    }
+    stop(server).await;
+
+    let spans = collector.spans();
+    let servers = named(&spans, SERVER_SPAN);
+    assert_eq!(
+        sorted_trace_ids(&servers),
+        vec![sampled_trace],
+        "ratio 1: every call but those whose parent was not sampled: {spans:#?}"
+    );
+    assert_eq!(spans.len(), 3, "no span of an unsampled call: {spans:#?}");
+}
+
+#[tokio::test]
+async fn a_low_ratio_traces_few_root_calls_chosen_by_their_trace_id() {
+    const CALLS: usize = 200;
+    const RATIO: f64 = 0.01;
+    let collector = OtlpCollector::grpc().await;
+    let ratio = RATIO.to_string();
+    let server = start_traced(&collector, "grpc", &["--tracing-sampling-ratio", &ratio]);
+    let mut client = server.client().await;
+    for _ in 0..CALLS {
+        rld::should(&mut client, known_request()).await;
+    }
+    stop(server).await;
+
+    let spans = collector.spans();
+    let servers = named(&spans, SERVER_SPAN);
+    // 2 expected; more than 20 of 200 at 1 % has a probability below 1e-12.
+    assert!(
+        servers.len() <= 20,
+        "{} of {CALLS} calls traced at ratio {RATIO}",
+        servers.len()
+    );
+    let bound = (RATIO * (1u64 << 63) as f64) as u64;
+    for server in &servers {
+        assert!(server.parent_span_id.is_empty(), "a root span: {server:#?}");
+        let low = u64::from_str_radix(&server.trace_id[16..], 16).expect("a hex trace id");
+        assert!(
+            low >> 1 < bound,
+            "trace id {} is one the SDK's ratio sampler would drop",
+            server.trace_id
+        );
+        assert_family(&spans, server);
+    }
+    assert_eq!(spans.len(), 3 * servers.len(), "{spans:#?}");
+}
+
+#[tokio::test]
+async fn the_standard_sampler_variable_decides_without_the_flag() {
+    let collector = OtlpCollector::grpc().await;
+    let config = config();
+    let endpoint = collector.url();
+    let server = Ratelimitd::start_with_env(
+        &[
+            "--config",
+            &config,
+            "--tracing",
+            "--tracing-protocol",
+            "grpc",
+            "--tracing-endpoint",
+            &endpoint,
+        ],
+        &[("OTEL_TRACES_SAMPLER", "always_on")],
+    );
+    let mut client = server.client().await;
+    let unsampled = format!("00-{TRACE_ID}-{PARENT_SPAN_ID}-00");
+    client
+        .should_rate_limit(with_headers(
+            known_request(),
+            &[("traceparent", unsampled.as_str())],
+        ))
+        .await
+        .expect("ShouldRateLimit");
+    stop(server).await;
+
+    let spans = collector.spans();
+    let server_span = only(&spans, SERVER_SPAN);
+    assert_eq!(
+        (
+            server_span.trace_id.as_str(),
+            server_span.parent_span_id.as_str()
+        ),
+        (TRACE_ID, PARENT_SPAN_ID),
+        "always_on traces a call whose parent was not sampled"
+    );
+}
+
+fn sorted(mut ids: Vec<&str>) -> Vec<&str> {
+    ids.sort_unstable();
+    ids
+}
+
+fn sorted_trace_ids<'a>(spans: &[&'a ReceivedSpan]) -> Vec<&'a str> {
+    sorted(spans.iter().map(|span| span.trace_id.as_str()).collect())
 }
 
 #[tokio::test]

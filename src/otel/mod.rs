@@ -2,8 +2,10 @@
 //!
 //! The service already logs through `tracing`; its request spans (target [`SPAN_TARGET`]) reach
 //! an OpenTelemetry layer of the same subscriber when tracing is on, and nothing else: the log
-//! output's filter leaves them out (see [`without_spans`]), so with tracing off no layer is
-//! interested in them and each span costs one check of a cached callsite interest.
+//! output's filter leaves them out (see [`without_spans`]). A call gets spans only when tracing
+//! is on and [`sampling`] samples it, which is decided before any span is built: with tracing
+//! off a call costs one load of a flag, and an unsampled call the reading of its trace headers
+//! and the sampler's decision.
 //!
 //! - [`TraceSettings`]: what the `--tracing*` flags (`cli`) and the standard `OTEL_*` variables
 //!   ask for.
@@ -11,6 +13,7 @@
 //!   and the subscriber layer; flushed by [`Pipeline::shutdown`].
 //! - [`propagation`]: the caller's trace context from W3C `traceparent` or B3 (single and multi)
 //!   headers in the gRPC metadata.
+//! - [`sampling`]: whether a call is sampled, decided at the edge by the configured sampler.
 //! - [`StoreCallSpan`]: what the Redis store records on the span of the request it decides (the
 //!   script call's batch).
 //!
@@ -29,6 +32,8 @@ mod pipeline;
 mod pipeline;
 #[cfg(feature = "otel")]
 pub mod propagation;
+#[cfg(feature = "otel")]
+pub mod sampling;
 
 #[cfg(feature = "otel")]
 pub(crate) use pipeline::records_descriptor_values;

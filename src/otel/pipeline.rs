@@ -8,7 +8,7 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider,
+    BatchConfigBuilder, BatchSpanProcessor, Config, Sampler, SdkTracerProvider, ShouldSample,
 };
 use opentelemetry_sdk::Resource;
 use tracing::Subscriber;
@@ -16,11 +16,12 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
+use super::sampling::{self, EdgeIdGenerator};
 use super::settings::{Protocol, TraceSettings};
 use super::SPAN_TARGET;
 
 /// Set while a pipeline runs: the request path looks at nothing else to know whether to build
-/// spans' extras (parent contexts, the store span's batch size).
+/// spans at all.
 static RUNNING: AtomicBool = AtomicBool::new(false);
 /// `--tracing-descriptor-values` of the running pipeline.
 static DESCRIPTOR_VALUES: AtomicBool = AtomicBool::new(false);
@@ -65,18 +66,18 @@ impl Pipeline {
         let processor = BatchSpanProcessor::builder(exporter)
             .with_batch_config(batch.build())
             .build();
-        let mut builder = SdkTracerProvider::builder()
+        // Calls are sampled at the edge (see `sampling`): what reaches the provider is kept.
+        let provider = SdkTracerProvider::builder()
             .with_span_processor(processor)
-            .with_resource(resource(&settings));
-        if let Some(ratio) = settings.sampling_ratio {
-            builder = builder.with_sampler(Sampler::ParentBased(Box::new(
-                Sampler::TraceIdRatioBased(ratio),
-            )));
-        }
+            .with_resource(resource(&settings))
+            .with_sampler(Sampler::AlwaysOn)
+            .with_id_generator(EdgeIdGenerator::default())
+            .build();
+        sampling::install(Some(sampler(&settings)));
         RUNNING.store(true, Ordering::Relaxed);
         DESCRIPTOR_VALUES.store(settings.descriptor_values, Ordering::Relaxed);
         Ok(Some(Pipeline {
-            provider: builder.build(),
+            provider,
             export_runtime,
             settings,
         }))
@@ -119,12 +120,25 @@ impl Pipeline {
     /// Exports what is still queued (waiting at most a few seconds) and stops.
     pub fn shutdown(self) {
         RUNNING.store(false, Ordering::Relaxed);
+        sampling::install(None);
         if let Err(error) = self.provider.shutdown_with_timeout(SHUTDOWN_TIMEOUT) {
             tracing::warn!(%error, "tracing: the last spans were not all exported");
         }
         if let Some(runtime) = self.export_runtime {
             runtime.shutdown_timeout(Duration::from_secs(1));
         }
+    }
+}
+
+/// The sampler calls are decided by: parent-based at `--tracing-sampling-ratio`, else what
+/// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG` name, read by the SDK (default:
+/// parent-based, always on).
+fn sampler(settings: &TraceSettings) -> Box<dyn ShouldSample> {
+    match settings.sampling_ratio {
+        Some(ratio) => Box::new(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+            ratio,
+        )))),
+        None => Config::default().sampler,
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 use opentelemetry::propagation::{Extractor, TextMapCompositePropagator, TextMapPropagator};
 use opentelemetry::Context;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use tonic::metadata::{KeyRef, MetadataMap};
+use tonic::metadata::{Ascii, KeyRef, MetadataKey, MetadataMap};
 
 use super::b3::B3Extractor;
 
@@ -22,10 +22,18 @@ static PROPAGATOR: LazyLock<TextMapCompositePropagator> = LazyLock::new(|| {
     ])
 });
 
+/// The headers every context is read from (`traceparent`; B3 single; B3 multi's trace id): a call
+/// without any of them has no parent, and the propagators are not run for it.
+static CONTEXT_HEADERS: LazyLock<[MetadataKey<Ascii>; 3]> =
+    LazyLock::new(|| ["traceparent", "b3", "x-b3-traceid"].map(MetadataKey::from_static));
+
 /// The parent context `metadata` carries; an empty context (the call starts a trace) when it
 /// carries none, or only headers that do not parse.
 pub fn parent_context(metadata: &MetadataMap) -> Context {
-    PROPAGATOR.extract(&Metadata(metadata))
+    if !CONTEXT_HEADERS.iter().any(|key| metadata.contains_key(key)) {
+        return Context::new();
+    }
+    PROPAGATOR.extract_with_context(&Context::new(), &Metadata(metadata))
 }
 
 /// gRPC metadata as a propagator carrier (ASCII values only; names are lower case on the wire).

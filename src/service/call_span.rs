@@ -11,6 +11,9 @@
 //!             script call that carried the request)
 //! ```
 //!
+//! Only a call that tracing samples has spans (decided in [`CallSpan::start`], before any span is
+//! built); for any other call every method here does nothing.
+//!
 //! Descriptor values are recorded (`ratelimit.descriptor_entries`) only with
 //! `--tracing-descriptor-values`. A call answered with an error has `otel.status_code` ERROR and
 //! the gRPC status. Built without the `otel` feature, every type here is empty and every method
@@ -27,10 +30,14 @@ use crate::proto::rls::rate_limit_response::Code as ProtoCode;
 use crate::proto::rls::RateLimitResponse;
 
 #[cfg(feature = "otel")]
-use tracing::{field::Empty, Instrument, Span};
+use tracing::{field::Empty, instrument::Instrumented, Instrument, Span};
 
 #[cfg(feature = "otel")]
 use crate::otel::SPAN_TARGET;
+
+/// The server span's name (the gRPC method's full name).
+#[cfg(feature = "otel")]
+const CALL_SPAN_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 /// The server span of one call.
 pub struct CallSpan {
@@ -46,37 +53,48 @@ pub struct DecisionSpan {
 
 impl CallSpan {
     /// The span of a call with `metadata`, its parent the trace context the metadata carries
-    /// (W3C `traceparent` or B3). A disabled span when tracing is off.
+    /// (W3C `traceparent` or B3). No span at all when tracing is off or the call is not sampled
+    /// (decided here, before any span is built: see [`crate::otel::sampling`]).
     #[inline]
     pub fn start(metadata: &MetadataMap) -> CallSpan {
         #[cfg(feature = "otel")]
         {
-            let span = tracing::info_span!(
-                target: SPAN_TARGET,
-                "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-                otel.kind = "server",
-                rpc.system = "grpc",
-                rpc.service = "envoy.service.ratelimit.v3.RateLimitService",
-                rpc.method = "ShouldRateLimit",
-                ratelimit.domain = Empty,
-                ratelimit.descriptors = Empty,
-                ratelimit.descriptor_entries = Empty,
-                ratelimit.overall_code = Empty,
-                rpc.grpc.status_code = Empty,
-                otel.status_code = Empty,
-                otel.status_description = Empty,
-            );
-            if !span.is_disabled() {
-                use tracing_opentelemetry::OpenTelemetrySpanExt;
-                let _ = span.set_parent(crate::otel::propagation::parent_context(metadata));
+            if !crate::otel::is_exporting() {
+                return CallSpan::none();
             }
-            CallSpan { span }
+            match crate::otel::sampling::sample(metadata, CALL_SPAN_NAME) {
+                Some(sampled) => CallSpan::sampled(sampled),
+                None => CallSpan::none(),
+            }
         }
         #[cfg(not(feature = "otel"))]
         {
             let _ = metadata;
             CallSpan {}
         }
+    }
+
+    /// The span of a call the edge sampled.
+    #[cfg(feature = "otel")]
+    #[inline(never)]
+    fn sampled(sampled: crate::otel::sampling::Sampled) -> CallSpan {
+        let span = tracing::info_span!(
+            target: SPAN_TARGET,
+            "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+            otel.kind = "server",
+            rpc.system = "grpc",
+            rpc.service = "envoy.service.ratelimit.v3.RateLimitService",
+            rpc.method = "ShouldRateLimit",
+            ratelimit.domain = Empty,
+            ratelimit.descriptors = Empty,
+            ratelimit.descriptor_entries = Empty,
+            ratelimit.overall_code = Empty,
+            rpc.grpc.status_code = Empty,
+            otel.status_code = Empty,
+            otel.status_description = Empty,
+        );
+        sampled.start(&span);
+        CallSpan { span }
     }
 
     /// No span: a decision asked for outside a gRPC call (the HTTP `/json` endpoint).
@@ -92,7 +110,7 @@ impl CallSpan {
     #[inline]
     pub fn instrument<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
         #[cfg(feature = "otel")]
-        return future.instrument(self.span.clone());
+        return within(&self.span, future);
         #[cfg(not(feature = "otel"))]
         future
     }
@@ -115,18 +133,22 @@ impl CallSpan {
         let _ = request;
     }
 
-    /// The span of the decision, a child of this one.
+    /// The span of the decision, a child of this one (none under no span).
     #[inline]
     pub fn decision(&self) -> DecisionSpan {
         DecisionSpan {
             #[cfg(feature = "otel")]
-            span: tracing::info_span!(
-                target: SPAN_TARGET,
-                parent: &self.span,
-                "ratelimit.decision",
-                ratelimit.checks = Empty,
-                ratelimit.overall_code = Empty,
-            ),
+            span: if self.span.is_none() {
+                Span::none()
+            } else {
+                tracing::info_span!(
+                    target: SPAN_TARGET,
+                    parent: &self.span,
+                    "ratelimit.decision",
+                    ratelimit.checks = Empty,
+                    ratelimit.overall_code = Empty,
+                )
+            },
         }
     }
 
@@ -164,7 +186,7 @@ impl DecisionSpan {
     #[inline]
     pub fn instrument<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
         #[cfg(feature = "otel")]
-        return future.instrument(self.span.clone());
+        return within(&self.span, future);
         #[cfg(not(feature = "otel"))]
         future
     }
@@ -173,7 +195,9 @@ impl DecisionSpan {
     #[inline]
     pub fn record_checks(&self, checks: usize) {
         #[cfg(feature = "otel")]
-        self.span.record("ratelimit.checks", checks as u64);
+        if !self.span.is_none() {
+            self.span.record("ratelimit.checks", checks as u64);
+        }
         #[cfg(not(feature = "otel"))]
         let _ = checks;
     }
@@ -182,7 +206,9 @@ impl DecisionSpan {
     #[inline]
     pub fn record_overall(&self, code: Code) {
         #[cfg(feature = "otel")]
-        self.span.record("ratelimit.overall_code", code_name(code));
+        if !self.span.is_none() {
+            self.span.record("ratelimit.overall_code", code_name(code));
+        }
         #[cfg(not(feature = "otel"))]
         let _ = code;
     }
@@ -197,6 +223,9 @@ impl DecisionSpan {
     ) -> Result<T, E> {
         #[cfg(feature = "otel")]
         {
+            if self.span.is_none() {
+                return call.await;
+            }
             let span = tracing::info_span!(
                 target: SPAN_TARGET,
                 parent: &self.span,
@@ -219,6 +248,18 @@ impl DecisionSpan {
             let _ = checks;
             call.await
         }
+    }
+}
+
+/// `future` inside `span`; as it is when there is no span (no wrapper entering nothing on every
+/// poll).
+#[cfg(feature = "otel")]
+#[inline]
+fn within<F: Future>(span: &Span, future: F) -> futures::future::Either<F, Instrumented<F>> {
+    if span.is_none() {
+        futures::future::Either::Left(future)
+    } else {
+        futures::future::Either::Right(future.instrument(span.clone()))
     }
 }
 
