@@ -35,6 +35,10 @@ fn serve(redis: &RedisServer, extra: &[&str], envs: &[(&str, &str)]) -> Ratelimi
         &url,
         // Denials come from Redis itself, not from the local cache.
         "--no-deny-cache",
+        // The failures are Redis's own error answers: a call slowed by a loaded machine must
+        // not time out and count as one (or fail the denial phase's `should`).
+        "--redis-timeout",
+        "2s",
         "--health-failure-min-calls",
         "10",
     ];
