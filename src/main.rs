@@ -4,8 +4,7 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::Parser;
-use ratelimitd::cli::{self, upstream_env, Cli, Command};
+use ratelimitd::cli::{self, upstream_env, Command};
 
 fn main() -> ExitCode {
     let mut arguments: Vec<OsString> = std::env::args_os().collect();
@@ -22,7 +21,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match Cli::parse_from(arguments).command {
+    let cli = match cli::parse(&arguments, &upstream) {
+        Ok(cli) => cli,
+        Err(exit) => return exit,
+    };
+    match cli.command {
         Command::Check(args) => cli::check(&args),
         Command::Serve(args) => cli::serve(*args, &upstream),
         Command::Health(args) => cli::health(&args),

@@ -23,6 +23,7 @@ pub mod tls;
 pub mod uds_mode;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,6 +94,11 @@ pub struct Settings {
     /// When failed Redis calls turn health NOT_SERVING (besides the store's probe). Unused
     /// without Redis, where nothing fails.
     pub failure_health: FailureHealthSettings,
+    /// Whether health follows the store (its probe and [`Settings::failure_health`]); `false`:
+    /// health says only that the process serves (envoyproxy/ratelimit's default).
+    pub health_follows_store: bool,
+    /// Drop-in mode: what to say at startup (see [`DropIn`]); `None` in native mode.
+    pub drop_in: Option<DropIn>,
     /// Share of a limit above which admitted hits count as near the limit (metrics).
     pub near_limit_ratio: f64,
     /// Serving lanes: threads serving gRPC connections, each with its own current-thread runtime
@@ -123,6 +129,15 @@ pub struct Settings {
     pub statsd: Option<StatsdSettings>,
     /// The gRPC port's TLS and connection age.
     pub grpc: GrpcOptions,
+}
+
+/// Drop-in mode (envoyproxy/ratelimit's environment): once serving, the listeners are logged at
+/// WARN, as envoyproxy/ratelimit logs them (its default level is warn, so a start is never
+/// silent), followed by each of `differences`: what still differs from envoyproxy/ratelimit in
+/// this deployment (docs/migration.md, "What changes for you").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DropIn {
+    pub differences: Vec<String>,
 }
 
 /// What happens while no valid configuration has loaded (envoyproxy/ratelimit's
@@ -165,6 +180,8 @@ impl Settings {
             on_store_error: StoreErrorPolicy::Unavailable,
             deny_cache: Some(DenyCacheSettings::default()),
             failure_health: FailureHealthSettings::default(),
+            health_follows_store: true,
+            drop_in: None,
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
             lanes: default_lanes(),
             limits: Limits::default(),
@@ -271,6 +288,8 @@ struct Context {
     headers: ResponseHeaders,
     reload_interval: Option<Duration>,
     on_store_error: StoreErrorPolicy,
+    health_follows_store: bool,
+    drop_in: Option<DropIn>,
     /// Called after a reload changed the rules (clears the deny cache).
     on_rules_changed: Box<dyn Fn() + Send + Sync>,
     lanes: usize,
@@ -341,6 +360,8 @@ pub async fn run(
         headers: settings.response_headers,
         reload_interval: settings.reload_interval.filter(|i| !i.is_zero()),
         on_store_error: settings.on_store_error,
+        health_follows_store: settings.health_follows_store,
+        drop_in: settings.drop_in.clone(),
         on_rules_changed: Box::new(|| {}),
         lanes: settings.lanes,
         limits: settings.limits.clone(),
@@ -374,6 +395,10 @@ pub async fn run(
             tracing::info!(
                 key_format = %layout.format(),
                 key_prefix = layout.prefix(),
+                key_format_until = layout.until_s().map(|until| {
+                    humantime::format_rfc3339(std::time::UNIX_EPOCH + Duration::from_secs(until))
+                        .to_string()
+                }),
                 "redis keys"
             );
             type StoreCounter = (&'static str, &'static str, fn(&RedisStore) -> u64);
@@ -505,11 +530,15 @@ async fn serve<S: Store>(
         config: context.config.clone(),
         required: context.initial_config.healthy_only_when_loaded || waits_for_xds,
     };
+    let store_health = StoreHealth {
+        followed: context.health_follows_store,
+    };
     health
-        .set_serving(store.is_healthy().await && config_gate.open())
+        .set_serving(store_health.healthy(&*store).await && config_gate.open())
         .await;
     tokio::spawn(probe_store(
         store,
+        store_health,
         config_gate,
         health.clone(),
         stopping.clone(),
@@ -624,8 +653,11 @@ async fn serve<S: Store>(
             "serving"
         ),
     }
-    for (port, addr) in extra_ports {
+    for (port, addr) in &extra_ports {
         tracing::info!(port, %addr, "serving HTTP");
+    }
+    if let Some(drop_in) = &context.drop_in {
+        announce_drop_in(drop_in, &grpc_address, http_addr, &extra_ports);
     }
 
     // Health turns NOT_SERVING (and its Watch streams end) before the lanes start draining.
@@ -682,6 +714,27 @@ async fn serve<S: Store>(
     }
     tracing::info!("stopped");
     result.map_err(ServerError::from)
+}
+
+/// Drop-in mode's startup lines at WARN (see [`DropIn`]): the listeners, worded as
+/// envoyproxy/ratelimit words them, then what differs from it here.
+fn announce_drop_in(
+    drop_in: &DropIn,
+    grpc: &GrpcAddress,
+    http: SocketAddr,
+    extra_ports: &[(&str, SocketAddr)],
+) {
+    tracing::warn!("Listening for HTTP on '{http}'");
+    for (port, addr) in extra_ports {
+        tracing::warn!("Listening for {port} on '{addr}'");
+    }
+    match grpc {
+        GrpcAddress::Tcp(addr) => tracing::warn!("Listening for gRPC on '{addr}'"),
+        GrpcAddress::Unix(path) => tracing::warn!("Listening for gRPC on '{}'", path.display()),
+    }
+    for difference in &drop_in.differences {
+        tracing::warn!("differs from envoyproxy/ratelimit: {difference}");
+    }
 }
 
 /// Says what the gRPC port speaks (TLS, client certificates) and how long its connections live.
@@ -986,10 +1039,25 @@ impl ConfigGate {
     }
 }
 
+/// Whether the store's state counts for health (`--health-follows-store`).
+#[derive(Clone, Copy)]
+struct StoreHealth {
+    followed: bool,
+}
+
+impl StoreHealth {
+    /// The store's health as health sees it: always healthy when not followed, and then the
+    /// store is not even asked.
+    async fn healthy<S: Store>(self, store: &S) -> bool {
+        !self.followed || store.is_healthy().await
+    }
+}
+
 /// Drives health from the store (NOT_SERVING while it cannot answer, SERVING when it is back)
 /// and from the configuration's [`ConfigGate`].
 async fn probe_store<S: Store>(
     store: Arc<S>,
+    store_health: StoreHealth,
     config: ConfigGate,
     health: Arc<Health>,
     stopping: CancellationToken,
@@ -1000,7 +1068,7 @@ async fn probe_store<S: Store>(
             _ = stopping.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        let store_healthy = store.is_healthy().await;
+        let store_healthy = store_health.healthy(&*store).await;
         let healthy = store_healthy && config.open();
         if healthy != health.is_serving() {
             tracing::warn!(

@@ -1,4 +1,5 @@
-//! The command-line flags of the rule on failed store calls (`--health-failure-*`).
+//! The command-line flags of what health follows of the store: its probe
+//! (`--health-follows-store`) and the rule on failed store calls (`--health-failure-*`).
 
 use std::time::Duration;
 
@@ -9,6 +10,22 @@ use crate::store::FailureHealthSettings;
 #[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Health")]
 pub struct FailureHealthArgs {
+    /// Whether health follows the store at all: NOT_SERVING while Redis does not answer its
+    /// probe (PING) or while most calls fail (`--health-failure-*`). With `false`, health says
+    /// only whether the process serves, whatever Redis does (envoyproxy/ratelimit's default,
+    /// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=false), so a liveness probe never restarts pods
+    /// during a Redis outage; calls still fail as `--on-store-error` says.
+    #[arg(
+        long,
+        env = "RATELIMITD_HEALTH_FOLLOWS_STORE",
+        value_name = "BOOL",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub health_follows_store: bool,
     /// How far back store calls are counted for health, in whole seconds (`0s` turns the rule
     /// off: health then follows only the store's probe, Redis PING).
     #[arg(long, env = "RATELIMITD_HEALTH_FAILURE_WINDOW", value_name = "DURATION", default_value = "10s", value_parser = parse_window)]
@@ -25,6 +42,9 @@ pub struct FailureHealthArgs {
 impl FailureHealthArgs {
     /// The settings these flags make.
     pub fn settings(&self) -> FailureHealthSettings {
+        if !self.health_follows_store {
+            return FailureHealthSettings::off();
+        }
         FailureHealthSettings {
             window: self.health_failure_window,
             min_calls: self.health_failure_min_calls,
@@ -83,6 +103,7 @@ mod tests {
             }
         );
         assert!(!parse(&["--health-failure-window", "0s"]).unwrap().is_on());
+        assert!(!parse(&["--health-follows-store=false"]).unwrap().is_on());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! into those before parsing ([`upstream_env`]), so flags win, then `RATELIMITD_*`, then
 //! upstream's, and every value goes through the same parser.
 
+mod arguments;
 mod check;
 mod config_source;
 mod failure_health;
@@ -22,6 +23,7 @@ mod xds;
 
 use clap::{Parser, Subcommand};
 
+pub use arguments::parse;
 pub use check::{check, CheckArgs};
 pub use health::{health, HealthArgs};
 pub use serve::{serve, ServeArgs};

@@ -44,7 +44,10 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     /// The server's settings; an error names the flags that do not fit together.
-    pub fn settings(&self) -> Result<server::Settings, String> {
+    pub fn settings(
+        &self,
+        upstream: &envoyproxy_env::Translation,
+    ) -> Result<server::Settings, String> {
         let (redis, redis_keys) = self.store.redis()?;
         let xds = self.xds.options(&self.config.config)?;
         Ok(server::Settings {
@@ -57,6 +60,10 @@ impl ServeArgs {
             on_store_error: self.store.on_store_error(),
             deny_cache: self.store.deny_cache(),
             failure_health: self.store.failure_health(),
+            health_follows_store: self.store.health_follows_store(),
+            drop_in: upstream.drop_in.then(|| server::DropIn {
+                differences: upstream.differences(),
+            }),
             near_limit_ratio: self.telemetry.near_limit_ratio(),
             lanes: self.listeners.lanes(),
             limits: self.limits.limits(),
@@ -90,7 +97,7 @@ pub fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCod
         }
     };
     open_files::raise_to_hard_limit();
-    let settings = match args.settings() {
+    let settings = match args.settings(upstream) {
         Ok(settings) => settings,
         Err(error) => {
             tracing::error!("{error}");

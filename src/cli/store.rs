@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::failure_health::FailureHealthArgs;
 use crate::server;
 use crate::service::rls::StoreErrorPolicy;
-use crate::store::redis::{HostPort, KeyFormat, KeyLayout, ServerAuth, Topology};
+use crate::store::redis::{HostPort, KeyFormat, KeyLayout, ServerAuth, StartupRetry, Topology};
 use crate::store::{DenyCacheSettings, FailureHealthSettings, RedisSettings};
 
 /// Which Redis, how it is reached, and how the limiter uses it.
@@ -52,6 +52,17 @@ pub struct StoreArgs {
     /// Bound on every Redis call; a slower answer is a store failure (UNAVAILABLE).
     #[arg(long, env = "RATELIMITD_REDIS_TIMEOUT", default_value = "100ms", value_parser = humantime::parse_duration)]
     redis_timeout: Duration,
+    /// How long startup keeps trying a Redis that cannot be reached (a duration, or `forever`);
+    /// 0: the first failure stops startup, so the orchestrator restarts the process with its
+    /// own backoff. envoyproxy/ratelimit's REDIS_STARTUP_MAX_ELAPSED_TIME (there 0 = forever).
+    #[arg(long, env = "RATELIMITD_REDIS_STARTUP_WAIT", value_name = "DURATION|forever", default_value = "0s", value_parser = startup_wait)]
+    redis_startup_wait: StartupWait,
+    /// First wait between startup attempts; each next one is 1.5 times longer.
+    #[arg(long, env = "RATELIMITD_REDIS_STARTUP_INITIAL_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = positive_duration)]
+    redis_startup_initial_interval: Duration,
+    /// Longest wait between startup attempts.
+    #[arg(long, env = "RATELIMITD_REDIS_STARTUP_MAX_INTERVAL", value_name = "DURATION", default_value = "30s", value_parser = positive_duration)]
+    redis_startup_max_interval: Duration,
     /// Redis connections kept open (each one multiplexes concurrent requests).
     #[arg(long, env = "RATELIMITD_REDIS_POOL_SIZE", default_value_t = RedisSettings::DEFAULT_POOL_SIZE, value_parser = clap::value_parser!(u32).range(1..))]
     redis_pool_size: u32,
@@ -104,6 +115,11 @@ impl StoreArgs {
             pool_size: self.redis_pool_size,
             tls_ca: self.redis_tls_ca.clone(),
             wait_replicas: self.redis_wait_replicas,
+            startup: StartupRetry {
+                initial_interval: self.redis_startup_initial_interval,
+                max_interval: self.redis_startup_max_interval,
+                max_elapsed: self.redis_startup_wait.0,
+            },
             ..RedisSettings::for_topology(topology)
         });
         Ok((redis, layout))
@@ -112,6 +128,11 @@ impl StoreArgs {
     /// What a store failure answers.
     pub fn on_store_error(&self) -> StoreErrorPolicy {
         self.on_store_error
+    }
+
+    /// Whether health follows the store at all.
+    pub fn health_follows_store(&self) -> bool {
+        self.failure_health.health_follows_store
     }
 
     /// When failed store calls turn health NOT_SERVING.
@@ -195,6 +216,12 @@ struct RedisKeyArgs {
     /// always keep ratelimitd's keys.
     #[arg(long, env = "RATELIMITD_KEY_FORMAT", default_value = "ratelimitd")]
     key_format: KeyFormat,
+    /// With --key-format envoyproxy: the instant (RFC 3339, `2026-12-10T00:00:00Z`) from which
+    /// each fixed-window limit moves to ratelimitd's own keys, at its first window starting then
+    /// or later, so no count is reset or split: give every replica the same instant, in the
+    /// future, then drop both flags once the longest window has passed (docs/migration.md).
+    #[arg(long, env = "RATELIMITD_KEY_FORMAT_UNTIL", value_name = "RFC3339", value_parser = rfc3339_seconds)]
+    key_format_until: Option<u64>,
     /// Prepended to every Redis key ratelimitd writes, in both formats (envoyproxy/ratelimit's
     /// CACHE_KEY_PREFIX); at most 128 bytes, without `{` or `}`.
     #[arg(long, env = "RATELIMITD_REDIS_KEY_PREFIX", default_value = "", value_parser = key_prefix)]
@@ -216,13 +243,22 @@ struct RedisKeyArgs {
 
 impl RedisKeyArgs {
     fn layout(&self) -> Result<KeyLayout, String> {
-        KeyLayout::new(
+        let layout = KeyLayout::new(
             self.key_format,
             &self.redis_key_prefix,
             self.expiration_jitter_max_seconds,
             self.stop_cache_key_increment_when_overlimit,
         )
-        .map_err(|error| format!("--redis-key-prefix: {error}"))
+        .map_err(|error| format!("--redis-key-prefix: {error}"))?;
+        match self.key_format_until {
+            None => Ok(layout),
+            Some(_) if self.key_format != KeyFormat::Envoyproxy => Err(
+                "--key-format-until moves envoyproxy-format keys to ratelimitd's: it needs \
+                 --key-format envoyproxy"
+                    .into(),
+            ),
+            Some(until) => Ok(layout.until(until)),
+        }
     }
 
     /// Settings that do nothing in this deployment are reported rather than refused: they are
@@ -241,6 +277,38 @@ impl RedisKeyArgs {
             tracing::warn!("--redis-key-prefix applies to Redis keys only; ignored");
         }
     }
+}
+
+/// `--redis-startup-wait`: how long, `None` for ever.
+#[derive(Debug, Clone, Copy)]
+struct StartupWait(Option<Duration>);
+
+fn startup_wait(text: &str) -> Result<StartupWait, String> {
+    if text.eq_ignore_ascii_case("forever") {
+        return Ok(StartupWait(None));
+    }
+    humantime::parse_duration(text)
+        .map(|wait| StartupWait(Some(wait)))
+        .map_err(|error| format!("`{text}` is neither a duration (30s, 5m) nor `forever`: {error}"))
+}
+
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        Ok(_) => Err("must be longer than 0".into()),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// An RFC 3339 instant as Unix seconds.
+fn rfc3339_seconds(text: &str) -> Result<u64, String> {
+    let instant = humantime::parse_rfc3339_weak(text).map_err(|error| {
+        format!("`{text}` is not an RFC 3339 time (2026-12-10T00:00:00Z): {error}")
+    })?;
+    instant
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|since| since.as_secs())
+        .map_err(|_| format!("`{text}` is before 1970"))
 }
 
 fn key_prefix(text: &str) -> Result<String, String> {

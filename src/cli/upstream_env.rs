@@ -32,23 +32,48 @@ pub fn read(arguments: &[OsString]) -> Result<envoyproxy_env::Translation, Vec<S
     Ok(translation)
 }
 
-/// Logs what envoyproxy/ratelimit's variables did, once logging is set up.
+/// Logs what envoyproxy/ratelimit's variables did, once logging is set up: each setting at INFO
+/// (an unset variable's default said as such); in drop-in mode also one WARN line naming the
+/// variables read, so the proof shows at upstream's default level. What still differs is said
+/// at WARN: here in native mode, with the listeners in drop-in mode (see `server::DropIn`).
 pub fn log(translation: &envoyproxy_env::Translation) {
-    for assignment in &translation.assignments {
-        let value = if assignment.secret {
-            "***"
+    if translation.drop_in {
+        let read = translation.variables_read();
+        let read = if read.is_empty() {
+            "none set, upstream's defaults apply".to_owned()
         } else {
-            assignment.value.as_str()
+            read.join(", ")
         };
-        tracing::info!(
-            from = %assignment.from,
-            "envoyproxy/ratelimit setting: {}={value}",
-            assignment.variable
+        tracing::warn!(
+            "drop-in mode: configured by envoyproxy/ratelimit's environment ({read}); \
+             LOG_LEVEL=info shows each setting"
         );
+    }
+    for assignment in &translation.assignments {
+        let value = assignment.shown_value();
+        if assignment.defaulted {
+            let why = if envoyproxy_env::VARIABLES.contains(&assignment.from.as_str()) {
+                format!("{} unset: envoyproxy/ratelimit's default", assignment.from)
+            } else {
+                format!("{}: as envoyproxy/ratelimit", assignment.from)
+            };
+            tracing::info!(
+                from = %assignment.from,
+                "envoyproxy/ratelimit setting: {}={value} ({why})",
+                assignment.variable,
+            );
+        } else {
+            tracing::info!(
+                from = %assignment.from,
+                "envoyproxy/ratelimit setting: {}={value}",
+                assignment.variable
+            );
+        }
     }
     for notice in &translation.notices {
         match notice.level {
             envoyproxy_env::Level::Info => tracing::info!("{}", notice.text),
+            envoyproxy_env::Level::Warn if translation.drop_in => {}
             envoyproxy_env::Level::Warn => tracing::warn!("{}", notice.text),
         }
     }

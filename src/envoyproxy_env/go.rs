@@ -65,14 +65,47 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_nanos(nanos.round() as u64))
 }
 
-/// A duration as the command line's flags read it (humantime).
+/// A duration as the command line's flags read it (humantime), in the largest unit that holds
+/// it whole: `24h`, `90s`, `300ms`.
 pub fn duration_flag(duration: Duration) -> String {
-    format!("{}ns", duration.as_nanos())
+    let nanos = duration.as_nanos();
+    const UNITS: [(u128, &str); 6] = [
+        (3_600_000_000_000, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+        (1, "ns"),
+    ];
+    if nanos == 0 {
+        return "0s".into();
+    }
+    let (scale, unit) = UNITS
+        .iter()
+        .find(|(scale, _)| nanos % scale == 0)
+        .copied()
+        .unwrap_or((1, "ns"));
+    format!("{}{unit}", nanos / scale)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_are_written_in_their_largest_whole_unit() {
+        for (duration, text) in [
+            (Duration::from_secs(86_400), "24h"),
+            (Duration::from_secs(90), "90s"),
+            (Duration::from_secs(120), "2m"),
+            (Duration::from_millis(300), "300ms"),
+            (Duration::from_nanos(1_500), "1500ns"),
+            (Duration::ZERO, "0s"),
+        ] {
+            assert_eq!(duration_flag(duration), text);
+            assert_eq!(humantime::parse_duration(text).ok(), Some(duration));
+        }
+    }
 
     #[test]
     fn booleans_are_go_booleans() {

@@ -11,10 +11,14 @@
 //!
 //! **Drop-in mode.** When the configuration is not given to ratelimitd itself (`--config` or
 //! `RATELIMITD_CONFIG`), it is read as upstream reads it (`RUNTIME_ROOT` ...) and upstream's
-//! defaults apply where they differ from ratelimitd's: statsd to `localhost:8125`, Redis at
-//! `/var/run/nutcracker/ratelimit.sock`, the debug port 6070, log level `warn`, connection age
-//! 24 h with 1 h of grace. With `--config`, upstream variables that are set are still read, but
-//! unset ones keep ratelimitd's defaults.
+//! defaults apply wherever a rolling swap from it would notice a difference: statsd to
+//! `localhost:8125`, Redis at `/var/run/nutcracker/ratelimit.sock`, the debug port 6070, log
+//! level `warn`, connection age 24 h with 1 h of grace, its key format and counting (so old and
+//! new pods share counters) with 300 s of expiration jitter, health that ignores Redis unless
+//! `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true`, a startup that waits for Redis
+//! (`REDIS_STARTUP_*`), a Redis timeout of 10 s and 10 connections. What still differs is said
+//! in [`Translation::differences`]. With `--config`, upstream variables that are set are still
+//! read, but unset ones keep ratelimitd's defaults.
 
 mod go;
 
@@ -177,6 +181,22 @@ pub struct Assignment {
     pub from: String,
     /// The value holds a password: log it redacted.
     pub secret: bool,
+    /// The value is envoyproxy/ratelimit's default: `from` is unset.
+    pub defaulted: bool,
+}
+
+impl Assignment {
+    /// The value as it may be logged: a secret's password as `***` (a URL keeps its host).
+    pub fn shown_value(&self) -> String {
+        if !self.secret {
+            return self.value.clone();
+        }
+        if self.value.contains("://") {
+            crate::store::redis::redacted_url(&self.value)
+        } else {
+            "***".into()
+        }
+    }
 }
 
 /// How loud a [`Notice`] is.
@@ -198,8 +218,37 @@ pub struct Notice {
 /// What the upstream environment asks for.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Translation {
+    /// Drop-in mode: the configuration is not given to ratelimitd itself.
+    pub drop_in: bool,
+    /// The upstream variables set (see [`Translation::variables_read`]).
+    read: Vec<String>,
     pub assignments: Vec<Assignment>,
     pub notices: Vec<Notice>,
+}
+
+impl Translation {
+    /// What still differs from envoyproxy/ratelimit in this deployment, one line each (the
+    /// [`Level::Warn`] notices).
+    pub fn differences(&self) -> Vec<String> {
+        self.notices
+            .iter()
+            .filter(|notice| notice.level == Level::Warn)
+            .map(|notice| notice.text.clone())
+            .collect()
+    }
+
+    /// The upstream variables set in the environment (an empty value counts as unset), in
+    /// [`VARIABLES`] order.
+    pub fn variables_read(&self) -> Vec<&str> {
+        self.read.iter().map(String::as_str).collect()
+    }
+
+    /// The upstream variables that `variable` (a `RATELIMITD_*` one) was set from, if any.
+    pub fn source_of(&self, variable: &str) -> Option<&Assignment> {
+        self.assignments
+            .iter()
+            .find(|assignment| assignment.variable == variable)
+    }
 }
 
 /// Reads envoyproxy/ratelimit's variables from `env` (the whole environment). `drop_in`: the
@@ -213,7 +262,15 @@ pub fn translate(
     let mut reader = Reader {
         env,
         drop_in,
-        out: Translation::default(),
+        out: Translation {
+            drop_in,
+            read: VARIABLES
+                .iter()
+                .filter(|name| env.get(**name).is_some_and(|value| !value.is_empty()))
+                .map(|name| (*name).to_owned())
+                .collect(),
+            ..Translation::default()
+        },
         errors: Vec::new(),
     };
     reader.listeners();
@@ -297,6 +354,21 @@ impl<'a> Reader<'a> {
             value,
             from: from.to_owned(),
             secret,
+            defaulted: false,
+        });
+    }
+
+    /// envoyproxy/ratelimit's default for the unset `from`, unless `variable` is set.
+    fn assign_default(&mut self, variable: &'static str, value: String, from: &str) {
+        if self.env.contains_key(variable) {
+            return;
+        }
+        self.out.assignments.push(Assignment {
+            variable,
+            value,
+            from: from.to_owned(),
+            secret: false,
+            defaulted: true,
         });
     }
 
@@ -311,10 +383,15 @@ impl<'a> Reader<'a> {
     /// A duration variable copied to a ratelimitd flag's variable; `default` stands in when the
     /// variable is unset (upstream's default, where the caller wants it applied).
     fn copy_duration(&mut self, name: &str, variable: &'static str, default: Option<&str>) {
-        let Some(text) = self.get(name).or(default) else {
-            return;
+        let (text, defaulted) = match (self.get(name), default) {
+            (Some(text), _) => (text, false),
+            (None, Some(default)) => (default, true),
+            (None, None) => return,
         };
         match parse_duration(text) {
+            Ok(duration) if defaulted => {
+                self.assign_default(variable, duration_flag(duration), name)
+            }
             Ok(duration) => self.assign(variable, duration_flag(duration), name),
             Err(error) => self.fail(format!("{name}: {error}")),
         }
@@ -786,12 +863,30 @@ impl<'a> Reader<'a> {
                 "CACHE_KEY_PREFIX",
             );
         }
-        // Upstream's default (300) is not taken in drop-in mode: the jitter applies to keys in
-        // envoyproxy format only, which nothing but --key-format selects.
+        // Drop-in mode keeps upstream's keys, so old and new pods share their counters while a
+        // Deployment rolls (docs/migration.md); the jitter belongs to those keys.
+        let envoyproxy_keys = match self.env.get("RATELIMITD_KEY_FORMAT").map(String::as_str) {
+            Some(format) => format == "envoyproxy",
+            None => {
+                if self.drop_in {
+                    self.assign_default(
+                        "RATELIMITD_KEY_FORMAT",
+                        "envoyproxy".into(),
+                        "drop-in mode",
+                    );
+                }
+                self.drop_in
+            }
+        };
         match self
             .get("EXPIRATION_JITTER_MAX_SECONDS")
             .map(parse_unsigned)
         {
+            None if envoyproxy_keys && self.drop_in => self.assign_default(
+                "RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS",
+                "300".into(),
+                "EXPIRATION_JITTER_MAX_SECONDS",
+            ),
             None => {}
             Some(Ok(seconds)) => self.assign(
                 "RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS",
@@ -833,30 +928,84 @@ impl<'a> Reader<'a> {
     }
 
     /// `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`: upstream's health follows Redis only when it is
-    /// true (default false). ratelimitd's probe of Redis (PING) drives health either way; the
-    /// variable decides the rule on failed Redis calls (`--health-failure-window`), which is
-    /// then off unless it is true: by default in drop-in mode, and wherever it is set false.
+    /// true (default false), so a liveness probe does not restart every pod while Redis is
+    /// down. False (the default in drop-in mode): `--health-follows-store=false`. True: health
+    /// follows Redis's probe (PING) and the rule on failed calls (`--health-failure-*`).
     fn redis_health(&mut self) {
         const NAME: &str = "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION";
         let active = self.bool(NAME, !self.drop_in);
-        let overridden = self.env.contains_key("RATELIMITD_HEALTH_FAILURE_WINDOW");
-        if !active && (self.is_set(NAME) || !overridden) {
-            self.assign("RATELIMITD_HEALTH_FAILURE_WINDOW", "0s".into(), NAME);
+        match (active, self.is_set(NAME)) {
+            (false, true) => self.assign("RATELIMITD_HEALTH_FOLLOWS_STORE", "false".into(), NAME),
+            (false, false) => {
+                self.assign_default("RATELIMITD_HEALTH_FOLLOWS_STORE", "false".into(), NAME)
+            }
+            (true, true) => self.assign("RATELIMITD_HEALTH_FOLLOWS_STORE", "true".into(), NAME),
+            (true, false) => {}
         }
-        if self.is_set(NAME) {
-            let text = if active {
+        if active && self.is_set(NAME) {
+            self.note(
+                Level::Info,
                 format!(
                     "{NAME}=true: health turns NOT_SERVING while Redis does not answer its probe \
                      (PING) or while most Redis calls fail (--health-failure-ratio)"
-                )
-            } else {
-                format!(
-                    "{NAME}=false: failed Redis calls do not change health; it still follows a \
-                     probe of Redis (NOT_SERVING while PING is not answered)"
-                )
-            };
-            self.note(Level::Info, text);
+                ),
+            );
         }
+    }
+
+    /// `REDIS_STARTUP_*`: upstream retries an unreachable Redis at startup (by default for
+    /// ever, waits from 1 s growing to 30 s); ratelimitd's own default is to exit.
+    fn redis_startup(&mut self) {
+        const ELAPSED: &str = "REDIS_STARTUP_MAX_ELAPSED_TIME";
+        match self.get(ELAPSED).map(parse_duration) {
+            Some(Ok(wait)) => {
+                let wait = if wait.is_zero() {
+                    "forever".to_owned()
+                } else {
+                    duration_flag(wait)
+                };
+                self.assign("RATELIMITD_REDIS_STARTUP_WAIT", wait, ELAPSED);
+            }
+            Some(Err(error)) => self.fail(format!("{ELAPSED}: {error}")),
+            None if self.drop_in => {
+                self.assign_default("RATELIMITD_REDIS_STARTUP_WAIT", "forever".into(), ELAPSED)
+            }
+            None => {}
+        }
+        self.copy_duration(
+            "REDIS_STARTUP_INITIAL_INTERVAL",
+            "RATELIMITD_REDIS_STARTUP_INITIAL_INTERVAL",
+            None,
+        );
+        self.copy_duration(
+            "REDIS_STARTUP_MAX_INTERVAL",
+            "RATELIMITD_REDIS_STARTUP_MAX_INTERVAL",
+            None,
+        );
+    }
+
+    /// `REDIS_POOL_SIZE` and `REDIS_TIMEOUT`, upstream's defaults (10, 10 s) in drop-in mode.
+    fn redis_pool(&mut self) {
+        match self.get("REDIS_POOL_SIZE").map(parse_unsigned) {
+            Some(Ok(size)) if (1..=u64::from(u32::MAX)).contains(&size) => self.assign(
+                "RATELIMITD_REDIS_POOL_SIZE",
+                size.to_string(),
+                "REDIS_POOL_SIZE",
+            ),
+            Some(_) => {
+                let text = self.get("REDIS_POOL_SIZE").unwrap_or_default();
+                self.fail(format!(
+                    "REDIS_POOL_SIZE: `{text}` is not a number of connections (a whole number \
+                     from 1)"
+                ));
+            }
+            None if self.drop_in => {
+                self.assign_default("RATELIMITD_REDIS_POOL_SIZE", "10".into(), "REDIS_POOL_SIZE")
+            }
+            None => {}
+        }
+        let timeout_default = self.drop_in.then_some("10s");
+        self.copy_duration("REDIS_TIMEOUT", "RATELIMITD_REDIS_TIMEOUT", timeout_default);
     }
 
     fn redis(&mut self) {
@@ -895,15 +1044,6 @@ impl<'a> Reader<'a> {
             &["REDIS_POOL_ON_EMPTY_BEHAVIOR"],
             "ratelimitd's Redis connections are multiplexed: a call never waits for a free one",
         );
-        self.unused(
-            &[
-                "REDIS_STARTUP_INITIAL_INTERVAL",
-                "REDIS_STARTUP_MAX_INTERVAL",
-                "REDIS_STARTUP_MAX_ELAPSED_TIME",
-            ],
-            "ratelimitd exits when Redis cannot be reached at startup, and the orchestrator \
-             restarts it with its own backoff",
-        );
         if self.bool("REDIS_PERSECOND", false) {
             self.note(
                 Level::Warn,
@@ -917,11 +1057,10 @@ impl<'a> Reader<'a> {
             "ratelimitd keeps every limit in one Redis",
         );
 
-        const CONNECTION: [&str; 10] = [
+        const CONNECTION: [&str; 9] = [
             "REDIS_SOCKET_TYPE",
             "REDIS_TYPE",
             "REDIS_URL",
-            "REDIS_POOL_SIZE",
             "REDIS_AUTH",
             "REDIS_TLS",
             "REDIS_TLS_CLIENT_CERT",
@@ -929,10 +1068,20 @@ impl<'a> Reader<'a> {
             "REDIS_TLS_CACERT",
             "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
         ];
-        if let Some(variable) = RATELIMITD_REDIS.iter().find(|v| self.env.contains_key(**v)) {
+        const STARTUP: [&str; 3] = [
+            "REDIS_STARTUP_INITIAL_INTERVAL",
+            "REDIS_STARTUP_MAX_INTERVAL",
+            "REDIS_STARTUP_MAX_ELAPSED_TIME",
+        ];
+        let ratelimitd_redis = RATELIMITD_REDIS.iter().find(|v| self.env.contains_key(**v));
+        if ratelimitd_redis.is_some() || self.drop_in || self.is_set("REDIS_URL") {
+            self.redis_pool();
+            self.redis_startup();
+        }
+        if let Some(variable) = ratelimitd_redis {
             let why = format!("{variable} is set and wins");
             self.unused(&CONNECTION, &why);
-            self.unused(&["REDIS_SENTINEL_AUTH", "REDIS_TIMEOUT"], &why);
+            self.unused(&["REDIS_SENTINEL_AUTH"], &why);
             return;
         }
         let url = match (self.get("REDIS_URL"), self.drop_in) {
@@ -941,18 +1090,14 @@ impl<'a> Reader<'a> {
             (None, false) => {
                 let why = "REDIS_URL is not set: counters are kept in this process";
                 self.unused(&CONNECTION, why);
-                self.unused(&["REDIS_SENTINEL_AUTH", "REDIS_TIMEOUT"], why);
+                self.unused(
+                    &["REDIS_SENTINEL_AUTH", "REDIS_TIMEOUT", "REDIS_POOL_SIZE"],
+                    why,
+                );
+                self.unused(&STARTUP, why);
                 return;
             }
         };
-        if let Some(size) = self.get("REDIS_POOL_SIZE") {
-            self.assign(
-                "RATELIMITD_REDIS_POOL_SIZE",
-                size.to_owned(),
-                "REDIS_POOL_SIZE",
-            );
-        }
-        self.copy_duration("REDIS_TIMEOUT", "RATELIMITD_REDIS_TIMEOUT", None);
         let tls = self.bool("REDIS_TLS", false);
         if tls {
             if let Some(ca) = self.get("REDIS_TLS_CACERT") {
@@ -1010,6 +1155,18 @@ impl<'a> Reader<'a> {
                 }
                 if unix && tls {
                     self.fail("REDIS_TLS=true with a unix socket (REDIS_SOCKET_TYPE=unix)".into());
+                    return;
+                }
+                if unix && looks_like_host_port(url) {
+                    let socket_type = if self.is_set("REDIS_SOCKET_TYPE") {
+                        "REDIS_SOCKET_TYPE is unix"
+                    } else {
+                        "REDIS_SOCKET_TYPE is unset, and upstream's default is unix"
+                    };
+                    self.fail(format!(
+                        "REDIS_URL: `{url}` is read as the path of a unix socket because \
+                         {socket_type}; for a TCP address set REDIS_SOCKET_TYPE=tcp"
+                    ));
                     return;
                 }
                 let single = single_url(url, unix, tls, skip_verification, auth.as_ref());
@@ -1173,6 +1330,15 @@ fn listen_address(host: &str, port: u64) -> Option<String> {
         IpAddr::V4(ip) => Some(format!("{ip}:{port}")),
         IpAddr::V6(ip) => Some(format!("[{ip}]:{port}")),
     }
+}
+
+/// Whether a `REDIS_URL` read as a socket path is rather `host:port`: no `/`, and a port after
+/// the last `:`.
+fn looks_like_host_port(url: &str) -> bool {
+    !url.contains('/')
+        && url
+            .rsplit_once(':')
+            .is_some_and(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// `REDIS_AUTH`: `password`, or `user:password` (as upstream splits it).

@@ -80,11 +80,32 @@ fn drop_in_mode_takes_upstreams_defaults() {
         humantime::parse_duration(&set["RATELIMITD_GRPC_MAX_CONNECTION_AGE_GRACE"]),
         Ok(std::time::Duration::from_secs(3_600))
     );
-    assert!(!set.contains_key("RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS"));
-    assert!(
-        !set.contains_key("RATELIMITD_KEY_FORMAT"),
-        "the key format is opt-in"
-    );
+    // What a rolling swap would notice: upstream's keys and jitter, health that ignores Redis,
+    // a startup that waits for it, upstream's timeout and pool size.
+    assert_eq!(set["RATELIMITD_KEY_FORMAT"], "envoyproxy");
+    assert_eq!(set["RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS"], "300");
+    assert_eq!(set["RATELIMITD_HEALTH_FOLLOWS_STORE"], "false");
+    assert_eq!(set["RATELIMITD_REDIS_STARTUP_WAIT"], "forever");
+    assert_eq!(set["RATELIMITD_REDIS_TIMEOUT"], "10s");
+    assert_eq!(set["RATELIMITD_REDIS_POOL_SIZE"], "10");
+    assert_eq!(set["RATELIMITD_GRPC_MAX_CONNECTION_AGE"], "24h");
+    let defaulted = |variable: &str| {
+        translation
+            .assignments
+            .iter()
+            .find(|a| a.variable == variable)
+            .is_some_and(|a| a.defaulted)
+    };
+    for variable in [
+        "RATELIMITD_KEY_FORMAT",
+        "RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS",
+        "RATELIMITD_GRPC_MAX_CONNECTION_AGE",
+        "RATELIMITD_REDIS_TIMEOUT",
+    ] {
+        assert!(defaulted(variable), "{variable} is upstream's default");
+    }
+    assert!(translation.drop_in);
+    assert_eq!(translation.variables_read(), Vec::<&str>::new());
     assert!(!set.contains_key("RATELIMITD_GRPC_ADDR"));
     assert!(!set.contains_key("RATELIMITD_HTTP_ADDR"));
 }
@@ -395,30 +416,121 @@ fn grpc_xds_sotw_sets_the_xds_flags_with_upstream_defaults() {
 }
 
 #[test]
-fn redis_health_check_active_connection_decides_the_rule_on_failed_calls() {
-    const WINDOW: &str = "RATELIMITD_HEALTH_FAILURE_WINDOW";
-    let window = |pairs: &[(&str, &str)], drop_in: bool| {
+fn redis_health_check_active_connection_decides_whether_health_follows_redis() {
+    const FOLLOWS: &str = "RATELIMITD_HEALTH_FOLLOWS_STORE";
+    let follows = |pairs: &[(&str, &str)], drop_in: bool| {
         assigned(&translate(&env(pairs), drop_in).unwrap())
-            .get(WINDOW)
+            .get(FOLLOWS)
             .cloned()
     };
-    // Upstream's default (false) in drop-in mode; ratelimitd's (on) with --config.
-    assert_eq!(window(&[], true).as_deref(), Some("0s"));
-    assert_eq!(window(&[], false), None);
+    // Upstream's default (false) in drop-in mode; ratelimitd's (true) with --config.
+    assert_eq!(follows(&[], true).as_deref(), Some("false"));
+    assert_eq!(follows(&[], false), None);
     for drop_in in [true, false] {
         let on = [("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true")];
         let off = [("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false")];
-        assert_eq!(window(&on, drop_in), None, "drop-in {drop_in}");
+        assert_eq!(follows(&on, drop_in).as_deref(), Some("true"), "{drop_in}");
         assert_eq!(
-            window(&off, drop_in).as_deref(),
-            Some("0s"),
-            "drop-in {drop_in}"
+            follows(&off, drop_in).as_deref(),
+            Some("false"),
+            "{drop_in}"
         );
     }
     // The ratelimitd variable, set, wins without a word about an upstream variable left unset.
-    let translation = translate(&env(&[(WINDOW, "30s")]), true).unwrap();
-    assert_eq!(assigned(&translation).get(WINDOW), None);
-    assert!(translation.notices.is_empty(), "{:?}", translation.notices);
+    let translation = translate(&env(&[(FOLLOWS, "true")]), true).unwrap();
+    assert_eq!(assigned(&translation).get(FOLLOWS), None);
+    assert!(
+        !translation
+            .notices
+            .iter()
+            .any(|n| n.text.contains("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")),
+        "{:?}",
+        translation.notices
+    );
+}
+
+#[test]
+fn startup_waits_for_redis_as_upstream_says() {
+    let set =
+        |pairs: &[(&str, &str)], drop_in: bool| assigned(&translate(&env(pairs), drop_in).unwrap());
+    let drop_in = set(&[], true);
+    assert_eq!(drop_in["RATELIMITD_REDIS_STARTUP_WAIT"], "forever");
+    assert!(!drop_in.contains_key("RATELIMITD_REDIS_STARTUP_INITIAL_INTERVAL"));
+    let given = set(
+        &[
+            ("REDIS_STARTUP_INITIAL_INTERVAL", "250ms"),
+            ("REDIS_STARTUP_MAX_INTERVAL", "2s"),
+            ("REDIS_STARTUP_MAX_ELAPSED_TIME", "1m"),
+        ],
+        true,
+    );
+    assert_eq!(given["RATELIMITD_REDIS_STARTUP_WAIT"], "1m");
+    assert_eq!(given["RATELIMITD_REDIS_STARTUP_INITIAL_INTERVAL"], "250ms");
+    assert_eq!(given["RATELIMITD_REDIS_STARTUP_MAX_INTERVAL"], "2s");
+    // With --config, ratelimitd's default (exit at the first failure) unless they are set.
+    let native = set(&[("REDIS_URL", "redis://r:6379")], false);
+    assert!(!native.contains_key("RATELIMITD_REDIS_STARTUP_WAIT"));
+    let zero = set(
+        &[
+            ("REDIS_URL", "redis://r:6379"),
+            ("REDIS_STARTUP_MAX_ELAPSED_TIME", "0"),
+        ],
+        false,
+    );
+    assert_eq!(
+        zero["RATELIMITD_REDIS_STARTUP_WAIT"], "forever",
+        "0 is upstream's forever"
+    );
+}
+
+#[test]
+fn refused_values_name_the_variable_and_what_is_accepted() {
+    let errors = |pairs: &[(&str, &str)]| translate(&env(pairs), true).unwrap_err().join("\n");
+    let pool = errors(&[("REDIS_POOL_SIZE", "ten")]);
+    assert!(
+        pool.contains("REDIS_POOL_SIZE: `ten`") && pool.contains("from 1"),
+        "{pool}"
+    );
+    assert!(errors(&[("REDIS_POOL_SIZE", "0")]).contains("REDIS_POOL_SIZE"));
+    let mismatch = errors(&[("REDIS_URL", "127.0.0.1:6379")]);
+    assert!(
+        mismatch.contains("REDIS_URL: `127.0.0.1:6379`")
+            && mismatch.contains("REDIS_SOCKET_TYPE is unset")
+            && mismatch.contains("REDIS_SOCKET_TYPE=tcp"),
+        "{mismatch}"
+    );
+    let said_unix = errors(&[("REDIS_URL", "redis:6379"), ("REDIS_SOCKET_TYPE", "unix")]);
+    assert!(
+        said_unix.contains("REDIS_SOCKET_TYPE is unix"),
+        "{said_unix}"
+    );
+    // A socket path stays a socket path.
+    assert!(translate(&env(&[("REDIS_URL", "/run/redis.sock")]), true).is_ok());
+}
+
+#[test]
+fn a_password_is_hidden_but_the_host_is_shown() {
+    let translation = translate(
+        &env(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "redis.prod:6379"),
+            ("REDIS_AUTH", "limiter:s3cret"),
+        ]),
+        true,
+    )
+    .unwrap();
+    let url = translation.source_of("RATELIMITD_REDIS_URL").unwrap();
+    assert_eq!(url.shown_value(), "redis://limiter:***@redis.prod:6379");
+    let socket = translate(
+        &env(&[("REDIS_URL", "/run/r.sock"), ("REDIS_AUTH", "s3cret")]),
+        true,
+    )
+    .unwrap();
+    let shown = socket
+        .source_of("RATELIMITD_REDIS_URL")
+        .unwrap()
+        .shown_value();
+    assert_eq!(shown, "unix:///run/r.sock?pass=***");
 }
 
 #[test]

@@ -30,6 +30,20 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The same error, saying which store it came from (`redis://host:6379`, never a password),
+    /// unless it already does.
+    pub fn at(self, address: &str) -> StoreError {
+        match self {
+            StoreError::Unavailable(message) if !message.contains(address) => {
+                StoreError::Unavailable(format!("{address}: {message}"))
+            }
+            StoreError::Protocol(message) if !message.contains(address) => {
+                StoreError::Protocol(format!("{address}: {message}"))
+            }
+            other => other,
+        }
+    }
+
     /// Short label for logs and metrics (`timeout`, `unavailable`, `protocol`).
     pub fn kind(&self) -> &'static str {
         match self {

@@ -7,6 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use super::envoyproxy_key::window_start_s;
 use super::script::EnvoyproxyCounting;
 use crate::limiter::rate::Algorithm;
 use crate::store::Check;
@@ -73,6 +74,9 @@ pub struct KeyLayout {
     prefix: Arc<str>,
     expiration_jitter_max_s: u32,
     stop_increment_when_over_limit: bool,
+    /// Unix seconds from which envoyproxy-format counters move to ratelimitd's format, each at
+    /// its first window starting then or later (see [`KeyLayout::until`]).
+    until_s: Option<u64>,
 }
 
 impl KeyLayout {
@@ -95,7 +99,24 @@ impl KeyLayout {
             prefix: prefix.into(),
             expiration_jitter_max_s,
             stop_increment_when_over_limit,
+            until_s: None,
         })
+    }
+
+    /// Keeps the envoyproxy format only for windows that start before `until_s` (Unix seconds):
+    /// each fixed-window limit moves to ratelimitd's own keys at its first window starting at
+    /// or after that instant, so no window is ever counted under both formats, and a limit's
+    /// count restarts only where its window would restart anyway. Every replica given the same
+    /// instant switches together, whenever each was rolled out (`--key-format-until`). The
+    /// instant is compared with this host's clock, as envoyproxy keys name their window by it.
+    pub fn until(mut self, until_s: u64) -> KeyLayout {
+        self.until_s = Some(until_s);
+        self
+    }
+
+    /// The instant set by [`KeyLayout::until`].
+    pub fn until_s(&self) -> Option<u64> {
+        self.until_s
     }
 
     /// Refuses a prefix longer than [`KeyLayout::MAX_PREFIX_LEN`] or with a brace. A brace would
@@ -146,6 +167,17 @@ impl KeyLayout {
     pub fn counts_as_envoyproxy(check: &Check) -> bool {
         check.rate.algorithm() == Algorithm::FixedWindow && !check.key.as_str().is_empty()
     }
+
+    /// Whether `check`, at `now_s` (Unix seconds, this host's clock), is counted under an
+    /// envoyproxy-format key: the format is envoyproxy, the check counts as envoyproxy
+    /// ([`KeyLayout::counts_as_envoyproxy`]) and its window started before the switch, if any.
+    pub fn envoyproxy_at(&self, check: &Check, now_s: u64) -> bool {
+        self.format == KeyFormat::Envoyproxy
+            && KeyLayout::counts_as_envoyproxy(check)
+            && self
+                .until_s
+                .is_none_or(|until| window_start_s(&check.rate, now_s) < until)
+    }
 }
 
 #[cfg(test)]
@@ -171,6 +203,48 @@ mod tests {
         }
         assert_eq!(KeyLayout::default().prefix(), "");
         assert_eq!(KeyLayout::default().format(), KeyFormat::Ratelimitd);
+    }
+
+    fn check(unit: crate::limiter::rate::Unit, algorithm: Algorithm) -> Check {
+        use crate::limiter::counter_key::CounterKey;
+        use crate::limiter::rate::Rate;
+        use crate::limiter::request::Entry;
+        let entry = Entry {
+            key: "user".into(),
+            value: "alice".into(),
+        };
+        Check {
+            key: CounterKey::new("edge", &[entry]),
+            rate: Rate::new(algorithm, 10, unit, 1, None).unwrap(),
+            hits: 1,
+            shadow: false,
+        }
+    }
+
+    #[test]
+    fn each_limit_switches_at_its_first_window_from_the_instant_on() {
+        use crate::limiter::rate::Unit;
+        // 2026-12-10T00:00:30Z: mid-minute, mid-hour, mid-day.
+        let until = 1_796_860_830;
+        let layout = KeyLayout::new(KeyFormat::Envoyproxy, "", 0, false)
+            .unwrap()
+            .until(until);
+        let second = check(Unit::Second, Algorithm::FixedWindow);
+        let minute = check(Unit::Minute, Algorithm::FixedWindow);
+        let day = check(Unit::Day, Algorithm::FixedWindow);
+        assert!(layout.envoyproxy_at(&second, until - 1));
+        assert!(!layout.envoyproxy_at(&second, until));
+        // The minute that holds the instant stays in envoyproxy's format to its end.
+        assert!(layout.envoyproxy_at(&minute, until + 29));
+        assert!(!layout.envoyproxy_at(&minute, until + 30));
+        let next_day = until - 30 + 86_400;
+        assert!(layout.envoyproxy_at(&day, next_day - 1));
+        assert!(!layout.envoyproxy_at(&day, next_day));
+        // Without a switch, always; other algorithms and formats, never.
+        let always = KeyLayout::new(KeyFormat::Envoyproxy, "", 0, false).unwrap();
+        assert!(always.envoyproxy_at(&day, u64::MAX / 2));
+        assert!(!always.envoyproxy_at(&check(Unit::Minute, Algorithm::Gcra), until));
+        assert!(!KeyLayout::default().envoyproxy_at(&minute, until));
     }
 
     #[test]

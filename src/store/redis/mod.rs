@@ -37,6 +37,7 @@ pub mod refund;
 pub mod resp;
 pub mod script;
 mod sentinel;
+mod startup;
 pub mod topology;
 mod version;
 
@@ -61,6 +62,7 @@ use self::script::{
     Script, DECIDE,
 };
 use self::sentinel::MasterLocator;
+pub use self::startup::StartupRetry;
 pub use self::topology::{HostPort, ServerAuth, Topology};
 use super::{Check, Store, StoreError};
 use crate::limiter::algorithm::Verdict;
@@ -85,6 +87,9 @@ pub struct RedisSettings {
     /// by the deadline is answered as a store failure: its admitted hits might not survive a
     /// failover.
     pub wait_replicas: u32,
+    /// How long startup keeps trying a Redis that does not answer (none by default: the first
+    /// failure stops startup).
+    pub startup: StartupRetry,
 }
 
 /// Shows the URL without its password, so settings can be logged.
@@ -96,23 +101,43 @@ impl fmt::Debug for RedisSettings {
             .field("pool_size", &self.pool_size)
             .field("tls_ca", &self.tls_ca)
             .field("wait_replicas", &self.wait_replicas)
+            .field("startup", &self.startup)
             .finish()
     }
 }
 
-/// `url` with the password of its `user:password@` part replaced by `***`.
-fn redacted_url(url: &str) -> String {
+/// `url` with the password of its `user:password@` part, and a unix URL's `pass=` parameter,
+/// replaced by `***`, so a URL can be logged.
+pub fn redacted_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
+    let (rest, query) = match rest.split_once('?') {
+        Some((rest, query)) => (rest, Some(query)),
+        None => (rest, None),
+    };
     let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
+    let mut redacted = match rest[..authority_end].rfind('@') {
         Some(at) => {
             let user = rest[..at].split(':').next().unwrap_or("");
             format!("{scheme}://{user}:***{}", &rest[at..])
         }
-        None => url.to_owned(),
+        None => format!("{scheme}://{rest}"),
+    };
+    if let Some(query) = query {
+        let parameters: Vec<String> = query
+            .split('&')
+            .map(|parameter| match parameter.split_once('=') {
+                Some(("pass" | "password", _)) => {
+                    format!("{}=***", parameter.split('=').next().unwrap_or("pass"))
+                }
+                _ => parameter.to_owned(),
+            })
+            .collect();
+        redacted.push('?');
+        redacted.push_str(&parameters.join("&"));
     }
+    redacted
 }
 
 impl RedisSettings {
@@ -134,6 +159,7 @@ impl RedisSettings {
             pool_size: Self::DEFAULT_POOL_SIZE,
             tls_ca: None,
             wait_replicas: 0,
+            startup: StartupRetry::NONE,
         }
     }
 }
@@ -366,13 +392,30 @@ impl RedisStore {
         };
         let connect_timeout = settings.timeout.max(STARTUP_CONNECT_TIMEOUT);
         let tls_ca = settings.tls_ca.as_deref();
+        let address = settings.topology.address();
+        let at_address = |error: StoreError| match error {
+            StoreError::Timeout(limit) => StoreError::Unavailable(format!(
+                "{address}: no answer within {}",
+                humantime::format_duration(limit)
+            )),
+            other => other.at(&address),
+        };
+        let retry = settings.startup;
+        let scripts: &[&Script] = &[&DECIDE];
         let mut locator = None;
         let backend = match &settings.topology {
             Topology::Single { url } => {
-                let manager = Manager::new(connection::client(url, tls_ca)?, connect_timeout);
-                Backend::Server(Box::new(
-                    Server::start(manager, &pool_settings, &[&DECIDE], connect_timeout).await?,
-                ))
+                let manager = Manager::new(
+                    connection::client(url, tls_ca).map_err(at_address)?,
+                    connect_timeout,
+                );
+                let server = retry
+                    .run(&address, || {
+                        Server::start(manager.clone(), &pool_settings, scripts, connect_timeout)
+                    })
+                    .await
+                    .map_err(at_address)?;
+                Backend::Server(Box::new(server))
             }
             Topology::Sentinel {
                 master_name,
@@ -390,12 +433,21 @@ impl RedisStore {
                 found.spawn_watch();
                 let manager = Manager::sentinel(found.clone(), connect_timeout);
                 locator = Some(found);
-                Backend::Server(Box::new(
-                    Server::start(manager, &pool_settings, &[&DECIDE], connect_timeout).await?,
-                ))
+                let server = retry
+                    .run(&address, || {
+                        Server::start(manager.clone(), &pool_settings, scripts, connect_timeout)
+                    })
+                    .await
+                    .map_err(at_address)?;
+                Backend::Server(Box::new(server))
             }
             Topology::Cluster { seeds, auth } => Backend::Cluster(
-                Cluster::connect(seeds, auth, tls_ca, &pool_settings, connect_timeout).await?,
+                retry
+                    .run(&address, || {
+                        Cluster::connect(seeds, auth, tls_ca, &pool_settings, connect_timeout)
+                    })
+                    .await
+                    .map_err(at_address)?,
             ),
         };
         let locals = Locals::new(backend.clone(), pool_settings.clone());
@@ -1011,6 +1063,10 @@ mod settings_tests {
         assert_eq!(
             redacted_url("rediss://:pw@h/1#insecure"),
             "rediss://:***@h/1#insecure"
+        );
+        assert_eq!(
+            redacted_url("unix:///run/redis.sock?db=2&pass=pw&user=u"),
+            "unix:///run/redis.sock?db=2&pass=***&user=u"
         );
     }
 }

@@ -199,7 +199,7 @@ impl Invocation {
     /// The part of `checks`, under ratelimitd's own keys without a prefix; `pinned_now_us`
     /// replaces Redis's clock (tests only).
     pub fn new(checks: &[Check], pinned_now_us: Option<u64>) -> Invocation {
-        Invocation::build(checks, pinned_now_us, "", None)
+        Invocation::build(checks, pinned_now_us, &KeyLayout::default())
     }
 
     /// The part of `checks` with the keys and counters `layout` says. An envoyproxy-format key
@@ -210,26 +210,26 @@ impl Invocation {
         pinned_now_us: Option<u64>,
         layout: &KeyLayout,
     ) -> Invocation {
-        Invocation::build(
-            checks,
-            pinned_now_us,
-            layout.prefix(),
-            layout.envoyproxy_counting(),
-        )
+        Invocation::build(checks, pinned_now_us, layout)
     }
 
-    fn build(
-        checks: &[Check],
-        pinned_now_us: Option<u64>,
-        prefix: &str,
-        envoyproxy: Option<EnvoyproxyCounting>,
-    ) -> Invocation {
+    fn build(checks: &[Check], pinned_now_us: Option<u64>, layout: &KeyLayout) -> Invocation {
+        let prefix = layout.prefix();
+        let envoyproxy = layout.envoyproxy_counting();
         let mut keys = Vec::with_capacity(checks.len());
         let mut args = Vec::with_capacity(checks.len());
         let mut now_s = None;
+        let mut host_now_s = || {
+            *now_s.get_or_insert_with(|| {
+                pinned_now_us.unwrap_or_else(|| SystemClock.now_us()) / MICROS_PER_SECOND
+            })
+        };
         for check in checks {
             let counter = match envoyproxy {
-                Some(counting) if KeyLayout::counts_as_envoyproxy(check) => {
+                Some(counting)
+                    if KeyLayout::counts_as_envoyproxy(check)
+                        && layout.envoyproxy_at(check, host_now_s()) =>
+                {
                     CounterKind::Envoyproxy(counting)
                 }
                 _ => CounterKind::Native,
@@ -237,10 +237,7 @@ impl Invocation {
             keys.push(match counter {
                 CounterKind::Native => prefixed_redis_key(prefix, &check.key, &check.rate),
                 CounterKind::Envoyproxy(_) => {
-                    let now_s = *now_s.get_or_insert_with(|| {
-                        pinned_now_us.unwrap_or_else(|| SystemClock.now_us()) / MICROS_PER_SECOND
-                    });
-                    envoyproxy_key(prefix, &check.key, &check.rate, now_s)
+                    envoyproxy_key(prefix, &check.key, &check.rate, host_now_s())
                 }
             });
             args.push(CheckArgs {

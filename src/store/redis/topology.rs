@@ -123,6 +123,28 @@ impl Topology {
         Ok((name.trim().to_owned(), HostPort::parse_list(hosts)?))
     }
 
+    /// Where the store connects, for logs and errors, without any password: the URL (its
+    /// password, and a unix URL's `pass=`, as `***`), the cluster's seeds, or the master's name
+    /// and its sentinels.
+    pub fn address(&self) -> String {
+        let list = |hosts: &[HostPort]| {
+            hosts
+                .iter()
+                .map(HostPort::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        match self {
+            Topology::Single { url } => super::redacted_url(url),
+            Topology::Cluster { seeds, .. } => format!("cluster {}", list(seeds)),
+            Topology::Sentinel {
+                master_name,
+                sentinels,
+                ..
+            } => format!("master {master_name} via sentinels {}", list(sentinels)),
+        }
+    }
+
     /// A short name for logs and metrics: `single`, `cluster` or `sentinel`.
     pub fn kind(&self) -> &'static str {
         match self {
