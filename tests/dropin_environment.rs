@@ -579,28 +579,15 @@ async fn grpc_uds_and_connection_age_from_upstreams_variables() {
 }
 
 #[tokio::test]
-async fn cache_key_prefix_and_the_opt_in_envoyproxy_key_format() {
+async fn cache_key_prefix_and_upstreams_key_format_by_default() {
     let tree = RuntimeTree::new(&[("edge.yaml", EDGE_V1)]);
     let redis = RedisServer::start();
     let mut env = loopback_env();
     env.extend(tree.env());
     env.extend(redis_env(&redis));
     env.push(("CACHE_KEY_PREFIX".into(), "shop_".into()));
-    let server = start_bare(&env);
-    codes(&server, "edge", "client", "k", 1).await;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query(&mut redis.connection())
-        .unwrap();
-    assert!(
-        !keys.is_empty() && keys.iter().all(|key| key.starts_with("shop_rl1:")),
-        "ratelimitd's own keys, behind CACHE_KEY_PREFIX: {keys:?}"
-    );
-    drop(server);
 
-    // With --key-format envoyproxy (RATELIMITD_KEY_FORMAT), fixed windows use upstream's keys.
-    env.push(("RATELIMITD_KEY_FORMAT".into(), "envoyproxy".into()));
-    env.push(("EXPIRATION_JITTER_MAX_SECONDS".into(), "5".into()));
+    // Drop-in mode writes envoyproxy/ratelimit's keys, with its 300 s of expiration jitter.
     let server = start_bare(&env);
     let before = common::ratelimitd::unix_now() as u64 / 60 * 60;
     codes(&server, "edge", "client", "u", 1).await;
@@ -622,7 +609,24 @@ async fn cache_key_prefix_and_the_opt_in_envoyproxy_key_format() {
         .query(&mut redis.connection())
         .unwrap();
     assert!(
-        (55..=65).contains(&ttl),
-        "TTL within a minute plus 5 s of jitter: {ttl}"
+        (55..=360).contains(&ttl),
+        "TTL within a minute plus 300 s of jitter: {ttl}"
+    );
+    drop(server);
+    redis::cmd("FLUSHALL")
+        .query::<()>(&mut redis.connection())
+        .unwrap();
+
+    // RATELIMITD_KEY_FORMAT=ratelimitd: ratelimitd's own keys, behind CACHE_KEY_PREFIX.
+    env.push(("RATELIMITD_KEY_FORMAT".into(), "ratelimitd".into()));
+    let server = start_bare(&env);
+    codes(&server, "edge", "client", "k", 1).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut redis.connection())
+        .unwrap();
+    assert!(
+        !keys.is_empty() && keys.iter().all(|key| key.starts_with("shop_rl1:")),
+        "ratelimitd's own keys, behind CACHE_KEY_PREFIX: {keys:?}"
     );
 }

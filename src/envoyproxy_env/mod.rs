@@ -573,6 +573,16 @@ impl<'a> Reader<'a> {
             "FORCE_START_WITHOUT_INITIAL_CONFIG",
             "RATELIMITD_FORCE_START_WITHOUT_INITIAL_CONFIG",
         );
+        if self.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false) {
+            self.note(
+                Level::Warn,
+                "FORCE_START_WITHOUT_INITIAL_CONFIG=true: while no configuration has loaded, \
+                 requests are answered as for an unknown domain (OK), where upstream answers each \
+                 with an error; HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true keeps traffic away \
+                 meanwhile"
+                    .into(),
+            );
+        }
         self.copy_bool(
             "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
             "RATELIMITD_HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
@@ -838,6 +848,18 @@ impl<'a> Reader<'a> {
             );
         }
         match self.get("LOCAL_CACHE_SIZE_IN_BYTES").map(parse_unsigned) {
+            None | Some(Ok(0))
+                if self.drop_in && !self.env.contains_key("RATELIMITD_DENY_CACHE") =>
+            {
+                self.note(
+                    Level::Warn,
+                    "LOCAL_CACHE_SIZE_IN_BYTES=0 (no local cache): ratelimitd's deny cache is on; \
+                     it never changes a decision, but answers requests to exhausted counters \
+                     without Redis, so Redis stops counting their denied hits \
+                     (RATELIMITD_DENY_CACHE=false turns it off)"
+                        .into(),
+                )
+            }
             None => {}
             Some(Ok(0)) => self.note(
                 Level::Info,

@@ -11,3 +11,4 @@ pub mod ratelimitd;
 pub mod redis_cluster;
 pub mod redis_sentinel;
 pub mod redis_server;
+pub mod upstream_model;
