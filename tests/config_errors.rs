@@ -122,7 +122,7 @@ fn error_cases() -> Vec<(&'static str, String, usize, &'static str, &'static str
             format!("{head}    rate_limit:\n      unit: second\n      requests_per_unit: -3\n"),
             6,
             "descriptors[0].rate_limit.requests_per_unit",
-            "must be a positive integer",
+            "must be a whole number from 0 (0 denies every request)",
         ),
         (
             "duplicate_descriptor.yaml",

@@ -47,6 +47,10 @@ const LIMITED_ONLY_FIELDS: &[&str] = &[
     "unit_multiplier",
 ];
 
+/// What `requests_per_unit` accepts, as its errors say it: 0 is valid and denies every request
+/// (envoyproxy/ratelimit's way to ban a value), so the errors never ask for a positive number.
+const REQUESTS_PER_UNIT_ACCEPTED: &str = "a whole number from 0 (0 denies every request)";
+
 /// Identity of a descriptor within its level: its key and, unless key-only, its value.
 pub type DescriptorId = (String, Option<String>);
 
@@ -307,17 +311,18 @@ impl Checker<'_> {
     }
 
     /// A positive integer field that fits in a `u32`.
-    fn positive(&mut self, fields: &Fields<'_>, name: &str, zero_hint: &str) -> Read<u32> {
-        self.integer(fields, name, 1, zero_hint)
+    fn positive(&mut self, fields: &Fields<'_>, name: &str) -> Read<u32> {
+        self.integer(fields, name, 1, "a positive integer")
     }
 
-    /// Reads a `u32` field that must be at least `minimum` (0 or 1).
+    /// Reads a `u32` field that must be at least `minimum` (0 or 1); its errors say it must be
+    /// `accepted`, so a field where 0 is valid never reads as one that must be positive.
     fn integer(
         &mut self,
         fields: &Fields<'_>,
         name: &str,
         minimum: u32,
-        zero_hint: &str,
+        accepted: &str,
     ) -> Read<u32> {
         let Some(entry) = fields.get(name) else {
             return Ok(None);
@@ -335,7 +340,7 @@ impl Checker<'_> {
                     pos,
                     &field,
                     format!(
-                        "must be a positive integer, found {}{shown}",
+                        "must be {accepted}, found {}{shown}",
                         describe(&entry.value)
                     ),
                 );
@@ -345,11 +350,7 @@ impl Checker<'_> {
         match number.map(|n| (n, u32::try_from(n))) {
             Some((_, Ok(n))) if n >= minimum => Ok(Some(n)),
             Some((n, _)) if n < i128::from(minimum) => {
-                self.error(
-                    pos,
-                    &field,
-                    format!("must be a positive integer{zero_hint}"),
-                );
+                self.error(pos, &field, format!("must be {accepted}"));
                 Err(Reported)
             }
             _ => {
@@ -542,10 +543,15 @@ impl Checker<'_> {
         };
         let rate = RateFields {
             unit: self.unit(&fields),
-            requests_per_unit: self.integer(&fields, "requests_per_unit", 0, ""),
+            requests_per_unit: self.integer(
+                &fields,
+                "requests_per_unit",
+                0,
+                REQUESTS_PER_UNIT_ACCEPTED,
+            ),
             algorithm: self.algorithm(&fields),
-            burst: self.positive(&fields, "burst", ""),
-            unit_multiplier: self.positive(&fields, "unit_multiplier", ""),
+            burst: self.positive(&fields, "burst"),
+            unit_multiplier: self.positive(&fields, "unit_multiplier"),
         };
 
         let kind = if unlimited {
@@ -686,7 +692,10 @@ impl Checker<'_> {
             self.error(
                 node.pos,
                 &fields.field("requests_per_unit"),
-                "missing: a rate_limit with a unit needs a positive `requests_per_unit`",
+                format!(
+                    "missing: a rate_limit with a unit needs a `requests_per_unit`: \
+                     {REQUESTS_PER_UNIT_ACCEPTED}"
+                ),
             );
         }
         if let (Ok(algorithm), Ok(Some(_)), Some(entry)) = (&algorithm, &burst, fields.get("burst"))
@@ -1321,7 +1330,7 @@ descriptors:
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: \"5\"}\n",
             4,
             "descriptors[0].rate_limit.requests_per_unit",
-            "must be a positive integer, found a string `5`",
+            "must be a whole number from 0 (0 denies every request), found a string `5`",
         );
         assert_one_error(
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: day\n      requests_per_unit: 1\n      replaces: other\n",
@@ -1455,13 +1464,14 @@ descriptors:
             "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: day\n",
             5,
             "descriptors[0].rate_limit.requests_per_unit",
-            "missing",
+            "missing: a rate_limit with a unit needs a `requests_per_unit`: a whole number from 0 \
+             (0 denies every request)",
         );
         assert_one_error(
             "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: day\n      requests_per_unit: -1\n",
             6,
             "descriptors[0].rate_limit.requests_per_unit",
-            "must be a positive integer",
+            "must be a whole number from 0 (0 denies every request)",
         );
         assert_one_error(
             "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: day\n      requests_per_unit: 4294967296\n",
