@@ -68,6 +68,16 @@ enum Target {
     Sentinel(Arc<MasterLocator>),
 }
 
+impl Target {
+    /// The server's address for logs: `host:port` or the socket path, or the master's name.
+    fn address(&self) -> String {
+        match self {
+            Target::Fixed(client) => client.get_connection_info().addr().to_string(),
+            Target::Sentinel(locator) => format!("the master {} (Sentinel)", locator.master_name()),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Backoff {
     failures: u32,
@@ -111,7 +121,8 @@ impl Reachability {
         }
     }
 
-    fn record<T>(&self, result: &Result<T, RedisError>) {
+    /// Notes an attempt's outcome; `address` names the server in the log (never a password).
+    fn record<T>(&self, result: &Result<T, RedisError>, address: impl FnOnce() -> String) {
         let mut backoff = self.backoff.lock();
         match result {
             Ok(_) => {
@@ -130,9 +141,11 @@ impl Reachability {
                 backoff.retry_at = Some(Instant::now() + pause);
                 backoff.last_error = Some(error.to_string());
                 if backoff.failures == 1 {
-                    tracing::warn!(%error, "cannot connect to redis; retrying with backoff");
+                    let redis = address();
+                    tracing::warn!(%redis, %error, "cannot connect to redis; retrying with backoff");
                 } else {
-                    tracing::debug!(%error, ?pause, "redis connection attempt failed");
+                    let redis = address();
+                    tracing::debug!(%redis, %error, ?pause, "redis connection attempt failed");
                 }
             }
         }
@@ -227,7 +240,7 @@ impl Manager {
                 Err(error) => Err(error),
             },
         };
-        self.reachability.record(&result);
+        self.reachability.record(&result, || self.target.address());
         result
     }
 

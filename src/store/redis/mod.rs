@@ -356,6 +356,11 @@ impl fmt::Debug for RedisStore {
     }
 }
 
+/// The health probe's bound, below a long `--redis-timeout` (envoyproxy/ratelimit's 10 s): a
+/// Redis that does not answer `PING` within it counts as down, so health turns within seconds of
+/// an outage whatever the calls may wait.
+const HEALTH_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Connection attempts at startup may take this long even when the per-call timeout is shorter
 /// (TLS handshakes, remote hosts).
 const STARTUP_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -1023,7 +1028,7 @@ impl Store for RedisStore {
     /// requests see the same connections: the one server, or every master of a cluster (and the
     /// slot map must cover every slot).
     async fn is_healthy(&self) -> bool {
-        let deadline = Instant::now() + self.settings.timeout;
+        let deadline = Instant::now() + self.settings.timeout.min(HEALTH_PROBE_TIMEOUT);
         self.locals.dispatcher().is_healthy(deadline).await
     }
 }

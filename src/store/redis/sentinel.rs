@@ -32,6 +32,11 @@ pub struct MasterLocator {
 }
 
 impl MasterLocator {
+    /// The name the sentinels know the master by.
+    pub fn master_name(&self) -> &str {
+        &self.master_name
+    }
+
     /// A locator asking `sentinels` (with `sentinel_auth`) for `master_name`, whose servers take
     /// `auth`. TLS (`auth.tls`) applies to the sentinels and the servers alike, trusting only
     /// `tls_ca` when given.
