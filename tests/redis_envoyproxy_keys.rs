@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::ratelimitd::*;
 use common::redis_cluster::RedisCluster;
