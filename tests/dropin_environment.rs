@@ -389,7 +389,64 @@ async fn redis_auth_and_a_unix_socket_as_upstream_names_them() {
             "the password is never logged:\n{}",
             server.output()
         );
+        let shown = match socket_type {
+            None => format!("RATELIMITD_REDIS_URL=unix://{socket_text}?pass=***"),
+            Some(_) => format!("RATELIMITD_REDIS_URL=redis://:***@127.0.0.1:{}", redis.port()),
+        };
+        assert!(
+            server.output().contains(&shown),
+            "the address is logged: {shown}\n{}",
+            server.output()
+        );
     }
+}
+
+/// Each refused value names what the user set (the upstream variable, or the `RATELIMITD_*` one,
+/// never a flag they did not pass), the value and what is accepted; every one exits 1.
+#[test]
+fn refused_values_name_the_variable_the_user_set() {
+    let tree = RuntimeTree::new(&[("edge.yaml", EDGE_V1)]);
+    for (env, expected) in [
+        (
+            vec![("REDIS_POOL_SIZE", "ten")],
+            "REDIS_POOL_SIZE: `ten` is not a number of connections (a whole number from 1)",
+        ),
+        (
+            vec![("NEAR_LIMIT_RATIO", "1.5")],
+            "NEAR_LIMIT_RATIO=`1.5` is refused: `1.5` is not a ratio in (0, 1]",
+        ),
+        (
+            vec![("RATELIMITD_REDIS_POOL_SIZE", "ten")],
+            "RATELIMITD_REDIS_POOL_SIZE=`ten` is refused",
+        ),
+        (
+            vec![("RATELIMITD_ON_STORE_ERROR", "maybe")],
+            "RATELIMITD_ON_STORE_ERROR=`maybe` is refused: unknown store error policy `maybe` (expected unavailable, allow or deny)",
+        ),
+        (
+            vec![("REDIS_URL", "127.0.0.1:6379")],
+            "REDIS_URL: `127.0.0.1:6379` is read as the path of a unix socket because \
+             REDIS_SOCKET_TYPE is unset, and upstream's default is unix; for a TCP address set \
+             REDIS_SOCKET_TYPE=tcp",
+        ),
+    ] {
+        let mut cmd = command();
+        for (name, value) in tree.env() {
+            cmd.env(name, value);
+        }
+        for (name, value) in &env {
+            cmd.env(name, value);
+        }
+        let (status, stdout, stderr) = run_to_end(cmd, Duration::from_secs(20));
+        assert_eq!(status.code(), Some(1), "{env:?}: {stdout}{stderr}");
+        assert!(stderr.contains(expected), "{env:?}: {stderr}");
+        assert!(!stderr.contains("'--"), "no flag the user did not pass: {stderr}");
+    }
+    // A flag that does not exist is a configuration error too: exit 1.
+    let mut cmd = command();
+    cmd.args(["serve", "--no-such-flag"]);
+    let (status, _, stderr) = run_to_end(cmd, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(1), "{stderr}");
 }
 
 #[test]

@@ -7,7 +7,9 @@
 //! rescheduled) comes up by itself. Drop-in mode takes that behaviour.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::store::StoreError;
 
