@@ -11,6 +11,8 @@ mod failure_health;
 mod health;
 mod limits;
 mod listeners;
+mod log_filter;
+mod log_lines;
 mod parse;
 mod responses;
 mod serve;
