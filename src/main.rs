@@ -4,7 +4,6 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::Parser;
 use ratelimitd::cli::{self, upstream_env, Cli, Command};
 
 fn main() -> ExitCode {
@@ -22,8 +21,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match Cli::parse_from(arguments).command {
-        Command::Check(args) => cli::check(&args),
+    let (cli, matches) = Cli::parse_with_matches(arguments);
+    match cli.command {
+        Command::Check(args) => cli::check(&args, &matches, &upstream),
         Command::Serve(args) => cli::serve(*args, &upstream),
         Command::Health(args) => cli::health(&args),
     }

@@ -22,7 +22,9 @@ mod traces;
 pub mod upstream_env;
 mod xds;
 
-use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use check::{check, CheckArgs};
 pub use health::{health, HealthArgs};
@@ -41,10 +43,28 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// Parses `arguments` as `Cli::parse_from` does (help, version and errors are printed and
+    /// exit), and keeps clap's matches beside: they tell a flag from its variable.
+    pub fn parse_with_matches(arguments: Vec<OsString>) -> (Cli, ArgMatches) {
+        let matches = Cli::command().get_matches_from(arguments);
+        match Cli::from_arg_matches(&matches) {
+            Ok(cli) => (cli, matches),
+            Err(error) => error.format(&mut Cli::command()).exit(),
+        }
+    }
+}
+
 /// The subcommands.
 #[derive(Subcommand)]
 pub enum Command {
     /// Serve RLS v3, gRPC health and reflection, and the HTTP endpoints.
+    #[command(
+        after_help = "Drop-in mode: without --config and --config-source (and their \
+        RATELIMITD_* variables), serve is configured as envoyproxy/ratelimit is, by its variables \
+        (RUNTIME_ROOT, REDIS_URL, LOG_LEVEL...) and their defaults, below flags and RATELIMITD_* \
+        variables; the values shown above are only those set here (docs/migration.md)."
+    )]
     Serve(Box<ServeArgs>),
     /// Validate configuration: print every error with file:line, exit 1 if there is any.
     Check(CheckArgs),
