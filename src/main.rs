@@ -21,12 +21,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let cli = match cli::parse(&arguments, &upstream) {
-        Ok(cli) => cli,
+    let (cli, matches) = match cli::parse(&arguments, &upstream) {
+        Ok(parsed) => parsed,
         Err(exit) => return exit,
     };
     match cli.command {
-        Command::Check(args) => cli::check(&args),
+        Command::Check(args) => cli::check(&args, &matches, &upstream),
         Command::Serve(args) => cli::serve(*args, &upstream),
         Command::Health(args) => cli::health(&args),
     }

@@ -218,7 +218,7 @@ pub const ENVOYPROXY_KEYS_NEED_REDIS: &str =
 /// Why the server could not start or keep running.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("invalid configuration:\n{0}")]
+    #[error("invalid configuration: {}", .0.one_line())]
     Config(#[from] ConfigErrors),
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -274,7 +274,8 @@ fn start_files(settings: &Settings, loader: Arc<config::Loader>) -> Result<Reloa
         tracing::error!(
             errors = errors.len(),
             "configuration does not load; serving without one until it does \
-             (--force-start-without-initial-config):\n{errors}"
+             (--force-start-without-initial-config): {}",
+            errors.one_line()
         );
     }
     Ok(reloader)
@@ -954,7 +955,8 @@ async fn watch_config(
                 tracing::error!(
                     trigger,
                     errors = errors.len(),
-                    "configuration rejected, the running one stays:\n{errors}"
+                    "configuration rejected, the running one stays: {}",
+                    errors.one_line()
                 );
             }
         }
@@ -989,7 +991,8 @@ fn xds_updates(
             tracing::error!(
                 %version,
                 errors = errors.len(),
-                "xDS configuration rejected (NACK); the running one stays:\n{errors}"
+                "xDS configuration rejected (NACK); the running one stays: {}",
+                errors.one_line()
             );
         }
     })

@@ -9,16 +9,22 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
-use clap::{CommandFactory, Parser};
+use clap::{ArgMatches, CommandFactory, FromArgMatches};
 
 use super::Cli;
 use crate::envoyproxy_env::Translation;
 
-/// Parses `arguments`; help and version are printed (exit 0), every error is printed in the
-/// user's terms (exit 1).
-pub fn parse(arguments: &[OsString], upstream: &Translation) -> Result<Cli, ExitCode> {
-    match Cli::try_parse_from(arguments) {
-        Ok(cli) => Ok(cli),
+/// Parses `arguments`, keeping clap's matches beside (they tell a flag from its variable); help
+/// and version are printed (exit 0), every error is printed in the user's terms (exit 1).
+pub fn parse(
+    arguments: &[OsString],
+    upstream: &Translation,
+) -> Result<(Cli, ArgMatches), ExitCode> {
+    let parsed = Cli::command()
+        .try_get_matches_from(arguments)
+        .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
+    match parsed {
+        Ok(parsed) => Ok(parsed),
         Err(error) => match error.kind() {
             ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
                 let _ = error.print();

@@ -22,8 +22,10 @@ pub enum ConfigLayout {
 #[derive(clap::Args)]
 #[command(next_help_heading = "Configuration")]
 pub struct ConfigSourceArgs {
-    /// Configuration file, or directory of *.yaml / *.yml files (repeatable). Without it (and
-    /// RATELIMITD_CONFIG), envoyproxy/ratelimit's RUNTIME_ROOT layout is read (see docs/migration.md).
+    /// Configuration file, or directory of *.yaml / *.yml files (repeatable). Needed unless the
+    /// configuration comes from an xDS server (--config-source xds) or, in drop-in mode (neither
+    /// this nor --config-source given), from envoyproxy/ratelimit's
+    /// $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY (see docs/migration.md).
     #[arg(long = "config", env = "RATELIMITD_CONFIG", value_delimiter = ',')]
     pub config: Vec<PathBuf>,
     /// How configuration directories are read: files (their own *.yaml / *.yml files, names

@@ -12,6 +12,8 @@ mod failure_health;
 mod health;
 mod limits;
 mod listeners;
+mod log_filter;
+mod log_lines;
 mod parse;
 mod responses;
 mod serve;
@@ -45,6 +47,12 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Command {
     /// Serve RLS v3, gRPC health and reflection, and the HTTP endpoints.
+    #[command(
+        after_help = "Drop-in mode: without --config and --config-source (and their \
+        RATELIMITD_* variables), serve is configured as envoyproxy/ratelimit is, by its variables \
+        (RUNTIME_ROOT, REDIS_URL, LOG_LEVEL...) and their defaults, below flags and RATELIMITD_* \
+        variables; the values shown above are only those set here (docs/migration.md)."
+    )]
     Serve(Box<ServeArgs>),
     /// Validate configuration: print every error with file:line, exit 1 if there is any.
     Check(CheckArgs),

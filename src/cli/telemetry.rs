@@ -8,6 +8,8 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
+use super::log_filter;
+use super::log_lines::OneLine;
 use super::parse;
 use super::traces::TracingArgs;
 use crate::otel;
@@ -33,7 +35,9 @@ pub struct TelemetryArgs {
         default_value = "text"
     )]
     log_format: LogFormat,
-    /// Log filter (tracing-subscriber syntax, e.g. `info` or `ratelimitd=debug`).
+    /// Log level of ratelimitd's own lines (`debug`: one line per decision), the libraries
+    /// staying at `info` (or quieter, with `warn` or `error`); or a tracing-subscriber filter,
+    /// used as written (`debug,h2=trace`, `info,ratelimitd::decisions=debug`).
     #[arg(long, env = "RATELIMITD_LOG_LEVEL", default_value = "info")]
     log_level: String,
     /// Share of a limit's capacity above which admitted hits count as near the limit in the
@@ -74,11 +78,17 @@ impl TelemetryArgs {
     }
 }
 
-/// Logs to stdout through `filter` (tracing-subscriber's syntax; `info` when it does not parse),
-/// colours only on a terminal; the request spans go to `traces` only (see [`otel`]).
-pub fn init_logging(format: LogFormat, filter: &str, traces: Option<&otel::Pipeline>) {
-    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let output = tracing_subscriber::fmt::layer().with_ansi(std::io::stdout().is_terminal());
+/// Logs to stdout, one record per line ([`OneLine`]), through `level` (see
+/// [`log_filter::directives`]; `info`, and a warning naming it, when it does not parse), colours
+/// only on a terminal; the request spans go to `traces` only (see [`otel`]).
+pub fn init_logging(format: LogFormat, level: &str, traces: Option<&otel::Pipeline>) {
+    let (filter, refused) = match EnvFilter::try_new(log_filter::directives(level)) {
+        Ok(filter) => (filter, None),
+        Err(error) => (EnvFilter::new("info"), Some(error)),
+    };
+    let output = tracing_subscriber::fmt::layer()
+        .with_ansi(std::io::stdout().is_terminal())
+        .with_writer(OneLine(std::io::stdout));
     let output = match format {
         LogFormat::Text => output.boxed(),
         LogFormat::Json => output.json().boxed(),
@@ -87,6 +97,11 @@ pub fn init_logging(format: LogFormat, filter: &str, traces: Option<&otel::Pipel
         .with(output.with_filter(otel::without_spans(filter)))
         .with(traces.map(otel::Pipeline::layer))
         .init();
+    if let Some(error) = refused {
+        tracing::warn!(
+            "--log-level `{level}` is not a log level or filter ({error}); logging at info"
+        );
+    }
 }
 
 /// The statsd sink: envoyproxy/ratelimit's stats, under its names, over UDP.

@@ -9,7 +9,13 @@ use crate::envoyproxy_env;
 /// [`envoyproxy_env`]), before the command line is parsed, so flags and `RATELIMITD_*`
 /// variables win and every value goes through the same parser. Drop-in mode: `serve` or
 /// `check` without `--config`, `--config-source` or their `RATELIMITD_*` variables.
+///
+/// Arguments that ask for help set nothing: clap shows each variable's value in the help, and
+/// one set here would read as if the user had set it.
 pub fn read(arguments: &[OsString]) -> Result<envoyproxy_env::Translation, Vec<String>> {
+    if asks_for_help(arguments) {
+        return Ok(envoyproxy_env::Translation::default());
+    }
     let environment: BTreeMap<String, String> = std::env::vars_os()
         .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
         .collect();
@@ -30,6 +36,16 @@ pub fn read(arguments: &[OsString]) -> Result<envoyproxy_env::Translation, Vec<S
         std::env::set_var(assignment.variable, &assignment.value);
     }
     Ok(translation)
+}
+
+/// `-h`, `--help` or the `help` subcommand, before any `--`.
+fn asks_for_help(arguments: &[OsString]) -> bool {
+    arguments.get(1).is_some_and(|a| a == "help")
+        || arguments
+            .iter()
+            .skip(1)
+            .take_while(|a| *a != "--")
+            .any(|a| a == "-h" || a == "--help")
 }
 
 /// Logs what envoyproxy/ratelimit's variables did, once logging is set up: each setting at INFO

@@ -109,17 +109,36 @@ impl ConfigErrors {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
-}
 
-impl fmt::Display for ConfigErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    /// The errors on one line, `; ` between them: how a log record carries them, one record
+    /// per line (the `Display` of `ConfigErrors` puts one error per line, for `check`).
+    pub fn one_line(&self) -> OneLine<'_> {
+        OneLine(self)
+    }
+
+    fn write_joined(&self, f: &mut fmt::Formatter<'_>, separator: &str) -> fmt::Result {
         for (i, error) in self.0.iter().enumerate() {
             if i > 0 {
-                f.write_str("\n")?;
+                f.write_str(separator)?;
             }
             write!(f, "{error}")?;
         }
         Ok(())
+    }
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_joined(f, "\n")
+    }
+}
+
+/// [`ConfigErrors::one_line`].
+pub struct OneLine<'a>(&'a ConfigErrors);
+
+impl fmt::Display for OneLine<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.write_joined(f, "; ")
     }
 }
 
@@ -184,6 +203,10 @@ mod tests {
         assert_eq!(
             errors.to_string(),
             "rules/edge.yaml:1:3: descriptors[0].key: a\nrules/edge.yaml:2:3: descriptors[0].key: b"
+        );
+        assert_eq!(
+            errors.one_line().to_string(),
+            "rules/edge.yaml:1:3: descriptors[0].key: a; rules/edge.yaml:2:3: descriptors[0].key: b"
         );
     }
 }

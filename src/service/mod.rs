@@ -3,6 +3,7 @@
 
 pub mod call_span;
 pub mod convert;
+pub mod decision_log;
 pub mod headers;
 pub mod health;
 pub mod http;

@@ -10,6 +10,7 @@ use tonic::{Code as GrpcCode, Request, Response, Status};
 
 use super::call_span::CallSpan;
 use super::convert::{dynamic_metadata, request_from_proto, response_to_proto, Refused};
+use super::decision_log::{self, StoreCall};
 use super::headers::ResponseHeaders;
 use super::metrics::{Metrics, RequestResult};
 use super::throttle::WarnThrottle;
@@ -181,33 +182,60 @@ impl<S: Store> RateLimitEdge<S> {
         request: RateLimitRequest,
         call: &CallSpan,
     ) -> Result<RateLimitResponse, Status> {
+        let logged = decision_log::enabled();
+        let domain = logged.then(|| request.domain.clone());
         let request = request_from_proto(request, &self.limits).map_err(|refused| {
             if let (Refused::Limit(exceeded), Some(metrics)) = (&refused, &self.metrics) {
                 metrics.record_request_limit(exceeded.limit());
             }
-            Status::from(refused)
+            let status = Status::from(refused);
+            if let Some(domain) = &domain {
+                decision_log::refused(domain, &status.message());
+            }
+            status
         })?;
         call.record_request(&request);
         let rules = self.rules.load();
         let decision = call.decision();
         let (plan, verdicts, from_store, outcome) = decision
             .instrument(async {
-                let plan = plan_with(&rules, &request, self.modes)
-                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                let plan = plan_with(&rules, &request, self.modes).map_err(|error| {
+                    if logged {
+                        decision_log::refused(&request.domain, &error);
+                    }
+                    Status::invalid_argument(error.to_string())
+                })?;
                 decision.record_checks(plan.checks.len());
+                let mut store = StoreCall::default();
                 let (verdicts, from_store) = if plan.checks.is_empty() {
                     (Vec::new(), true)
                 } else {
+                    let started = logged.then(Instant::now);
                     let decided = decision
                         .store_call(plan.checks.len(), self.store.decide(&plan.checks))
                         .await;
+                    store = StoreCall::answered(started);
                     match decided {
                         Ok(verdicts) => (verdicts, true),
-                        Err(error) => (self.on_store_error(error, plan.checks.len())?, false),
+                        Err(error) => {
+                            store = store.failed(self.on_store_error);
+                            match self.on_store_error(error, plan.checks.len()) {
+                                Ok(verdicts) => (verdicts, false),
+                                Err(status) => {
+                                    if logged {
+                                        decision_log::decided(&rules, &request, &plan, None, store);
+                                    }
+                                    return Err(status);
+                                }
+                            }
+                        }
                     }
                 };
                 let outcome = outcome(&plan, &verdicts);
                 decision.record_overall(outcome.overall);
+                if logged {
+                    decision_log::decided(&rules, &request, &plan, Some(&outcome), store);
+                }
                 Ok::<_, Status>((plan, verdicts, from_store, outcome))
             })
             .await?;
