@@ -19,8 +19,6 @@ use common::ratelimitd::{
 use common::redis_server::RedisServer;
 use ratelimitd::proto::rls::rate_limit_response::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
 const EDGE_V1: &str = "domain: edge\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 3}\n";
 const EDGE_V2: &str = "domain: edge\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 5}\n";
@@ -77,19 +75,11 @@ impl RuntimeTree {
 /// Upstream variables for loopback ports the kernel picks, logged at `info` so the harness
 /// reads the addresses, with statsd off (nothing listens on localhost:8125 here).
 fn loopback_env() -> Vec<(String, String)> {
-    [
-        ("GRPC_HOST", "127.0.0.1"),
-        ("GRPC_PORT", "0"),
-        ("HOST", "127.0.0.1"),
-        ("PORT", "0"),
-        ("DEBUG_HOST", "127.0.0.1"),
-        ("DEBUG_PORT", "0"),
-        ("LOG_LEVEL", "info"),
-        ("USE_STATSD", "false"),
-    ]
-    .iter()
-    .map(|(name, value)| (name.to_string(), value.to_string()))
-    .collect()
+    common::ratelimitd::UPSTREAM_LOOPBACK
+        .iter()
+        .chain(&[("LOG_LEVEL", "info")])
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect()
 }
 
 fn redis_env(redis: &RedisServer) -> Vec<(String, String)> {
@@ -141,16 +131,7 @@ async fn codes(server: &Ratelimitd, domain: &str, key: &str, value: &str, n: usi
 }
 
 async fn health(server: &Ratelimitd) -> ServingStatus {
-    let mut health = HealthClient::new(common::ratelimitd::channel(server.grpc_addr()).await);
-    let status = health
-        .check(HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .expect("health check")
-        .into_inner()
-        .status;
-    ServingStatus::try_from(status).expect("a serving status")
+    common::ratelimitd::serving_status(server.grpc_addr()).await
 }
 
 async fn wait_for(what: &str, mut condition: impl AsyncFnMut() -> bool) {

@@ -21,8 +21,6 @@ use common::redis_server::{free_port, RedisServer};
 use common::upstream_model::{upstream_do_limit, Limited, HOUR};
 use ratelimitd::proto::rls::rate_limit_response::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
 /// The model's requests: domain `domain`, descriptor `user=alice`, 40 per hour.
 const CONFIG: &str = "domain: domain\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 40}\n";
@@ -39,20 +37,19 @@ fn runtime_tree() -> tempfile::TempDir {
 /// An upstream Deployment's environment: the runtime tree, Redis over TCP, statsd off, loopback
 /// ports the kernel picks, `LOG_LEVEL=info` so the harness reads them.
 fn upstream_env(root: &Path, redis_port: u16) -> Vec<(&'static str, String)> {
-    vec![
+    let mut env: Vec<(&'static str, String)> = vec![
         ("RUNTIME_ROOT", root.display().to_string()),
         ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
         ("REDIS_SOCKET_TYPE", "tcp".into()),
         ("REDIS_URL", format!("127.0.0.1:{redis_port}")),
-        ("USE_STATSD", "false".into()),
-        ("GRPC_HOST", "127.0.0.1".into()),
-        ("GRPC_PORT", "0".into()),
-        ("HOST", "127.0.0.1".into()),
-        ("PORT", "0".into()),
-        ("DEBUG_HOST", "127.0.0.1".into()),
-        ("DEBUG_PORT", "0".into()),
         ("LOG_LEVEL", "info".into()),
-    ]
+    ];
+    env.extend(
+        common::ratelimitd::UPSTREAM_LOOPBACK
+            .iter()
+            .map(|(name, value)| (*name, (*value).to_owned())),
+    );
+    env
 }
 
 /// The bare binary (no arguments) with `env` only.
@@ -65,16 +62,7 @@ fn drop_in(env: &[(&str, String)]) -> Command {
 }
 
 async fn health(server: &Ratelimitd) -> ServingStatus {
-    let mut health = HealthClient::new(common::ratelimitd::channel(server.grpc_addr()).await);
-    let status = health
-        .check(HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .expect("health check")
-        .into_inner()
-        .status;
-    ServingStatus::try_from(status).expect("a serving status")
+    common::ratelimitd::serving_status(server.grpc_addr()).await
 }
 
 /// `ratelimitd health` against `server`: its exit code.

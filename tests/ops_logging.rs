@@ -69,15 +69,11 @@ async fn upstream_debug_logs_each_decision_on_one_line_and_the_libraries_stay_qu
     fs::create_dir(&config).unwrap();
     fs::write(config.join("edge.yaml"), EDGE).unwrap();
     let mut cmd = command();
+    for (name, value) in common::ratelimitd::UPSTREAM_LOOPBACK {
+        cmd.env(name, value);
+    }
     for (name, value) in [
         ("RUNTIME_ROOT", root.path().to_str().unwrap()),
-        ("GRPC_HOST", "127.0.0.1"),
-        ("GRPC_PORT", "0"),
-        ("HOST", "127.0.0.1"),
-        ("PORT", "0"),
-        ("DEBUG_HOST", "127.0.0.1"),
-        ("DEBUG_PORT", "0"),
-        ("USE_STATSD", "false"),
         ("REDIS_SOCKET_TYPE", "tcp"),
         ("REDIS_URL", &format!("127.0.0.1:{}", redis.port())),
         ("LOG_LEVEL", "debug"),

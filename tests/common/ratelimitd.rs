@@ -21,6 +21,7 @@ use ratelimitd::proto::rls::rate_limit_response::{Code, DescriptorStatus};
 use ratelimitd::proto::rls::rate_limit_service_client::RateLimitServiceClient;
 use ratelimitd::proto::rls::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
@@ -302,6 +303,24 @@ pub async fn overall_health(health: &mut HealthClient<Channel>) -> i32 {
         .expect("health check")
         .into_inner()
         .status
+}
+
+/// envoyproxy/ratelimit's variables for loopback ports the kernel picks, with statsd off (nothing
+/// listens on its default localhost:8125 here): an upstream Deployment's listeners, for tests.
+pub const UPSTREAM_LOOPBACK: [(&str, &str); 7] = [
+    ("GRPC_HOST", "127.0.0.1"),
+    ("GRPC_PORT", "0"),
+    ("HOST", "127.0.0.1"),
+    ("PORT", "0"),
+    ("DEBUG_HOST", "127.0.0.1"),
+    ("DEBUG_PORT", "0"),
+    ("USE_STATSD", "false"),
+];
+
+/// The overall health (service `""`) of the server at `addr`; panics if the call fails.
+pub async fn serving_status(addr: SocketAddr) -> ServingStatus {
+    let mut health = HealthClient::new(channel(addr).await);
+    ServingStatus::try_from(overall_health(&mut health).await).expect("a serving status")
 }
 
 impl Drop for Ratelimitd {

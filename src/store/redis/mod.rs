@@ -406,7 +406,10 @@ impl RedisStore {
             other => other.at(&address),
         };
         let retry = settings.startup;
-        let scripts: &[&Script] = &[&DECIDE];
+        let server_start = |manager: &Manager, pool_settings: &PoolSettings| {
+            let (manager, pool_settings) = (manager.clone(), pool_settings.clone());
+            async move { Server::start(manager, &pool_settings, &[&DECIDE], connect_timeout).await }
+        };
         let mut locator = None;
         let backend = match &settings.topology {
             Topology::Single { url } => {
@@ -415,9 +418,7 @@ impl RedisStore {
                     connect_timeout,
                 );
                 let server = retry
-                    .run(&address, || {
-                        Server::start(manager.clone(), &pool_settings, scripts, connect_timeout)
-                    })
+                    .run(&address, || server_start(&manager, &pool_settings))
                     .await
                     .map_err(at_address)?;
                 Backend::Server(Box::new(server))
@@ -439,9 +440,7 @@ impl RedisStore {
                 let manager = Manager::sentinel(found.clone(), connect_timeout);
                 locator = Some(found);
                 let server = retry
-                    .run(&address, || {
-                        Server::start(manager.clone(), &pool_settings, scripts, connect_timeout)
-                    })
+                    .run(&address, || server_start(&manager, &pool_settings))
                     .await
                     .map_err(at_address)?;
                 Backend::Server(Box::new(server))
