@@ -337,7 +337,7 @@ async fn the_socket_mode_is_set_whatever_the_umask() {
         "--grpc-uds-mode",
         "4770",
     ]);
-    assert_eq!(code, Some(2), "{out}");
+    assert_eq!(code, Some(1), "{out}");
     assert!(
         out.contains("`4770` is not a permission mode between 0000 and 0777"),
         "{out}"
