@@ -391,7 +391,10 @@ async fn redis_auth_and_a_unix_socket_as_upstream_names_them() {
         );
         let shown = match socket_type {
             None => format!("RATELIMITD_REDIS_URL=unix://{socket_text}?pass=***"),
-            Some(_) => format!("RATELIMITD_REDIS_URL=redis://:***@127.0.0.1:{}", redis.port()),
+            Some(_) => format!(
+                "RATELIMITD_REDIS_URL=redis://:***@127.0.0.1:{}",
+                redis.port()
+            ),
         };
         assert!(
             server.output().contains(&shown),
