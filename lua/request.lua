@@ -99,19 +99,27 @@ end
 -- The common one-check request: the general rule below reduces to "write when admitted".
 -- Returns its verdict's three values.
 local function decide_one(key, base, now)
-  local algorithm, limit, window, burst, hits, interval = read_check(base)
-  if not algorithm then
+  local rate, hits = read_rate_and_hits(base)
+  if not rate then
     invalid_check(1)
   end
-  hits = math_min(hits, burst + 1)
+  local algorithm, limit, window, burst, interval = rate[1], rate[2], rate[3], rate[4], rate[5]
+  if hits > burst then
+    hits = burst + 1
+  end
   local state = algorithm.load(key, now, window)
   local admitted, remaining, reset_after = algorithm.evaluate(
     state, now, limit, window, burst, hits, interval)
-  if admitted and hits > 0 then
-    algorithm.commit(key, state, now, limit, window, burst, hits, interval)
-    return 1, remaining, u64_reply(reset_after)
+  if reset_after >= TWO_POW_63 then -- u64_reply, called only where it changes something
+    reset_after = u64_reply(reset_after)
   end
-  return admitted and 1 or 0, remaining, u64_reply(reset_after)
+  if admitted then
+    if hits > 0 then
+      algorithm.commit(key, state, now, limit, window, burst, hits, interval)
+    end
+    return 1, remaining, reset_after
+  end
+  return 0, remaining, reset_after
 end
 
 -- Requests of more checks than this skip the pairwise comparison below (k^2 / 2 of them) and
@@ -306,8 +314,10 @@ end
 
 local redis_now
 local out = { 0 }
-for r = 0, requests - 1 do
-  local key_index, arg_index, checks, now_arg = unpack(frames, r * FRAME + 1, r * FRAME + FRAME)
+local out_len = 1
+for f = 0, (requests - 1) * FRAME, FRAME do
+  local key_index, arg_index, checks, now_arg = frames[f + 1], frames[f + 2], frames[f + 3],
+    frames[f + 4]
   local now
   if now_arg == '-' then
     if not redis_now then
@@ -319,17 +329,20 @@ for r = 0, requests - 1 do
   else
     now = tonumber(now_arg)
   end
-  local at = #out
+  local at = out_len
   if not now or now < 0 or now ~= math_floor(now) then
     out[at + 1] = 'ERR ratelimitd: invalid pinned time'
+    out_len = at + 1
   elseif checks == 1 and not envoyproxy then
     local ok, first, remaining, reset_after = pcall(decide_one, KEYS[key_index + 1], arg_index, now)
     if ok then
       out[at + 1] = first
       out[at + 2] = remaining
       out[at + 3] = reset_after
+      out_len = at + 3
     else
       out[at + 1] = error_message(first)
+      out_len = at + 1
     end
   else
     local ok, raised = pcall(envoyproxy and envoyproxy.decide_request or decide, key_index,
@@ -340,6 +353,7 @@ for r = 0, requests - 1 do
       end
       out[at + 1] = error_message(raised)
     end
+    out_len = #out
   end
 end
 return out

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::cluster::ClusterLane;
@@ -39,6 +39,15 @@ pub const MAX_BATCH_CHECKS: usize = 1024;
 const _: () = assert!(RequestLimits::MAX_DESCRIPTORS_CEILING <= MAX_BATCH_CHECKS);
 
 pub(super) type Answer = Result<Vec<Verdict>, StoreError>;
+
+/// The script calls a store may have in flight at once, shared by the dispatchers of all its
+/// lanes: a call holds one permit from the moment its batch is gathered until it is answered.
+pub(super) type CallBudget = Arc<Semaphore>;
+
+/// A budget of `calls` calls in flight (at least 1).
+pub(super) fn call_budget(calls: usize) -> CallBudget {
+    Arc::new(Semaphore::new(calls.max(1)))
+}
 
 /// Where a dispatcher's calls go.
 pub(super) enum Route {
@@ -86,16 +95,12 @@ pub(super) struct Batcher {
 }
 
 impl Batcher {
-    /// Spawns the dispatcher on the current tokio runtime.
-    pub(super) fn start(route: Route, timeout: Duration, max_in_flight: usize) -> Batcher {
+    /// Spawns the dispatcher on the current tokio runtime; its calls in flight take their permits
+    /// from `budget`.
+    pub(super) fn start(route: Route, timeout: Duration, budget: CallBudget) -> Batcher {
         let (queue, receiver) = mpsc::unbounded_channel();
         let route = Arc::new(route);
-        tokio::spawn(dispatch(
-            receiver,
-            route.clone(),
-            timeout,
-            max_in_flight.max(1),
-        ));
+        tokio::spawn(dispatch(receiver, route.clone(), timeout, budget));
         Batcher { queue, route }
     }
 
@@ -128,33 +133,60 @@ impl Batcher {
     }
 }
 
+/// Emptied batches a dispatcher keeps for its next calls.
+const SPARE_BATCHES: usize = 8;
+
 async fn dispatch(
     mut queue: mpsc::UnboundedReceiver<Pending>,
     route: Arc<Route>,
     timeout: Duration,
-    max_in_flight: usize,
+    budget: CallBudget,
 ) {
     let mut in_flight = FuturesUnordered::new();
     let mut carried: Option<Pending> = None;
     // Batches of finished calls, emptied, for the next calls to fill: no allocation per call.
     let mut spare: Vec<Vec<Pending>> = Vec::new();
-    loop {
-        tokio::select! {
-            biased;
-            Some(emptied) = in_flight.next(), if !in_flight.is_empty() => {
-                if let Some(emptied) = emptied {
-                    if spare.len() < max_in_flight {
-                        spare.push(emptied);
-                    }
-                }
-            }
-            first = next_live(&mut queue, &mut carried, timeout), if in_flight.len() < max_in_flight => {
-                let Some(first) = first else { break };
-                let batch = gather(first, spare.pop().unwrap_or_default(), &mut queue, &mut carried, timeout);
-                record_batch(&batch);
-                in_flight.push(call(Arc::clone(&route), batch));
+    let recycle = |emptied: Option<Vec<Pending>>, spare: &mut Vec<Vec<Pending>>| {
+        if let Some(emptied) = emptied {
+            if spare.len() < SPARE_BATCHES {
+                spare.push(emptied);
             }
         }
+    };
+    loop {
+        // A request first, then a permit: the requests that arrive while the permit is awaited
+        // join this call.
+        let first = tokio::select! {
+            biased;
+            Some(emptied) = in_flight.next(), if !in_flight.is_empty() => {
+                recycle(emptied, &mut spare);
+                continue;
+            }
+            first = next_live(&mut queue, &mut carried, timeout) => first,
+        };
+        let Some(first) = first else { break };
+        let permit = loop {
+            tokio::select! {
+                biased;
+                Some(emptied) = in_flight.next(), if !in_flight.is_empty() => {
+                    recycle(emptied, &mut spare);
+                }
+                permit = Arc::clone(&budget).acquire_owned() => break permit,
+            }
+        };
+        let Ok(permit) = permit else { break };
+        let Some(first) = first.live(timeout, Instant::now()) else {
+            continue;
+        };
+        let batch = gather(
+            first,
+            spare.pop().unwrap_or_default(),
+            &mut queue,
+            &mut carried,
+            timeout,
+        );
+        record_batch(&batch);
+        in_flight.push(call(Arc::clone(&route), batch, permit));
     }
     while in_flight.next().await.is_some() {}
 }
@@ -223,9 +255,14 @@ fn record_batch(batch: &[Pending]) {
     }
 }
 
-/// The script call(s) deciding `batch`, answering every request of it; the batch back, emptied,
-/// when the call kept it.
-async fn call(route: Arc<Route>, batch: Vec<Pending>) -> Option<Vec<Pending>> {
+/// The script call(s) deciding `batch`, answering every request of it, holding `permit` until
+/// then; the batch back, emptied, when the call kept it.
+async fn call(
+    route: Arc<Route>,
+    batch: Vec<Pending>,
+    permit: OwnedSemaphorePermit,
+) -> Option<Vec<Pending>> {
+    let _permit = permit;
     match &*route {
         Route::Server(shared) => Some(call_server(shared, batch).await),
         Route::Cluster(lane) => {
