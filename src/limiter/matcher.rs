@@ -105,6 +105,7 @@ mod tests {
         RuleNode {
             limit: limit(path),
             children: RuleSet::default(),
+            order: 0,
         }
     }
 
@@ -136,6 +137,7 @@ mod tests {
             RuleNode {
                 limit: limit("k"),
                 children,
+                order: 0,
             },
         );
         DomainRules {
@@ -256,6 +258,7 @@ mod tests {
             RuleNode {
                 limit: None,
                 children: inner.clone(),
+                order: 0,
             },
         ));
         root.exact
@@ -266,6 +269,7 @@ mod tests {
                 RuleNode {
                     limit: None,
                     children: inner,
+                    order: 0,
                 },
             );
         let rules = DomainRules {
