@@ -1,6 +1,6 @@
-//! Generated code for the hand-written protos in `proto/`: RLS v3, and the xDS subscription to
-//! the rate-limit configuration (discovery messages and envoyproxy/ratelimit's
-//! `RateLimitConfig`).
+//! Generated code for the hand-written protos in `proto/`: RLS v3, the rate limit quota service
+//! (RLQS, messages and service trait; not served yet), and the xDS subscription to the
+//! rate-limit configuration (discovery messages and envoyproxy/ratelimit's `RateLimitConfig`).
 #![allow(clippy::all, missing_docs)]
 
 pub mod codec;
@@ -38,6 +38,11 @@ pub mod envoy {
                 tonic::include_proto!("envoy.service.ratelimit.v3");
             }
         }
+        pub mod rate_limit_quota {
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.rate_limit_quota.v3");
+            }
+        }
     }
 }
 
@@ -61,7 +66,11 @@ pub mod ratelimit {
 pub use self::ratelimit::config::ratelimit::v3 as rls_config;
 pub use envoy::extensions::common::ratelimit::v3 as common;
 pub use envoy::service::discovery::v3 as discovery;
+pub use envoy::service::rate_limit_quota::v3 as rlqs;
 pub use envoy::service::ratelimit::v3 as rls;
+
+#[cfg(test)]
+mod rlqs_wire_tests;
 
 /// Encoded `FileDescriptorSet` of the protos, served by gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("rls_descriptor");

@@ -298,8 +298,17 @@ fn merge_clashes(
 }
 
 /// Puts the top-level nodes of `more` beside those of `into` (which has none of the same
-/// identity); wildcards keep file order after those already there.
-fn merge_level(into: &mut limiter::RuleSet, more: limiter::RuleSet) {
+/// identity), after them in configuration order: wildcards keep file order after those already
+/// there, and every node of `more` is numbered after those of `into`.
+fn merge_level(into: &mut limiter::RuleSet, mut more: limiter::RuleSet) {
+    let after = into
+        .nodes()
+        .map(|node| node.order.saturating_add(1))
+        .max()
+        .unwrap_or(0);
+    for node in more.nodes_mut() {
+        node.order = node.order.saturating_add(after);
+    }
     for (key, values) in more.exact {
         into.exact.entry(key).or_default().extend(values);
     }
@@ -544,6 +553,16 @@ mod tests {
             .map(|w| w.pattern.as_str())
             .collect();
         assert_eq!(patterns, ["/a*", "/b*"], "wildcards keep file order");
+        let orders = [
+            shop.root.key_only["cart"].order,
+            shop.root.wildcards[0].node.order,
+            shop.root.wildcards[1].node.order,
+            shop.root.exact["checkout"]["fast"].order,
+        ];
+        assert!(
+            orders.windows(2).all(|pair| pair[0] < pair[1]),
+            "configuration order runs through both files: {orders:?}"
+        );
         assert_eq!(merged.limits().len(), 4);
     }
 

@@ -387,7 +387,8 @@ impl Checker<'_> {
         };
         for (index, item) in items.iter().enumerate() {
             let item_path = format!("{path}[{index}]");
-            self.descriptor(item, &item_path, parent, set, &mut seen);
+            let order = u32::try_from(index).unwrap_or(u32::MAX);
+            self.descriptor(item, &item_path, parent, order, set, &mut seen);
         }
         seen
     }
@@ -397,6 +398,7 @@ impl Checker<'_> {
         item: &Node,
         path: &str,
         parent: &str,
+        order: u32,
         set: &mut RuleSet,
         seen: &mut HashMap<DescriptorId, (Pos, String)>,
     ) {
@@ -469,6 +471,7 @@ impl Checker<'_> {
         let mut node = RuleNode {
             limit: limit.map(Arc::new),
             children: RuleSet::default(),
+            order,
         };
         if let Some(entry) = fields.get("descriptors") {
             self.descriptors(
@@ -989,6 +992,31 @@ mod tests {
             "{errors:#?}"
         );
         assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+    }
+
+    #[test]
+    fn nodes_keep_their_configuration_order_at_each_level() {
+        let rules = rules(
+            "domain: d\ndescriptors:\n  - key: b\n  - key: a\n    value: x*\n  - key: a\n    value: x\n    descriptors:\n      - key: z\n      - key: y\n  - key: a\n",
+        );
+        let root = &rules.root;
+        let x = &root.exact["a"]["x"];
+        assert_eq!(
+            [
+                root.key_only["b"].order,
+                root.wildcards[0].node.order,
+                x.order,
+                root.key_only["a"].order,
+            ],
+            [0, 1, 2, 3]
+        );
+        assert_eq!(
+            [
+                x.children.key_only["z"].order,
+                x.children.key_only["y"].order
+            ],
+            [0, 1]
+        );
     }
 
     #[test]

@@ -5,32 +5,32 @@ use std::sync::Arc;
 use super::request::Entry;
 use super::rules::{ConfiguredLimit, DomainRules, RuleNode, RuleSet, WildcardRule};
 
-/// The node one entry selects at one level, and the wildcard rule it was selected through.
+/// The node one `key` and `value` select at one level, and the wildcard rule they were selected
+/// through.
 ///
 /// Precedence, as envoyproxy/ratelimit looks nodes up: the exact `key`+`value` node; then a
 /// wildcard node whose configured value *is* the request value (envoyproxy/ratelimit keeps
 /// wildcard nodes in the same map as exact ones, under their literal value); then the first
 /// wildcard in config order that matches the value; then the key-only node.
-fn select<'a>(
+///
+/// Quota buckets select nodes the same way (`limiter::quota`), one key at a time.
+pub(crate) fn select<'a>(
     level: &'a RuleSet,
-    entry: &Entry,
+    key: &str,
+    value: &str,
 ) -> Option<(&'a RuleNode, Option<&'a WildcardRule>)> {
-    if let Some(node) = level
-        .exact
-        .get(&entry.key)
-        .and_then(|values| values.get(&entry.value))
-    {
+    if let Some(node) = level.exact.get(key).and_then(|values| values.get(value)) {
         return Some((node, None));
     }
-    let mut wildcards = level.wildcards.iter().filter(|w| w.key == entry.key);
+    let mut wildcards = level.wildcards.iter().filter(|w| w.key == key);
     let wildcard = wildcards
         .clone()
-        .find(|w| w.pattern.as_str() == entry.value)
-        .or_else(|| wildcards.find(|w| w.pattern.matches(&entry.value)));
+        .find(|w| w.pattern.as_str() == value)
+        .or_else(|| wildcards.find(|w| w.pattern.matches(value)));
     if let Some(rule) = wildcard {
         return Some((&rule.node, Some(rule)));
     }
-    level.key_only.get(&entry.key).map(|node| (node, None))
+    level.key_only.get(key).map(|node| (node, None))
 }
 
 /// What a descriptor matched: its limit, and the entries whose value is counted as a shared
@@ -51,7 +51,7 @@ pub fn find<'a>(rules: &'a DomainRules, entries: &[Entry]) -> Option<Found<'a>> 
     let mut shared = Vec::new();
     let last = entries.len().checked_sub(1)?;
     for (index, entry) in entries.iter().enumerate() {
-        let (node, wildcard) = select(level, entry)?;
+        let (node, wildcard) = select(level, &entry.key, &entry.value)?;
         if let Some(rule) = wildcard.filter(|rule| rule.share_threshold) {
             shared.push((index, rule.pattern.as_str()));
         }
@@ -105,6 +105,7 @@ mod tests {
         RuleNode {
             limit: limit(path),
             children: RuleSet::default(),
+            order: 0,
         }
     }
 
@@ -136,6 +137,7 @@ mod tests {
             RuleNode {
                 limit: limit("k"),
                 children,
+                order: 0,
             },
         );
         DomainRules {
@@ -256,6 +258,7 @@ mod tests {
             RuleNode {
                 limit: None,
                 children: inner.clone(),
+                order: 0,
             },
         ));
         root.exact
@@ -266,6 +269,7 @@ mod tests {
                 RuleNode {
                     limit: None,
                     children: inner,
+                    order: 0,
                 },
             );
         let rules = DomainRules {

@@ -8,6 +8,7 @@ pub mod counter_key;
 pub mod matcher;
 pub mod metadata;
 pub mod plan;
+pub mod quota;
 pub mod rate;
 pub mod request;
 pub mod request_limits;

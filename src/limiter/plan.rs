@@ -499,6 +499,7 @@ mod tests {
                 metadata: metadata.map(Arc::new),
             })),
             children: RuleSet::default(),
+            order: 0,
         }
     }
 

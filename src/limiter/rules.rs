@@ -67,6 +67,11 @@ pub struct RuleNode {
     /// has children) gives "no limit" when a walk ends on it.
     pub limit: Option<Arc<ConfiguredLimit>>,
     pub children: RuleSet,
+    /// The node's place among its siblings in configuration order (lower is earlier; numbers
+    /// may skip). The exact and key-only maps lose that order; RLS matching never needs it, the
+    /// quota service's "first path in configuration order" does. A domain merged from several
+    /// files numbers the later file's top-level nodes after the earlier's.
+    pub order: u32,
 }
 
 /// The nodes of one level, indexed for matching precedence: exact `key`+`value`, then wildcard
@@ -105,6 +110,26 @@ pub struct Rules {
     pub domains: HashMap<String, DomainRules>,
 }
 
+impl RuleSet {
+    /// Every node of this level (not their children), in no particular order.
+    pub fn nodes(&self) -> impl Iterator<Item = &RuleNode> {
+        self.exact
+            .values()
+            .flat_map(|values| values.values())
+            .chain(self.wildcards.iter().map(|w| &w.node))
+            .chain(self.key_only.values())
+    }
+
+    /// Every node of this level, mutably (see [`RuleSet::nodes`]).
+    pub fn nodes_mut(&mut self) -> impl Iterator<Item = &mut RuleNode> {
+        self.exact
+            .values_mut()
+            .flat_map(|values| values.values_mut())
+            .chain(self.wildcards.iter_mut().map(|w| &mut w.node))
+            .chain(self.key_only.values_mut())
+    }
+}
+
 impl Rules {
     pub fn domain(&self, name: &str) -> Option<&DomainRules> {
         self.domains.get(name)
@@ -113,13 +138,7 @@ impl Rules {
     /// Every configured limit with its path, sorted by path (for `/rlconfig` and logs).
     pub fn limits(&self) -> Vec<Arc<ConfiguredLimit>> {
         fn collect(set: &RuleSet, out: &mut Vec<Arc<ConfiguredLimit>>) {
-            let nodes = set
-                .exact
-                .values()
-                .flat_map(|values| values.values())
-                .chain(set.wildcards.iter().map(|w| &w.node))
-                .chain(set.key_only.values());
-            for node in nodes {
+            for node in set.nodes() {
                 if let Some(limit) = &node.limit {
                     out.push(limit.clone());
                 }
