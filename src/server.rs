@@ -49,12 +49,12 @@ use crate::config::reload::{ReloadOutcome, Reloader};
 use crate::config::xds::{XdsConfig, XdsOptions, XdsUpdate};
 use crate::config::{self, ConfigErrors, LoadOptions};
 use crate::limiter::{Modes, RequestLimits, Rules};
+use crate::proto::rlqs::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::service::http::{HttpState, DEFAULT_METRICS_PATH};
 use crate::service::limited::Port;
 use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
-use crate::proto::rlqs::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use crate::service::rlqs::{self, MemoryDemands, QuotaRegistry, RlqsService, RlqsSettings};
 use crate::service::rls::StoreErrorPolicy;
 use crate::service::statsd::{self, StatsdSettings};
@@ -583,11 +583,7 @@ async fn serve<S: Store>(
             options,
             loader,
         } => {
-            let on_update = xds_updates(
-                config.clone(),
-                context.metrics.clone(),
-                on_rules_changed,
-            );
+            let on_update = xds_updates(config.clone(), context.metrics.clone(), on_rules_changed);
             tokio::spawn(config::xds::run(
                 *options,
                 config,

@@ -21,7 +21,12 @@ pub enum Unmatched {
 pub struct RlqsArgs {
     /// What a bucket no rule matches (and every bucket of a domain no configuration defines)
     /// is assigned: allow (ALLOW_ALL) or deny (DENY_ALL).
-    #[arg(long, env = "RATELIMITD_RLQS_UNMATCHED", value_enum, default_value = "allow")]
+    #[arg(
+        long,
+        env = "RATELIMITD_RLQS_UNMATCHED",
+        value_enum,
+        default_value = "allow"
+    )]
     rlqs_unmatched: Unmatched,
     /// A stream's bucket whose reports counted no request for longer than this is abandoned
     /// (the Envoy is told to forget it) and its share goes to the other Envoys.

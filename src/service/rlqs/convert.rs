@@ -18,7 +18,10 @@ pub enum Assignment {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     /// Enforce `assignment` for `ttl`.
-    Assign { assignment: Assignment, ttl: Duration },
+    Assign {
+        assignment: Assignment,
+        ttl: Duration,
+    },
     /// Forget the bucket (it was idle for too long).
     Abandon,
 }
@@ -61,7 +64,10 @@ pub fn elapsed(proto: Option<&prost_types::Duration>) -> Duration {
     if proto.seconds < 0 || (proto.seconds == 0 && proto.nanos <= 0) {
         return Duration::ZERO;
     }
-    Duration::new(proto.seconds as u64, proto.nanos.clamp(0, 999_999_999) as u32)
+    Duration::new(
+        proto.seconds as u64,
+        proto.nanos.clamp(0, 999_999_999) as u32,
+    )
 }
 
 fn duration_proto(duration: Duration) -> prost_types::Duration {
@@ -74,7 +80,9 @@ fn duration_proto(duration: Duration) -> prost_types::Duration {
 /// One bucket's action on the wire.
 pub fn bucket_action(bucket: &BucketId, action: &Action) -> BucketAction {
     let bucket_action = match action {
-        Action::Abandon => bucket_action::BucketAction::AbandonAction(bucket_action::AbandonAction {}),
+        Action::Abandon => {
+            bucket_action::BucketAction::AbandonAction(bucket_action::AbandonAction {})
+        }
         Action::Assign { assignment, ttl } => {
             let strategy = match assignment {
                 Assignment::Blanket(rule) => {
@@ -160,7 +168,10 @@ mod tests {
         else {
             panic!("an assignment: {wire:?}");
         };
-        assert_eq!(assignment.assignment_time_to_live.map(|d| d.seconds), Some(15));
+        assert_eq!(
+            assignment.assignment_time_to_live.map(|d| d.seconds),
+            Some(15)
+        );
         let Some(RateLimitStrategy {
             strategy: Some(rate_limit_strategy::Strategy::TokenBucket(tb)),
         }) = assignment.rate_limit_strategy

@@ -109,7 +109,10 @@ mod tests {
         );
         demands.remove("b", 2).await;
         assert_eq!(demands.read("b").await, Ok(vec![(1, None)]));
-        demands.publish("b", 3, Some(1.0), Duration::ZERO).await.ok();
+        demands
+            .publish("b", 3, Some(1.0), Duration::ZERO)
+            .await
+            .ok();
         assert_eq!(demands.read("b").await, Ok(vec![(1, None)]), "expired");
         assert_eq!(demands.read("other").await, Ok(vec![]));
     }

@@ -341,7 +341,12 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
 
     /// Recomputes `key`'s assignments over `all` demands (`None`: the local streams' only) and
     /// queues those that changed, and `reporter`'s in any case.
-    fn rebalance(&self, key: &BucketKey, all: Option<Vec<(u64, StreamDemand)>>, reporter: Option<u64>) {
+    fn rebalance(
+        &self,
+        key: &BucketKey,
+        all: Option<Vec<(u64, StreamDemand)>>,
+        reporter: Option<u64>,
+    ) {
         let mut guard = self.state.lock();
         let state = &mut *guard;
         let Some(bucket) = state.buckets.get_mut(key) else {
@@ -489,7 +494,10 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             left
         };
         if !left.is_empty() {
-            tracing::debug!(buckets = left.len(), "RLQS buckets abandoned after their idle time");
+            tracing::debug!(
+                buckets = left.len(),
+                "RLQS buckets abandoned after their idle time"
+            );
             self.rebalance_after_leaving(left).await;
         }
     }
