@@ -35,10 +35,13 @@ pub trait QuotaDemands: Send + Sync + 'static {
     fn remove(&self, bucket: &str, stream: u64) -> impl Future<Output = ()> + Send;
 }
 
+/// One bucket's streams: each one's demand and when it expires.
+type BucketDemands = HashMap<u64, (StreamDemand, Instant)>;
+
 /// The demands in this process: one replica's streams share its limits.
 #[derive(Debug, Default)]
 pub struct MemoryDemands {
-    buckets: Mutex<HashMap<String, HashMap<u64, (StreamDemand, Instant)>>>,
+    buckets: Mutex<HashMap<String, BucketDemands>>,
 }
 
 impl MemoryDemands {
@@ -46,7 +49,7 @@ impl MemoryDemands {
         MemoryDemands::default()
     }
 
-    fn live(streams: &mut HashMap<u64, (StreamDemand, Instant)>) -> Vec<(u64, StreamDemand)> {
+    fn live(streams: &mut BucketDemands) -> Vec<(u64, StreamDemand)> {
         let now = Instant::now();
         streams.retain(|_, (_, expires)| *expires > now);
         let mut live: Vec<(u64, StreamDemand)> = streams
