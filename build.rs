@@ -1,12 +1,15 @@
 //! Compiles the hand-written protos with protox (pure Rust), so a fresh machine needs no system
-//! `protoc`, and writes the descriptor set that gRPC reflection serves: the RLS service only, as
-//! the discovery protos describe the xDS client's side of another server and the rate limit quota
-//! service (RLQS) is not served yet.
+//! `protoc`, and writes the descriptor set that gRPC reflection serves: RLS and the rate limit
+//! quota service (RLQS), not the discovery protos, which describe the xDS client's side of
+//! another server.
 
 use std::{env, path::PathBuf};
 
 /// The services ratelimitd serves (and reflection describes).
-const SERVED: &[&str] = &["envoy/service/ratelimit/v3/rls.proto"];
+const SERVED: &[&str] = &[
+    "envoy/service/ratelimit/v3/rls.proto",
+    "envoy/service/rate_limit_quota/v3/rlqs.proto",
+];
 
 /// Every proto code is generated for: the served ones, the xDS subscription to the
 /// rate-limit configuration, and the rate limit quota service.

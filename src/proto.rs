@@ -1,5 +1,5 @@
 //! Generated code for the hand-written protos in `proto/`: RLS v3, the rate limit quota service
-//! (RLQS, messages and service trait; not served yet), and the xDS subscription to the
+//! (RLQS), and the xDS subscription to the
 //! rate-limit configuration (discovery messages and envoyproxy/ratelimit's `RateLimitConfig`).
 #![allow(clippy::all, missing_docs)]
 

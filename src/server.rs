@@ -1,4 +1,5 @@
-//! Wiring: configuration -> store -> RLS edge -> tonic services (RLS, health, reflection) + HTTP.
+//! Wiring: configuration -> store -> RLS edge -> tonic services (RLS, RLQS, health, reflection) +
+//! HTTP.
 //!
 //! [`run`] takes already-bound listeners so tests can bind port 0 and read the real ports. The
 //! transport (connections, their limits, TLS, the HTTP port) lives in the submodules.
@@ -48,11 +49,13 @@ use crate::config::reload::{ReloadOutcome, Reloader};
 use crate::config::xds::{XdsConfig, XdsOptions, XdsUpdate};
 use crate::config::{self, ConfigErrors, LoadOptions};
 use crate::limiter::{Modes, RequestLimits, Rules};
+use crate::proto::rlqs::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::service::http::{HttpState, DEFAULT_METRICS_PATH};
 use crate::service::limited::Port;
 use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
+use crate::service::rlqs::{self, MemoryDemands, QuotaRegistry, RlqsService, RlqsSettings};
 use crate::service::rls::StoreErrorPolicy;
 use crate::service::statsd::{self, StatsdSettings};
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
@@ -129,6 +132,8 @@ pub struct Settings {
     pub statsd: Option<StatsdSettings>,
     /// The gRPC port's TLS and connection age.
     pub grpc: GrpcOptions,
+    /// The rate limit quota service (RLQS).
+    pub rlqs: RlqsSettings,
 }
 
 /// Drop-in mode (envoyproxy/ratelimit's environment): once serving, the listeners are logged at
@@ -195,6 +200,7 @@ impl Settings {
             metrics_path: DEFAULT_METRICS_PATH.to_owned(),
             statsd: None,
             grpc: GrpcOptions::default(),
+            rlqs: RlqsSettings::default(),
         }
     }
 }
@@ -303,6 +309,7 @@ struct Context {
     metrics_path: String,
     statsd: Option<StatsdSettings>,
     transport: TransportOptions,
+    rlqs: RlqsSettings,
 }
 
 /// Loads the TLS files and the configuration, builds the store and serves until `shutdown`
@@ -374,6 +381,7 @@ pub async fn run(
         metrics_path: settings.metrics_path.clone(),
         statsd: settings.statsd.clone(),
         transport,
+        rlqs: settings.rlqs,
     };
     match settings.redis {
         None if settings.redis_keys.format() == KeyFormat::Envoyproxy => {
@@ -513,8 +521,23 @@ async fn serve<S: Store>(
         .with_dynamic_metadata(context.response_dynamic_metadata)
         .with_request_limits(context.request_limits);
     let edge = Arc::new(edge);
+    let quotas = Arc::new(QuotaRegistry::new(
+        context.rules.clone(),
+        context.rlqs,
+        MemoryDemands::new(),
+    ));
+    register_rlqs_metrics(&context.metrics, &quotas);
 
     let stopping = CancellationToken::new();
+    tokio::spawn(sweep_quotas(quotas.clone(), stopping.clone()));
+    let on_rules_changed: Box<dyn Fn() + Send + Sync> = {
+        let (previous, quotas) = (context.on_rules_changed, quotas.clone());
+        Box::new(move || {
+            previous();
+            let quotas = quotas.clone();
+            tokio::spawn(async move { quotas.rules_changed().await });
+        })
+    };
     tokio::spawn({
         let stopping = stopping.clone();
         async move {
@@ -550,7 +573,7 @@ async fn serve<S: Store>(
                 reloader,
                 context.metrics.clone(),
                 context.reload_interval,
-                context.on_rules_changed,
+                on_rules_changed,
                 hangups(),
                 stopping.clone(),
             ));
@@ -560,11 +583,7 @@ async fn serve<S: Store>(
             options,
             loader,
         } => {
-            let on_update = xds_updates(
-                config.clone(),
-                context.metrics.clone(),
-                context.on_rules_changed,
-            );
+            let on_update = xds_updates(config.clone(), context.metrics.clone(), on_rules_changed);
             tokio::spawn(config::xds::run(
                 *options,
                 config,
@@ -603,6 +622,10 @@ async fn serve<S: Store>(
         max_json_body: limits.max_request_size,
         metrics_path: DEFAULT_METRICS_PATH.to_owned(),
         xds: context.config.xds(),
+        rlqs: Some({
+            let quotas = quotas.clone();
+            Arc::new(move || rlqs::json::assignments(&quotas.snapshot()))
+        }),
     });
     let mut http_ports = vec![(http, http_state.clone())];
     let mut extra_ports = Vec::new();
@@ -615,6 +638,7 @@ async fn serve<S: Store>(
             max_json_body: limits.max_request_size,
             metrics_path: context.metrics_path.clone(),
             xds: None,
+            rlqs: None,
         };
         http_ports.push((listener, Arc::new(metrics_state)));
     }
@@ -674,10 +698,13 @@ async fn serve<S: Store>(
     });
     let rls =
         RateLimitServiceServer::from_arc(edge).max_decoding_message_size(limits.max_request_size);
+    let quota_service = RateLimitQuotaServiceServer::new(RlqsService::new(quotas))
+        .max_decoding_message_size(limits.max_request_size);
     let routes = Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(rls);
+        .add_service(rls)
+        .add_service(quota_service);
     let transport = Arc::new(GrpcTransport::new(
         routes,
         limits,
@@ -715,6 +742,71 @@ async fn serve<S: Store>(
     }
     tracing::info!("stopped");
     result.map_err(ServerError::from)
+}
+
+/// How often idle RLQS buckets are looked for: a tenth of the idle timeout, between 50 ms and 1 s.
+fn sweep_interval(idle_timeout: Duration) -> Duration {
+    (idle_timeout / 10).clamp(Duration::from_millis(50), Duration::from_secs(1))
+}
+
+/// Abandons idle RLQS buckets until shutdown.
+async fn sweep_quotas(quotas: Arc<QuotaRegistry<MemoryDemands>>, stopping: CancellationToken) {
+    let mut ticks = tokio::time::interval(sweep_interval(quotas.settings().idle_timeout));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stopping.cancelled() => return,
+            _ = ticks.tick() => quotas.sweep().await,
+        }
+    }
+}
+
+/// The RLQS families of `/metrics`.
+fn register_rlqs_metrics(metrics: &Metrics, quotas: &Arc<QuotaRegistry<MemoryDemands>>) {
+    let streams = quotas.clone();
+    metrics.register_gauge(
+        "ratelimitd_rlqs_streams",
+        "Open RLQS streams (one per Envoy).",
+        move || streams.streams() as u64,
+    );
+    let buckets = quotas.clone();
+    metrics.register_gauge(
+        "ratelimitd_rlqs_buckets",
+        "RLQS buckets subscribed by at least one stream (per domain and bucket id).",
+        move || buckets.buckets() as u64,
+    );
+    let sent = quotas.clone();
+    metrics.register_counter(
+        "ratelimitd_rlqs_assignments_sent_total",
+        "RLQS bucket assignments sent to Envoys (new, changed and renewed).",
+        move || sent.assignments_sent(),
+    );
+    let allowed = quotas.clone();
+    metrics.register_labelled_counter(
+        "ratelimitd_rlqs_reported_allowed_total",
+        "Requests Envoys reported allowed in RLQS buckets, by the bucket's rule (`unmatched`: none).",
+        "rule",
+        move || {
+            allowed
+                .reported()
+                .into_iter()
+                .map(|(rule, allowed, _)| (rule, allowed))
+                .collect()
+        },
+    );
+    let denied = quotas.clone();
+    metrics.register_labelled_counter(
+        "ratelimitd_rlqs_reported_denied_total",
+        "Requests Envoys reported denied in RLQS buckets, by the bucket's rule (`unmatched`: none).",
+        "rule",
+        move || {
+            denied
+                .reported()
+                .into_iter()
+                .map(|(rule, _, denied)| (rule, denied))
+                .collect()
+        },
+    );
 }
 
 /// Drop-in mode's startup lines at WARN (see [`DropIn`]): the listeners, worded as

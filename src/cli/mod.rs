@@ -16,6 +16,7 @@ mod log_filter;
 mod log_lines;
 mod parse;
 mod responses;
+mod rlqs;
 mod serve;
 mod store;
 mod telemetry;

@@ -8,6 +8,7 @@ use super::config_source::{ConfigSourceArgs, InitialConfigArgs, ReloadArgs};
 use super::limits::{LimitArgs, RequestLimitArgs};
 use super::listeners::{GrpcTransportArgs, ListenerArgs};
 use super::responses::ResponseArgs;
+use super::rlqs::RlqsArgs;
 use super::store::StoreArgs;
 use super::telemetry::TelemetryArgs;
 use super::upstream_env;
@@ -38,6 +39,8 @@ pub struct ServeArgs {
     request_limits: RequestLimitArgs,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    rlqs: RlqsArgs,
     #[command(flatten)]
     telemetry: TelemetryArgs,
 }
@@ -77,6 +80,7 @@ impl ServeArgs {
             metrics_path: self.listeners.ports.metrics_path.clone(),
             statsd: self.telemetry.statsd(),
             grpc: self.grpc_transport.options()?,
+            rlqs: self.rlqs.settings(),
         })
     }
 }

@@ -177,8 +177,10 @@ impl hyper::service::Service<Request<Incoming>> for CallGate {
             Ok(call) => call,
             Err(answer) => return Box::pin(std::future::ready(Ok(*answer))),
         };
-        // Reflection streams take any number of requests; every other method exactly one.
-        let single = !is_reflection(request.uri().path());
+        // Reflection and RLQS streams take any number of requests; every other method exactly
+        // one.
+        let path = request.uri().path();
+        let single = !is_reflection(path) && path != crate::service::rlqs::METHOD_PATH;
         let deadline = grpc_timeout::requested(request.headers());
         let connection = self.connection.clone();
         let body_limits = self.limits.body;

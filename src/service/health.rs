@@ -8,11 +8,13 @@ use tonic_health::ServingStatus;
 use super::probe_transport::{ProbeAddress, ProbeTarget};
 
 /// gRPC health service names answered: the overall server, the RLS service by its full name,
-/// and `ratelimit`, the name envoyproxy/ratelimit registers.
-pub const SERVICE_NAMES: [&str; 3] = [
+/// `ratelimit`, the name envoyproxy/ratelimit registers, and the RLQS service by its full name.
+/// All follow the same rules (store and configuration).
+pub const SERVICE_NAMES: [&str; 4] = [
     "",
     "envoy.service.ratelimit.v3.RateLimitService",
     "ratelimit",
+    crate::service::rlqs::SERVICE_NAME,
 ];
 
 /// gRPC health service name for liveness probes: SERVING from the moment the port answers until

@@ -7,6 +7,7 @@
 //!   body that is not a valid request, 413 for one over the size cap (at once when its declared
 //!   `Content-Length` is over it), 503 with a message when the store failed (and the
 //!   store-failure policy is `unavailable`);
+//! - `/rlqs`: the current RLQS assignments as JSON, per bucket and stream (docs/rlqs.md);
 //! - `/rlconfig`: the loaded limits, one per line, in envoyproxy/ratelimit's format
 //!   (`edge.api_key_free.path: unit=SECOND requests_per_unit=10, shadow_mode: false`), sorted by
 //!   path, with this service's extensions appended when they differ from the defaults
@@ -50,7 +51,12 @@ pub struct HttpState<S> {
     pub metrics_path: String,
     /// With configuration over xDS: its version in force heads `/rlconfig`.
     pub xds: Option<Arc<XdsConfig>>,
+    /// `/rlqs`: the current RLQS assignments as JSON.
+    pub rlqs: Option<RlqsView>,
 }
+
+/// Renders the current RLQS assignments (`/rlqs`).
+pub type RlqsView = Arc<dyn Fn() -> String + Send + Sync>;
 
 impl<S> HttpState<S> {
     /// Only `/healthcheck`.
@@ -62,6 +68,7 @@ impl<S> HttpState<S> {
             max_json_body: DEFAULT_MAX_JSON_BODY,
             metrics_path: DEFAULT_METRICS_PATH.to_owned(),
             xds: None,
+            rlqs: None,
         }
     }
 }
@@ -120,12 +127,22 @@ pub async fn respond<S: Store>(
             }
             None => text(StatusCode::NOT_FOUND, "not found"),
         },
+        "/rlqs" if get => match &state.rlqs {
+            Some(view) => {
+                let mut response = text(StatusCode::OK, view());
+                response
+                    .headers_mut()
+                    .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                response
+            }
+            None => text(StatusCode::NOT_FOUND, "not found"),
+        },
         // Like envoyproxy/ratelimit, any method: the body is what matters.
         "/json" => match &state.edge {
             Some(edge) => json(&state, edge, request).await,
             None => text(StatusCode::NOT_FOUND, "not found"),
         },
-        "/healthcheck" | "/rlconfig" => method_not_allowed(),
+        "/healthcheck" | "/rlconfig" | "/rlqs" => method_not_allowed(),
         _ => text(StatusCode::NOT_FOUND, "not found"),
     }
 }

@@ -299,6 +299,16 @@ impl Histogram {
 
 type Source = Box<dyn Fn() -> u64 + Send + Sync>;
 
+type LabelledSource = Box<dyn Fn() -> Vec<(String, u64)> + Send + Sync>;
+
+/// A counter family read from another component when scraped, one series per label value.
+struct LabelledExternal {
+    name: &'static str,
+    help: &'static str,
+    label: &'static str,
+    read: LabelledSource,
+}
+
 /// A value read from another component when scraped.
 struct External {
     name: &'static str,
@@ -330,6 +340,7 @@ pub struct Metrics {
     limited: [AtomicU64; Limited::ALL.len()],
     accept_errors: [AtomicU64; Port::ALL.len()],
     externals: Mutex<Vec<External>>,
+    labelled_externals: Mutex<Vec<LabelledExternal>>,
     /// Unknown domain -> descriptors asked for in it, at most [`UNKNOWN_DOMAIN_CAP`] domains.
     domains_not_found: RwLock<HashMap<String, Arc<Latched>>>,
     domains_not_found_overflow: Latched,
@@ -382,6 +393,7 @@ impl Metrics {
             limited: Default::default(),
             accept_errors: Default::default(),
             externals: Mutex::new(Vec::new()),
+            labelled_externals: Mutex::new(Vec::new()),
             domains_not_found: RwLock::new(HashMap::new()),
             domains_not_found_overflow: Latched::default(),
             domains_not_found_total: AtomicU64::new(0),
@@ -654,6 +666,25 @@ impl Metrics {
         self.register(name, help, "gauge", Box::new(read));
     }
 
+    /// Adds a counter family read from `read` when scraped: one series per `(label value,
+    /// count)` it returns, labelled `label` (the family shows, without series, before the first).
+    pub fn register_labelled_counter(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        label: &'static str,
+        read: impl Fn() -> Vec<(String, u64)> + Send + Sync + 'static,
+    ) {
+        let mut externals = self.labelled_externals.lock();
+        externals.retain(|e| e.name != name);
+        externals.push(LabelledExternal {
+            name,
+            help,
+            label,
+            read: Box::new(read),
+        });
+    }
+
     fn register(&self, name: &'static str, help: &'static str, kind: &'static str, read: Source) {
         let mut externals = self.externals.lock();
         externals.retain(|e| e.name != name);
@@ -862,6 +893,18 @@ impl Metrics {
         for external in self.externals.lock().iter() {
             family(&mut out, external.name, external.help, external.kind);
             let _ = writeln!(out, "{} {}", external.name, (external.read)());
+        }
+        for external in self.labelled_externals.lock().iter() {
+            family(&mut out, external.name, external.help, "counter");
+            for (value, count) in (external.read)() {
+                let _ = writeln!(
+                    out,
+                    "{}{{{}=\"{}\"}} {count}",
+                    external.name,
+                    external.label,
+                    escape(&value)
+                );
+            }
         }
         out
     }

@@ -11,6 +11,7 @@ pub mod json;
 pub mod limited;
 pub mod metrics;
 pub mod probe_transport;
+pub mod rlqs;
 pub mod rls;
 pub mod statsd;
 pub mod throttle;

@@ -1,0 +1,111 @@
+//! The command-line flags of the rate limit quota service (RLQS, docs/rlqs.md).
+
+use std::time::Duration;
+
+use super::parse;
+use crate::limiter::quota::BlanketRule;
+use crate::service::rlqs::RlqsSettings;
+
+/// What a bucket no rule matches gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Unmatched {
+    /// ALLOW_ALL, as an unmatched RLS descriptor is allowed.
+    Allow,
+    /// DENY_ALL: only buckets a rule names are admitted.
+    Deny,
+}
+
+/// RLQS: the blanket rule of unmatched buckets, idle time, and the caps on streams and buckets.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "RLQS (Envoy's rate_limit_quota filter)")]
+pub struct RlqsArgs {
+    /// What a bucket no rule matches (and every bucket of a domain no configuration defines)
+    /// is assigned: allow (ALLOW_ALL) or deny (DENY_ALL).
+    #[arg(
+        long,
+        env = "RATELIMITD_RLQS_UNMATCHED",
+        value_enum,
+        default_value = "allow"
+    )]
+    rlqs_unmatched: Unmatched,
+    /// A stream's bucket whose reports counted no request for longer than this is abandoned
+    /// (the Envoy is told to forget it) and its share goes to the other Envoys.
+    #[arg(long, env = "RATELIMITD_RLQS_IDLE_TIMEOUT", value_name = "DURATION", default_value = "60s", value_parser = parse::positive_duration)]
+    rlqs_idle_timeout: Duration,
+    /// Buckets one RLQS stream may report; a report naming one more ends the stream with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "RATELIMITD_RLQS_MAX_BUCKETS_PER_STREAM", value_name = "N", default_value_t = RlqsSettings::DEFAULT_MAX_BUCKETS_PER_STREAM, value_parser = parse::count)]
+    rlqs_max_buckets_per_stream: usize,
+    /// RLQS streams open at once; one more is refused with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "RATELIMITD_RLQS_MAX_STREAMS", value_name = "N", default_value_t = RlqsSettings::DEFAULT_MAX_STREAMS, value_parser = parse::count)]
+    rlqs_max_streams: usize,
+}
+
+impl RlqsArgs {
+    /// The settings these flags make.
+    pub fn settings(&self) -> RlqsSettings {
+        RlqsSettings {
+            unmatched: match self.rlqs_unmatched {
+                Unmatched::Allow => BlanketRule::AllowAll,
+                Unmatched::Deny => BlanketRule::DenyAll,
+            },
+            idle_timeout: self.rlqs_idle_timeout,
+            max_buckets_per_stream: self.rlqs_max_buckets_per_stream,
+            max_streams: self.rlqs_max_streams,
+            ..RlqsSettings::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: RlqsArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<RlqsSettings, String> {
+        Command::try_parse_from(std::iter::once("test").chain(args.iter().copied()))
+            .map(|command| command.args.settings())
+            .map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn defaults_and_values() {
+        assert_eq!(parse(&[]), Ok(RlqsSettings::default()));
+        let settings = parse(&[
+            "--rlqs-unmatched",
+            "deny",
+            "--rlqs-idle-timeout",
+            "2s",
+            "--rlqs-max-buckets-per-stream",
+            "3",
+            "--rlqs-max-streams",
+            "4",
+        ])
+        .expect("valid flags");
+        assert_eq!(settings.unmatched, BlanketRule::DenyAll);
+        assert_eq!(settings.idle_timeout, Duration::from_secs(2));
+        assert_eq!(
+            (settings.max_buckets_per_stream, settings.max_streams),
+            (3, 4)
+        );
+    }
+
+    #[test]
+    fn bad_values_are_refused_by_flag() {
+        for (args, flag) in [
+            (["--rlqs-unmatched", "maybe"], "--rlqs-unmatched"),
+            (["--rlqs-idle-timeout", "0s"], "--rlqs-idle-timeout"),
+            (["--rlqs-max-streams", "0"], "--rlqs-max-streams"),
+        ] {
+            let error = parse(&args).expect_err("refused");
+            assert!(error.contains(flag), "{error}");
+        }
+    }
+}

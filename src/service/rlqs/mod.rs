@@ -1,0 +1,22 @@
+//! The Rate Limit Quota Service (RLQS, `envoy.service.rate_limit_quota.v3`) for Envoy's
+//! `rate_limit_quota` filter: protocol at the edge, the quota domain in `crate::limiter::quota`.
+//! docs/rlqs.md is the reference.
+
+pub mod convert;
+pub mod demands;
+pub mod json;
+pub mod registry;
+pub mod settings;
+pub mod stream;
+
+pub use demands::{MemoryDemands, QuotaDemands};
+pub use registry::QuotaRegistry;
+pub use settings::RlqsSettings;
+pub use stream::RlqsService;
+
+/// The gRPC service name, also a gRPC health service name.
+pub const SERVICE_NAME: &str = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService";
+
+/// `:path` of the one method.
+pub const METHOD_PATH: &str =
+    "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas";

@@ -1,0 +1,469 @@
+//! The rate limit quota service (RLQS) against the real binary, spoken to by a test client built
+//! from the generated RLQS client, as an Envoy's rate_limit_quota filter speaks it: the first
+//! report of a bucket answered at once, each rule's strategy, one limit shared between two
+//! streams and released by one going idle, idle buckets abandoned, malformed buckets ignored,
+//! unknown domains, hot reload pushing assignments, the bucket cap, `/rlqs` and the metrics.
+
+mod common;
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+use common::ratelimitd::{http_get, Ratelimitd};
+use ratelimitd::proto::envoy::r#type::v3::{rate_limit_strategy, RateLimitStrategy};
+use ratelimitd::proto::rlqs::rate_limit_quota_response::{bucket_action, BucketAction};
+use ratelimitd::proto::rlqs::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use ratelimitd::proto::rlqs::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use ratelimitd::proto::rlqs::{BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Status, Streaming};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::HealthCheckRequest;
+
+const DOMAIN: &str = "rlqs";
+
+/// How long an answer may take.
+const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+
+fn config(shared_per_second: u32) -> String {
+    format!(
+        "domain: {DOMAIN}
+descriptors:
+  - key: name
+    value: shared
+    rate_limit: {{unit: second, requests_per_unit: {shared_per_second}}}
+  - key: name
+    value: zero
+    rate_limit: {{unit: second, requests_per_unit: 0}}
+  - key: name
+    value: free
+    rate_limit: {{unlimited: true}}
+"
+    )
+}
+
+fn write_config(dir: &Path, shared_per_second: u32) -> String {
+    let path = dir.join("rlqs.yaml");
+    let temporary = dir.join("rlqs.yaml.tmp~");
+    fs::write(&temporary, config(shared_per_second)).unwrap();
+    fs::rename(&temporary, &path).unwrap();
+    path.display().to_string()
+}
+
+fn bucket(entries: &[(&str, &str)]) -> BucketId {
+    BucketId {
+        bucket: entries
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+fn usage(bucket: BucketId, allowed: u64, denied: u64, elapsed_s: i64) -> BucketQuotaUsage {
+    BucketQuotaUsage {
+        bucket_id: Some(bucket),
+        time_elapsed: Some(prost_types::Duration {
+            seconds: elapsed_s,
+            nanos: 0,
+        }),
+        num_requests_allowed: allowed,
+        num_requests_denied: denied,
+    }
+}
+
+/// A bucket id as a sortable, hashable key.
+fn key(id: &BucketId) -> String {
+    let sorted: std::collections::BTreeMap<_, _> = id.bucket.iter().collect();
+    format!("{sorted:?}")
+}
+
+/// What a bucket was told, simplified.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Told {
+    Allow,
+    Deny,
+    /// tokens_per_fill per fill_interval seconds, and max_tokens.
+    Tokens {
+        per_fill: u32,
+        interval_s: i64,
+        max: u32,
+    },
+    Abandon,
+}
+
+impl Told {
+    fn rate(&self) -> f64 {
+        match self {
+            Told::Tokens {
+                per_fill,
+                interval_s,
+                ..
+            } => f64::from(*per_fill) / *interval_s as f64,
+            other => panic!("not a token bucket: {other:?}"),
+        }
+    }
+}
+
+fn told(action: &BucketAction) -> Told {
+    match action.bucket_action.as_ref().expect("an action") {
+        bucket_action::BucketAction::AbandonAction(_) => Told::Abandon,
+        bucket_action::BucketAction::QuotaAssignmentAction(assignment) => {
+            let ttl = assignment.assignment_time_to_live.expect("a ttl");
+            assert_eq!(ttl.seconds, 15, "three report periods");
+            match assignment.rate_limit_strategy.as_ref() {
+                Some(RateLimitStrategy {
+                    strategy: Some(rate_limit_strategy::Strategy::BlanketRule(rule)),
+                }) if *rule == rate_limit_strategy::BlanketRule::AllowAll as i32 => Told::Allow,
+                Some(RateLimitStrategy {
+                    strategy: Some(rate_limit_strategy::Strategy::BlanketRule(_)),
+                }) => Told::Deny,
+                Some(RateLimitStrategy {
+                    strategy: Some(rate_limit_strategy::Strategy::TokenBucket(tb)),
+                }) => {
+                    let interval = tb.fill_interval.expect("a fill interval");
+                    assert_eq!(interval.nanos, 0, "whole seconds");
+                    assert!(interval.seconds >= 1);
+                    Told::Tokens {
+                        per_fill: tb.tokens_per_fill.expect("tokens per fill"),
+                        interval_s: interval.seconds,
+                        max: tb.max_tokens,
+                    }
+                }
+                other => panic!("unexpected strategy {other:?}"),
+            }
+        }
+    }
+}
+
+/// One Envoy's stream.
+struct Envoy {
+    reports: mpsc::Sender<RateLimitQuotaUsageReports>,
+    answers: Streaming<RateLimitQuotaResponse>,
+    /// The latest action per bucket seen so far.
+    latest: HashMap<String, Told>,
+}
+
+impl Envoy {
+    async fn connect(server: &Ratelimitd) -> Envoy {
+        let mut client = RateLimitQuotaServiceClient::new(server.channel().await);
+        let (reports, rx) = mpsc::channel(16);
+        let answers = client
+            .stream_rate_limit_quotas(ReceiverStream::new(rx))
+            .await
+            .expect("the stream opens")
+            .into_inner();
+        Envoy {
+            reports,
+            answers,
+            latest: HashMap::new(),
+        }
+    }
+
+    async fn report(&self, domain: &str, usages: Vec<BucketQuotaUsage>) {
+        self.reports
+            .send(RateLimitQuotaUsageReports {
+                domain: domain.into(),
+                bucket_quota_usages: usages,
+            })
+            .await
+            .expect("the stream is open");
+    }
+
+    /// The next response, or the stream's end status.
+    async fn next(&mut self, within: Duration) -> Result<Option<RateLimitQuotaResponse>, Status> {
+        match tokio::time::timeout(within, self.answers.message()).await {
+            Err(_) => Ok(None),
+            Ok(Ok(Some(response))) => {
+                for action in &response.bucket_action {
+                    let id = action.bucket_id.clone().expect("a bucket id");
+                    self.latest.insert(key(&id), told(action));
+                }
+                Ok(Some(response))
+            }
+            Ok(Ok(None)) => Err(Status::ok("the stream ended")),
+            Ok(Err(status)) => Err(status),
+        }
+    }
+
+    /// Reads answers until one names `id`; returns what it was told.
+    async fn told(&mut self, id: &BucketId, within: Duration) -> Told {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            assert!(!left.is_zero(), "no action for {id:?} within {within:?}");
+            if let Some(response) = self.next(left).await.expect("the stream stays open") {
+                if let Some(action) = response
+                    .bucket_action
+                    .iter()
+                    .rev()
+                    .find(|action| action.bucket_id.as_ref() == Some(id))
+                {
+                    return told(action);
+                }
+            }
+        }
+    }
+
+    /// Reads whatever arrives within `within`, keeping the latest per bucket.
+    async fn drain(&mut self, within: Duration) {
+        while self
+            .next(within)
+            .await
+            .expect("the stream stays open")
+            .is_some()
+        {}
+    }
+}
+
+#[tokio::test]
+async fn each_rule_gets_its_strategy_at_the_first_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), 10);
+    let server = Ratelimitd::start(&["--config", &path]);
+
+    let mut health = server.health_client().await;
+    let status = health
+        .check(HealthCheckRequest {
+            service: "envoy.service.rate_limit_quota.v3.RateLimitQuotaService".into(),
+        })
+        .await
+        .expect("the RLQS service has a health status")
+        .into_inner()
+        .status;
+    assert_eq!(status, ServingStatus::Serving as i32);
+
+    let mut envoy = Envoy::connect(&server).await;
+    let shared = bucket(&[("name", "shared")]);
+    envoy
+        .report(DOMAIN, vec![usage(shared.clone(), 1, 0, 0)])
+        .await;
+    assert_eq!(
+        envoy.told(&shared, ANSWER_WITHIN).await,
+        Told::Tokens {
+            per_fill: 10,
+            interval_s: 1,
+            max: 10
+        },
+        "alone, all of L"
+    );
+    for (value, want) in [
+        ("zero", Told::Deny),
+        ("free", Told::Allow),
+        ("unmatched", Told::Allow),
+    ] {
+        let id = bucket(&[("name", value)]);
+        envoy.report(DOMAIN, vec![usage(id.clone(), 1, 0, 0)]).await;
+        assert_eq!(envoy.told(&id, ANSWER_WITHIN).await, want, "{value}");
+    }
+
+    // An empty bucket map and an empty key are ignored; the report's other bucket is answered.
+    let other = bucket(&[("name", "free"), ("path", "/x")]);
+    envoy
+        .report(
+            DOMAIN,
+            vec![
+                usage(bucket(&[]), 1, 0, 0),
+                usage(bucket(&[("", "x")]), 1, 0, 0),
+                usage(other.clone(), 1, 0, 0),
+            ],
+        )
+        .await;
+    assert_eq!(envoy.told(&other, ANSWER_WITHIN).await, Told::Allow);
+
+    // A domain no configuration defines: the blanket rule for every bucket.
+    let mut stranger = Envoy::connect(&server).await;
+    stranger
+        .report("nowhere", vec![usage(shared.clone(), 1, 0, 0)])
+        .await;
+    assert_eq!(stranger.told(&shared, ANSWER_WITHIN).await, Told::Allow);
+    stranger
+        .report(DOMAIN, vec![usage(bucket(&[("name", "zero")]), 0, 4, 5)])
+        .await;
+    stranger.drain(Duration::from_millis(300)).await;
+
+    let (code, body) = http_get(server.http_addr(), "/rlqs").await;
+    assert_eq!(code, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let buckets = json["buckets"].as_array().expect("buckets");
+    let shared_view = buckets
+        .iter()
+        .find(|b| b["domain"] == DOMAIN && b["bucket"]["name"] == "shared")
+        .unwrap_or_else(|| panic!("the shared bucket in {body}"));
+    assert_eq!(shared_view["rule"], "rlqs.name_shared");
+    assert_eq!(shared_view["limit_per_second"], 10.0);
+    assert_eq!(
+        shared_view["streams"][0]["assignment"]["token_bucket"]["tokens_per_fill"],
+        10
+    );
+    assert!(
+        buckets
+            .iter()
+            .any(|b| b["domain"] == "nowhere" && b["rule"] == "unmatched"),
+        "{body}"
+    );
+
+    let (_, metrics) = http_get(server.http_addr(), "/metrics").await;
+    for line in [
+        "ratelimitd_rlqs_streams 2",
+        "ratelimitd_rlqs_reported_allowed_total{rule=\"rlqs.name_shared\"} 1",
+        "ratelimitd_rlqs_reported_denied_total{rule=\"rlqs.name_zero\"} 4",
+        "ratelimitd_rlqs_reported_allowed_total{rule=\"unmatched\"} 3",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
+    assert!(metrics.contains("\nratelimitd_rlqs_buckets "), "{metrics}");
+    let sent: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ratelimitd_rlqs_assignments_sent_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("assignments sent in:\n{metrics}"));
+    assert!(sent >= 7, "{sent}");
+}
+
+#[tokio::test]
+async fn two_streams_share_one_limit_and_an_idle_one_releases_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), 10);
+    let server = Ratelimitd::start(&["--config", &path]);
+    let shared = bucket(&[("name", "shared")]);
+
+    let mut a = Envoy::connect(&server).await;
+    let mut b = Envoy::connect(&server).await;
+    a.report(DOMAIN, vec![usage(shared.clone(), 1, 0, 0)]).await;
+    assert_eq!(a.told(&shared, ANSWER_WITHIN).await.rate(), 10.0);
+    b.report(DOMAIN, vec![usage(shared.clone(), 1, 0, 0)]).await;
+    assert_eq!(b.told(&shared, ANSWER_WITHIN).await.rate(), 5.0);
+    assert_eq!(
+        a.told(&shared, ANSWER_WITHIN).await.rate(),
+        5.0,
+        "pushed to the first stream without a report of its own"
+    );
+
+    // Both demand 20/s, twice the limit.
+    for _ in 0..3 {
+        a.report(DOMAIN, vec![usage(shared.clone(), 50, 50, 5)])
+            .await;
+        b.report(DOMAIN, vec![usage(shared.clone(), 50, 50, 5)])
+            .await;
+        a.drain(Duration::from_millis(200)).await;
+        b.drain(Duration::from_millis(200)).await;
+    }
+    let (ra, rb) = (
+        a.latest[&key(&shared)].rate(),
+        b.latest[&key(&shared)].rate(),
+    );
+    assert!(ra + rb <= 10.0, "{ra} + {rb}");
+    assert!(
+        (4.5..=5.0).contains(&ra) && (4.5..=5.0).contains(&rb),
+        "{ra}, {rb}"
+    );
+
+    // b goes idle (reports 0/0): a's share rises toward L.
+    let mut history = Vec::new();
+    for _ in 0..4 {
+        b.report(DOMAIN, vec![usage(shared.clone(), 0, 0, 5)]).await;
+        b.drain(Duration::from_millis(200)).await;
+        a.report(DOMAIN, vec![usage(shared.clone(), 80, 20, 5)])
+            .await;
+        a.drain(Duration::from_millis(200)).await;
+        history.push((
+            a.latest[&key(&shared)].rate(),
+            b.latest[&key(&shared)].rate(),
+        ));
+    }
+    let (ra, rb) = *history.last().unwrap();
+    assert!(ra >= 9.0, "{history:?}");
+    assert!(ra + rb <= 10.0, "{history:?}");
+
+    // b leaves: a gets all of L without reporting.
+    drop(b);
+    let deadline = tokio::time::Instant::now() + ANSWER_WITHIN;
+    while a.latest[&key(&shared)].rate() < 10.0 {
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", a.latest);
+        a.drain(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn flags_unmatched_deny_idle_abandon_and_the_bucket_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), 10);
+    let server = Ratelimitd::start(&[
+        "--config",
+        &path,
+        "--rlqs-unmatched",
+        "deny",
+        "--rlqs-idle-timeout",
+        "1s",
+        "--rlqs-max-buckets-per-stream",
+        "3",
+    ]);
+    let mut envoy = Envoy::connect(&server).await;
+    let unmatched = bucket(&[("name", "unmatched")]);
+    envoy
+        .report(DOMAIN, vec![usage(unmatched.clone(), 1, 0, 0)])
+        .await;
+    assert_eq!(envoy.told(&unmatched, ANSWER_WITHIN).await, Told::Deny);
+    let started = std::time::Instant::now();
+    assert_eq!(
+        envoy.told(&unmatched, ANSWER_WITHIN).await,
+        Told::Abandon,
+        "idle for more than --rlqs-idle-timeout"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(900));
+
+    let capped = Envoy::connect(&server).await;
+    let mut capped = capped;
+    capped
+        .report(
+            DOMAIN,
+            (0..4)
+                .map(|i| usage(bucket(&[("name", &format!("b{i}"))]), 1, 0, 0))
+                .collect(),
+        )
+        .await;
+    let status = loop {
+        match capped.next(ANSWER_WITHIN).await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the stream did not end"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("--rlqs-max-buckets-per-stream"),
+        "{status:?}"
+    );
+    assert!(capped.latest.len() <= 3, "{:?}", capped.latest);
+}
+
+#[tokio::test]
+async fn a_changed_rule_is_pushed_without_a_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), 10);
+    let server = Ratelimitd::start(&["--config", &path, "--reload-interval", "1s"]);
+    let mut envoy = Envoy::connect(&server).await;
+    let shared = bucket(&[("name", "shared")]);
+    envoy
+        .report(DOMAIN, vec![usage(shared.clone(), 1, 0, 0)])
+        .await;
+    assert_eq!(envoy.told(&shared, ANSWER_WITHIN).await.rate(), 10.0);
+    write_config(dir.path(), 20);
+    assert_eq!(
+        envoy.told(&shared, Duration::from_secs(10)).await.rate(),
+        20.0
+    );
+    fs::write(
+        dir.path().join("rlqs.yaml"),
+        config(10).replace("requests_per_unit: 10", "requests_per_unit: 0"),
+    )
+    .unwrap();
+    server.signal("HUP");
+    assert_eq!(
+        envoy.told(&shared, Duration::from_secs(10)).await,
+        Told::Deny
+    );
+}
