@@ -326,7 +326,7 @@ async fn unmatched_and_unlimited_allow_and_a_zero_limit_denies() {
     let other = Load::start(envoy.addr(), "/other", DEMAND, epoch);
     let free = Load::start(envoy.addr(), "/free", DEMAND, epoch);
     let closed = Load::start(envoy.addr(), "/closed", DEMAND, epoch);
-    let range = 0..3 * PERIOD as usize;
+    let range = 1..1 + 3 * PERIOD as usize;
     let tallies = window(&[&other, &free, &closed], epoch, range.clone()).await;
     for (path, tally) in ["/other", "/free"].iter().zip(&tallies) {
         let total = tally.sum(range.clone());
@@ -363,7 +363,7 @@ async fn unmatched_deny_denies_a_bucket_no_rule_names() {
     let envoy = start_envoy(server.grpc_addr(), ALLOW_ALL).await;
     let epoch = Instant::now();
     let other = Load::start(envoy.addr(), "/other", DEMAND, epoch);
-    let range = 0..2 * PERIOD as usize;
+    let range = 1..1 + 2 * PERIOD as usize;
     let tally = window(&[&other], epoch, range.clone()).await.remove(0);
     let first = tally
         .first_denied()
