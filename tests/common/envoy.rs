@@ -51,6 +51,37 @@ pub fn envoy_bin() -> PathBuf {
     .clone()
 }
 
+/// Runs `envoy --mode validate` on `config` (YAML, every placeholder filled): Ok when Envoy
+/// accepts it, else Err with Envoy's output. Validation builds the listeners, filters and
+/// clusters without binding or connecting, so it needs no free port and no server behind the
+/// clusters.
+pub fn validate(config: &str) -> Result<(), String> {
+    let dir = tempfile::tempdir().expect("temporary directory for Envoy");
+    let config_path = dir.path().join("envoy.yaml");
+    std::fs::write(&config_path, config).expect("write envoy.yaml");
+    let output = Command::new(envoy_bin())
+        .args([
+            "--mode",
+            "validate",
+            "--use-dynamic-base-id",
+            "--config-path",
+        ])
+        .arg(&config_path)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run envoy --mode validate");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    if output.status.success() && text.contains("OK") {
+        Ok(())
+    } else {
+        Err(format!("envoy --mode validate: {}\n{text}", output.status))
+    }
+}
+
 /// A running Envoy, killed on drop.
 pub struct Envoy {
     child: Child,

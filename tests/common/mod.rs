@@ -5,6 +5,7 @@ pub mod envoy;
 pub mod fault_load;
 pub mod grpc_transport;
 pub mod hostile_config;
+pub mod http_load;
 pub mod otlp_collector;
 pub mod pki;
 pub mod ratelimitd;

@@ -8,6 +8,9 @@
 //!                 [--server-pid PID] [--store-pid PID ...] [--threads N] [--json] [--label TEXT]
 //! ratelimit-bench footprint [--keys 1000000] [--algorithm gcra] [--json]
 //! ratelimit-bench report RESULTS.jsonl...
+//! ratelimit-bench rlqs [--addr 127.0.0.1:8081] [--domain bench] [--streams 1000] [--buckets 100]
+//!                      [--connections 10] [--interval 1s] [--warmup 5s] [--duration 30s]
+//!                      [--server-pid PID]
 //! ratelimit-bench hold [--addr 127.0.0.1:8081] [--connections 1000] [--streams 100]
 //!                      [--declared 65000] [--hold 2s] [--rounds 4] [--server-pid PID]
 //! ```
@@ -27,7 +30,8 @@
 //!
 //! `footprint` inserts keys into an in-process `MemoryStore` and reports the RSS growth per key,
 //! then how much an expiry sweep gives back. `hold` opens many connections of half-sent calls, round
-//! after round, and reports what the server keeps (see hold.rs). `report` turns the JSON lines of a
+//! after round, and reports what the server keeps (see hold.rs). `rlqs` holds many RLQS streams of many
+//! buckets reporting on a schedule and times the assignments (see rlqs.rs). `report` turns the JSON lines of a
 //! `scripts/bench.sh` run into its markdown tables.
 
 // The crate root lives in src/bin/, its modules beside it in src/bin/ratelimit-bench/.
@@ -41,6 +45,8 @@ mod load;
 mod procstat;
 #[path = "ratelimit-bench/report.rs"]
 mod report;
+#[path = "ratelimit-bench/rlqs.rs"]
+mod rlqs;
 
 use std::process::ExitCode;
 
@@ -68,6 +74,8 @@ enum Command {
     Footprint(footprint::FootprintArgs),
     /// Hold many connections of half-sent calls, round after round, and read the server's RSS.
     Hold(hold::HoldArgs),
+    /// Open many RLQS streams of many buckets, report on each, time the assignments.
+    Rlqs(rlqs::RlqsArgs),
     /// Render the markdown tables of a scripts/bench.sh run from its JSON lines.
     Report(report::ReportArgs),
 }
@@ -78,6 +86,7 @@ fn main() -> ExitCode {
         Some(Command::Footprint(args)) => footprint::run(&args),
         Some(Command::Report(args)) => report::run(&args),
         Some(Command::Hold(args)) => hold::run(&args),
+        Some(Command::Rlqs(args)) => rlqs::run(&args),
         Some(Command::Load(args)) => load::run(args),
         None => load::run(cli.load),
     };

@@ -92,7 +92,7 @@ pub fn run(args: &HoldArgs) -> Result<(), String> {
 }
 
 async fn rounds(args: &HoldArgs) -> Result<(), String> {
-    let rss = || args.server_pid.and_then(vm_rss_kib);
+    let rss = || args.server_pid.and_then(crate::procstat::vm_rss_kib);
     let mib = |kib: Option<u64>| {
         kib.map_or_else(|| "-".to_owned(), |k| format!("{:.0}", k as f64 / 1024.0))
     };
@@ -281,19 +281,6 @@ fn message_prefix(length: u32) -> Bytes {
     out.put_u8(0);
     out.put_u32(length);
     out.freeze()
-}
-
-/// VmRSS of `pid` in KiB.
-fn vm_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
 }
 
 /// The `ratelimitd_grpc_*` gauges and the transport-limit counters of `/metrics`, on one line.
