@@ -55,14 +55,14 @@ use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::service::http::{HttpState, DEFAULT_METRICS_PATH};
 use crate::service::limited::Port;
 use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
-use crate::service::rlqs::{self, MemoryDemands, QuotaRegistry, RlqsService, RlqsSettings};
+use crate::service::rlqs::{self, QuotaRegistry, RlqsService, RlqsSettings};
 use crate::service::rls::StoreErrorPolicy;
 use crate::service::statsd::{self, StatsdSettings};
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
-use crate::store::redis::{KeyFormat, KeyLayout};
+use crate::store::redis::{KeyFormat, KeyLayout, RedisDemands};
 use crate::store::{
-    DenyCache, DenyCacheSettings, FailureHealth, FailureHealthSettings, MemoryStore, RedisSettings,
-    RedisStore, Store, StoreError,
+    Demands, DenyCache, DenyCacheSettings, FailureHealth, FailureHealthSettings, MemoryDemands,
+    MemoryStore, RedisSettings, RedisStore, Store, StoreError,
 };
 
 /// How often the store's health is probed, and idle memory-store keys swept.
@@ -310,6 +310,8 @@ struct Context {
     statsd: Option<StatsdSettings>,
     transport: TransportOptions,
     rlqs: RlqsSettings,
+    /// Where RLQS demands are shared: Redis when the store is Redis, else this process.
+    quota_demands: Demands,
 }
 
 /// Loads the TLS files and the configuration, builds the store and serves until `shutdown`
@@ -382,6 +384,7 @@ pub async fn run(
         statsd: settings.statsd.clone(),
         transport,
         rlqs: settings.rlqs,
+        quota_demands: Demands::Memory(MemoryDemands::new()),
     };
     match settings.redis {
         None if settings.redis_keys.format() == KeyFormat::Envoyproxy => {
@@ -400,6 +403,7 @@ pub async fn run(
                     .with_key_layout(settings.redis_keys),
             );
             let redis = store.clone();
+            context.quota_demands = Demands::Redis(RedisDemands::new((*store).clone()));
             let layout = store.key_layout();
             tracing::info!(
                 key_format = %layout.format(),
@@ -524,7 +528,7 @@ async fn serve<S: Store>(
     let quotas = Arc::new(QuotaRegistry::new(
         context.rules.clone(),
         context.rlqs,
-        MemoryDemands::new(),
+        context.quota_demands,
     ));
     register_rlqs_metrics(&context.metrics, &quotas);
 
@@ -750,7 +754,7 @@ fn sweep_interval(idle_timeout: Duration) -> Duration {
 }
 
 /// Abandons idle RLQS buckets until shutdown.
-async fn sweep_quotas(quotas: Arc<QuotaRegistry<MemoryDemands>>, stopping: CancellationToken) {
+async fn sweep_quotas(quotas: Arc<QuotaRegistry<Demands>>, stopping: CancellationToken) {
     let mut ticks = tokio::time::interval(sweep_interval(quotas.settings().idle_timeout));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -762,7 +766,7 @@ async fn sweep_quotas(quotas: Arc<QuotaRegistry<MemoryDemands>>, stopping: Cance
 }
 
 /// The RLQS families of `/metrics`.
-fn register_rlqs_metrics(metrics: &Metrics, quotas: &Arc<QuotaRegistry<MemoryDemands>>) {
+fn register_rlqs_metrics(metrics: &Metrics, quotas: &Arc<QuotaRegistry<Demands>>) {
     let streams = quotas.clone();
     metrics.register_gauge(
         "ratelimitd_rlqs_streams",

@@ -205,6 +205,12 @@ fn assert_bound(tallies: &[Tally], range: std::ops::Range<usize>, max_tokens: &[
             .collect::<String>()
     };
     assert_eq!(total.failed, 0, "{what}: failed requests\n{}", detail());
+    eprintln!(
+        "{what}: {} admitted in {d} s by both Envoys (bound {upper}, L·D = {}, 2L·D = {})",
+        total.admitted,
+        LIMIT * d,
+        2 * LIMIT * d
+    );
     assert!(
         total.admitted <= upper,
         "{what}: {} admitted in seconds {range:?} by both Envoys, above the bound {upper} \

@@ -6,6 +6,7 @@
 pub mod deny_cache;
 pub mod failure_health;
 pub mod memory;
+pub mod quota_demands;
 pub mod redis;
 
 use std::future::Future;
@@ -17,6 +18,7 @@ pub use self::redis::{RedisSettings, RedisStore};
 pub use deny_cache::{DenyCache, DenyCacheSettings};
 pub use failure_health::{FailureHealth, FailureHealthSettings};
 pub use memory::MemoryStore;
+pub use quota_demands::{Demands, MemoryDemands, QuotaDemands, StreamDemand};
 
 /// Why a store could not decide. The gRPC edge answers these with `UNAVAILABLE`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -3,13 +3,11 @@
 //! docs/rlqs.md is the reference.
 
 pub mod convert;
-pub mod demands;
 pub mod json;
 pub mod registry;
 pub mod settings;
 pub mod stream;
 
-pub use demands::{MemoryDemands, QuotaDemands};
 pub use registry::QuotaRegistry;
 pub use settings::RlqsSettings;
 pub use stream::RlqsService;

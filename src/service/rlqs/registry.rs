@@ -17,7 +17,6 @@ use tokio::sync::Notify;
 use tonic::Status;
 
 use super::convert::{self, Action, Assignment};
-use super::demands::{QuotaDemands, StreamDemand};
 use super::settings::RlqsSettings;
 use crate::limiter::quota::{
     assignment_ttl, fair_shares, find_quota, should_abandon, token_bucket, BlanketRule, BucketId,
@@ -27,6 +26,7 @@ use crate::limiter::quota::{
 use crate::limiter::Rules;
 use crate::proto::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use crate::service::throttle::WarnThrottle;
+use crate::store::{QuotaDemands, StreamDemand};
 
 /// The `rule` label of buckets no rule matches.
 pub const UNMATCHED: &str = "unmatched";
@@ -158,6 +158,14 @@ pub struct BucketView {
     pub streams: Vec<MemberView>,
 }
 
+/// The first stream id of this process: random high 32 bits, so that the ids of replicas sharing
+/// their demands in Redis do not meet, and a count below.
+fn first_stream_id() -> u64 {
+    use std::hash::BuildHasher;
+    let random = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+    (random << 32) | 1
+}
+
 /// The RLQS state of this process.
 pub struct QuotaRegistry<D> {
     rules: Arc<ArcSwap<Rules>>,
@@ -177,7 +185,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             settings,
             demands,
             state: Mutex::new(State::default()),
-            next_stream: AtomicU64::new(1),
+            next_stream: AtomicU64::new(first_stream_id()),
             assignments_sent: AtomicU64::new(0),
             ttl: assignment_ttl(settings.report_period, DEFAULT_TTL_PERIODS),
             store_errors: WarnThrottle::new(),

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use futures::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::demands::QuotaDemands;
 use super::registry::QuotaRegistry;
 use crate::proto::rlqs::rate_limit_quota_service_server::RateLimitQuotaService;
 use crate::proto::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use crate::service::throttle::WarnThrottle;
+use crate::store::QuotaDemands;
 
 /// The RLQS service over a [`QuotaRegistry`].
 pub struct RlqsService<D> {

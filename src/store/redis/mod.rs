@@ -33,6 +33,7 @@ pub mod keys;
 mod link;
 mod local;
 mod pipe;
+mod quota_demands;
 pub mod refund;
 pub mod resp;
 pub mod script;
@@ -57,6 +58,7 @@ pub use self::key_layout::{KeyFormat, KeyLayout, KeyLayoutError};
 use self::link::Link;
 use self::local::Locals;
 use self::pipe::CallError;
+pub use self::quota_demands::RedisDemands;
 use self::script::{
     decode_call_frame, decode_call_reply, sha1, CallReply, EvalSha, Invocation, KeyPlacement,
     Script, DECIDE,
@@ -484,6 +486,50 @@ impl RedisStore {
     /// The keys this store writes.
     pub fn key_layout(&self) -> &KeyLayout {
         &self.layout
+    }
+
+    /// Runs `script` with `key` and `args` on the server that owns `key` (on a cluster, the
+    /// master of its slot), by `EVALSHA`, sending the source on `NOSCRIPT`. For the store's side
+    /// scripts (RLQS demands, a call per bucket report), not the batched request path: no batching,
+    /// no retry on a redirection (the next report tries again).
+    pub async fn run_side_script(
+        &self,
+        script: &SideScript,
+        key: &str,
+        args: &[String],
+    ) -> Result<Value, StoreError> {
+        let deadline = Instant::now() + self.settings.timeout;
+        let shared = match &self.backend {
+            Backend::Server(server) => server.startup.clone(),
+            Backend::Cluster(cluster) => {
+                let slot = cluster::slots::slot_of(key.as_bytes());
+                let map = cluster.slot_map();
+                let master = map.master_of(slot).ok_or_else(|| {
+                    StoreError::Unavailable(format!("no master serves slot {slot}"))
+                })?;
+                cluster.server(master)?.startup
+            }
+        };
+        let mut lease = shared.lease(deadline).await?;
+        let evalsha = redis::cmd("EVALSHA")
+            .arg(script.sha1())
+            .arg(1)
+            .arg(key)
+            .arg(args)
+            .clone();
+        match lease.query(&evalsha).await? {
+            Ok(value) => Ok(value),
+            Err(error) if is_noscript(&error) => {
+                let eval = redis::cmd("EVAL")
+                    .arg(script.source)
+                    .arg(1)
+                    .arg(key)
+                    .arg(args)
+                    .clone();
+                lease.query(&eval).await?.map_err(command_error)
+            }
+            Err(error) => Err(command_error(error)),
+        }
     }
 
     /// How many times a script was reloaded after a `NOSCRIPT` (for metrics), on every server.
@@ -936,6 +982,27 @@ impl Lease<'_> {
     /// Has the pool replace this connection.
     fn mark_broken(&self) {
         self.shared.reachability.mark_lost(&self.broken);
+    }
+}
+
+/// A small script the store runs besides the request script ([`RedisStore::run_side_script`]),
+/// hashed once.
+pub struct SideScript {
+    source: &'static str,
+    sha1: std::sync::OnceLock<String>,
+}
+
+impl SideScript {
+    pub const fn new(source: &'static str) -> SideScript {
+        SideScript {
+            source,
+            sha1: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn sha1(&self) -> &str {
+        self.sha1
+            .get_or_init(|| redis::Script::new(self.source).get_hash().to_owned())
     }
 }
 

@@ -160,7 +160,7 @@ impl Cluster {
     /// The node at `address`, known from the slot map; a node met for the first time (a promoted
     /// replica, a node added to the cluster) gets a manager and a startup pool that connects in
     /// the background, and loads the scripts on its first `NOSCRIPT`.
-    fn server(&self, address: &HostPort) -> Result<Server, StoreError> {
+    pub(super) fn server(&self, address: &HostPort) -> Result<Server, StoreError> {
         if let Some(server) = self.servers.lock().get(address) {
             return Ok(server.clone());
         }

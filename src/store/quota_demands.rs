@@ -1,6 +1,7 @@
-//! Where every stream's demand for a bucket lives, so that one limit is shared by all the
-//! Envoys reporting the bucket: this process's memory for one replica; a shared store would let
-//! several replicas share one global limit.
+//! Where every RLQS stream's demand for a bucket lives, so that one limit is shared by all the
+//! Envoys reporting the bucket: this process's memory for one replica ([`MemoryDemands`]), or
+//! Redis for every replica that shares it ([`super::redis::RedisDemands`]), so that one limit is
+//! shared by the Envoys of every replica.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -37,6 +38,41 @@ pub trait QuotaDemands: Send + Sync + 'static {
 
 /// One bucket's streams: each one's demand and when it expires.
 type BucketDemands = HashMap<u64, (StreamDemand, Instant)>;
+
+/// The demands of the store the server runs on: Redis when it has one, else this process.
+pub enum Demands {
+    Memory(MemoryDemands),
+    Redis(super::redis::RedisDemands),
+}
+
+impl QuotaDemands for Demands {
+    async fn publish(
+        &self,
+        bucket: &str,
+        stream: u64,
+        demand: StreamDemand,
+        ttl: Duration,
+    ) -> Result<Vec<(u64, StreamDemand)>, String> {
+        match self {
+            Demands::Memory(memory) => memory.publish(bucket, stream, demand, ttl).await,
+            Demands::Redis(redis) => redis.publish(bucket, stream, demand, ttl).await,
+        }
+    }
+
+    async fn read(&self, bucket: &str) -> Result<Vec<(u64, StreamDemand)>, String> {
+        match self {
+            Demands::Memory(memory) => memory.read(bucket).await,
+            Demands::Redis(redis) => redis.read(bucket).await,
+        }
+    }
+
+    async fn remove(&self, bucket: &str, stream: u64) {
+        match self {
+            Demands::Memory(memory) => memory.remove(bucket, stream).await,
+            Demands::Redis(redis) => redis.remove(bucket, stream).await,
+        }
+    }
+}
 
 /// The demands in this process: one replica's streams share its limits.
 #[derive(Debug, Default)]
