@@ -84,6 +84,10 @@ async fn reflection_lists_and_describes_the_service() {
         Some(MessageResponse::ListServicesResponse(list)) => {
             let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
             assert!(names.contains(&RLS), "services listed: {names:?}");
+            assert!(
+                names.contains(&"envoy.service.rate_limit_quota.v3.RateLimitQuotaService"),
+                "services listed: {names:?}"
+            );
         }
         other => panic!("expected a service list, got {other:?}"),
     }

@@ -467,3 +467,56 @@ async fn a_changed_rule_is_pushed_without_a_report() {
         Told::Deny
     );
 }
+
+/// Two replicas on one Redis Cluster, a stream on each reporting one bucket: the bucket's
+/// demands live on the master of its hash's slot, so each replica shares the limit over both
+/// streams, as two streams on one replica do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_on_a_redis_cluster_share_one_limit() {
+    let cluster = common::redis_cluster::RedisCluster::start(3, 0);
+    let seeds = cluster.seeds();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), 10);
+    let flags = [
+        "--config",
+        &path,
+        "--redis-cluster",
+        &seeds,
+        "--redis-timeout",
+        "2s",
+    ];
+    let (first, second) = (Ratelimitd::start(&flags), Ratelimitd::start(&flags));
+    let shared = bucket(&[("name", "shared")]);
+    let mut a = Envoy::connect(&first).await;
+    let mut b = Envoy::connect(&second).await;
+    a.report(DOMAIN, vec![usage(shared.clone(), 1, 0, 0)]).await;
+    assert_eq!(
+        a.told(&shared, ANSWER_WITHIN).await.rate(),
+        10.0,
+        "alone: all of L"
+    );
+    b.report(DOMAIN, vec![usage(shared.clone(), 1, 0, 0)]).await;
+    assert_eq!(
+        b.told(&shared, ANSWER_WITHIN).await.rate(),
+        5.0,
+        "a newcomer beside a's stream"
+    );
+    // Both demand 20/s; each replica learns of the other's stream at its own reports.
+    for _ in 0..3 {
+        a.report(DOMAIN, vec![usage(shared.clone(), 50, 50, 5)])
+            .await;
+        a.drain(Duration::from_millis(200)).await;
+        b.report(DOMAIN, vec![usage(shared.clone(), 50, 50, 5)])
+            .await;
+        b.drain(Duration::from_millis(200)).await;
+    }
+    let (ra, rb) = (
+        a.latest[&key(&shared)].rate(),
+        b.latest[&key(&shared)].rate(),
+    );
+    assert!(ra + rb <= 10.0, "{ra} + {rb}");
+    assert!(
+        (4.5..=5.0).contains(&ra) && (4.5..=5.0).contains(&rb),
+        "{ra}, {rb}"
+    );
+}

@@ -15,7 +15,7 @@ use markdown::{documentation, flags, repo_root, simple_commands};
 
 const BENCH: &str = env!("CARGO_BIN_EXE_ratelimit-bench");
 const CEILING: &str = env!("CARGO_BIN_EXE_rls-ceiling");
-const BENCH_SUBCOMMANDS: [&str; 4] = ["load", "footprint", "report", "hold"];
+const BENCH_SUBCOMMANDS: [&str; 5] = ["load", "footprint", "report", "hold", "rlqs"];
 
 /// The flags in what `program args...` prints (stdout and stderr).
 fn usage_flags(program: &str, args: &[&str]) -> BTreeSet<String> {
