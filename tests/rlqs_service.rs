@@ -218,6 +218,30 @@ impl Envoy {
     }
 }
 
+/// Three report rounds in which `a` and `b` each demand 20/s of `bucket`'s 10/s (each round:
+/// `a` reports and reads its answers, then `b`): their shares add up to at most the limit, and
+/// each is within 10 % of half of it.
+async fn assert_halves_when_both_demand_twice_the_limit(
+    a: &mut Envoy,
+    b: &mut Envoy,
+    bucket: &BucketId,
+) {
+    for _ in 0..3 {
+        for envoy in [&mut *a, &mut *b] {
+            envoy
+                .report(DOMAIN, vec![usage(bucket.clone(), 50, 50, 5)])
+                .await;
+            envoy.drain(Duration::from_millis(200)).await;
+        }
+    }
+    let (ra, rb) = (a.latest[&key(bucket)].rate(), b.latest[&key(bucket)].rate());
+    assert!(ra + rb <= 10.0, "{ra} + {rb}");
+    assert!(
+        (4.5..=5.0).contains(&ra) && (4.5..=5.0).contains(&rb),
+        "{ra}, {rb}"
+    );
+}
+
 #[tokio::test]
 async fn each_rule_gets_its_strategy_at_the_first_report() {
     let dir = tempfile::tempdir().unwrap();
@@ -343,23 +367,7 @@ async fn two_streams_share_one_limit_and_an_idle_one_releases_it() {
     );
 
     // Both demand 20/s, twice the limit.
-    for _ in 0..3 {
-        a.report(DOMAIN, vec![usage(shared.clone(), 50, 50, 5)])
-            .await;
-        b.report(DOMAIN, vec![usage(shared.clone(), 50, 50, 5)])
-            .await;
-        a.drain(Duration::from_millis(200)).await;
-        b.drain(Duration::from_millis(200)).await;
-    }
-    let (ra, rb) = (
-        a.latest[&key(&shared)].rate(),
-        b.latest[&key(&shared)].rate(),
-    );
-    assert!(ra + rb <= 10.0, "{ra} + {rb}");
-    assert!(
-        (4.5..=5.0).contains(&ra) && (4.5..=5.0).contains(&rb),
-        "{ra}, {rb}"
-    );
+    assert_halves_when_both_demand_twice_the_limit(&mut a, &mut b, &shared).await;
 
     // b goes idle (reports 0/0): a's share rises toward L.
     let mut history = Vec::new();
@@ -502,21 +510,5 @@ async fn replicas_on_a_redis_cluster_share_one_limit() {
         "a newcomer beside a's stream"
     );
     // Both demand 20/s; each replica learns of the other's stream at its own reports.
-    for _ in 0..3 {
-        a.report(DOMAIN, vec![usage(shared.clone(), 50, 50, 5)])
-            .await;
-        a.drain(Duration::from_millis(200)).await;
-        b.report(DOMAIN, vec![usage(shared.clone(), 50, 50, 5)])
-            .await;
-        b.drain(Duration::from_millis(200)).await;
-    }
-    let (ra, rb) = (
-        a.latest[&key(&shared)].rate(),
-        b.latest[&key(&shared)].rate(),
-    );
-    assert!(ra + rb <= 10.0, "{ra} + {rb}");
-    assert!(
-        (4.5..=5.0).contains(&ra) && (4.5..=5.0).contains(&rb),
-        "{ra}, {rb}"
-    );
+    assert_halves_when_both_demand_twice_the_limit(&mut a, &mut b, &shared).await;
 }
