@@ -213,19 +213,15 @@ impl Drop for Stack {
 }
 
 fn start_ratelimitd(redis: &RedisServer, grpc_addr: &str, extra: &[String]) -> Ratelimitd {
-    let mut cmd = rld::command();
-    cmd.args([
-        "serve",
-        "--grpc-addr",
-        grpc_addr,
-        "--http-addr",
-        "127.0.0.1:0",
-    ])
-    .arg("--config")
-    .arg(rld::fixture("envoy/ratelimit.yaml"))
-    .args(["--redis-url", &redis.url()])
-    .args(extra);
-    Ratelimitd::spawn(cmd)
+    let config = rld::fixture("envoy/ratelimit.yaml");
+    let mut args = vec![
+        "--config".to_owned(),
+        config.display().to_string(),
+        "--redis-url".to_owned(),
+        redis.url(),
+    ];
+    args.extend_from_slice(extra);
+    Ratelimitd::start_on(grpc_addr, &args)
 }
 
 /// `duration_until_reset` of status `index` of a direct answer: whole seconds (the exact wait

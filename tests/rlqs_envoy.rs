@@ -97,18 +97,10 @@ async fn start_envoy(rlqs: SocketAddr, no_assignment: &str) -> Envoy {
 /// `ratelimitd serve` with the rules of `rlqs.ratelimit.yaml` on `grpc_addr` (`127.0.0.1:0`
 /// for a free port), `extra` appended.
 fn start_ratelimitd(grpc_addr: &str, extra: &[&str]) -> Ratelimitd {
-    let mut cmd = rld::command();
-    cmd.args([
-        "serve",
-        "--grpc-addr",
-        grpc_addr,
-        "--http-addr",
-        "127.0.0.1:0",
-    ])
-    .arg("--config")
-    .arg(rld::fixture("envoy/rlqs.ratelimit.yaml"))
-    .args(extra);
-    Ratelimitd::spawn(cmd)
+    let config = rld::fixture("envoy/rlqs.ratelimit.yaml");
+    let mut args = vec!["--config", config.to_str().expect("utf-8 path")];
+    args.extend_from_slice(extra);
+    Ratelimitd::start_on(grpc_addr, &args)
 }
 
 /// The sum of every series of metric `name` on `server`'s `/metrics`; 0 when absent.

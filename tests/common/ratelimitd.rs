@@ -120,19 +120,33 @@ impl Ratelimitd {
 
     /// Like [`Ratelimitd::start`], with extra environment variables.
     pub fn start_with_env(args: &[&str], envs: &[(&str, &str)]) -> Ratelimitd {
-        let mut full = vec![
+        let mut cmd = command();
+        cmd.args([
             "serve",
             "--grpc-addr",
             "127.0.0.1:0",
             "--http-addr",
             "127.0.0.1:0",
-        ];
-        full.extend_from_slice(args);
-        let mut cmd = command();
-        cmd.args(&full);
+        ])
+        .args(args);
         for (name, value) in envs {
             cmd.env(name, value);
         }
+        Ratelimitd::spawn(cmd)
+    }
+
+    /// Like [`Ratelimitd::start`], its gRPC port at `grpc_addr` (a port a restart can take
+    /// again).
+    pub fn start_on<S: AsRef<std::ffi::OsStr>>(grpc_addr: &str, args: &[S]) -> Ratelimitd {
+        let mut cmd = command();
+        cmd.args([
+            "serve",
+            "--grpc-addr",
+            grpc_addr,
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
+        .args(args);
         Ratelimitd::spawn(cmd)
     }
 
