@@ -383,7 +383,10 @@ pub async fn run(
         metrics_path: settings.metrics_path.clone(),
         statsd: settings.statsd.clone(),
         transport,
-        rlqs: settings.rlqs,
+        rlqs: RlqsSettings {
+            never_deny: settings.modes.shadow_mode || settings.modes.quota_mode,
+            ..settings.rlqs
+        },
         quota_demands: Demands::Memory(MemoryDemands::new()),
     };
     match settings.redis {
@@ -753,14 +756,18 @@ fn sweep_interval(idle_timeout: Duration) -> Duration {
     (idle_timeout / 10).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
 
-/// Abandons idle RLQS buckets until shutdown.
+/// Until shutdown: computes the shares of RLQS buckets that wait for it, and abandons idle
+/// buckets.
 async fn sweep_quotas(quotas: Arc<QuotaRegistry<Demands>>, stopping: CancellationToken) {
-    let mut ticks = tokio::time::interval(sweep_interval(quotas.settings().idle_timeout));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sweeps = tokio::time::interval(sweep_interval(quotas.settings().idle_timeout));
+    sweeps.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rebalances = tokio::time::interval(quotas.settings().rebalance_gap);
+    rebalances.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = stopping.cancelled() => return,
-            _ = ticks.tick() => quotas.sweep().await,
+            _ = sweeps.tick() => quotas.sweep().await,
+            _ = rebalances.tick() => quotas.rebalance_due().await,
         }
     }
 }
@@ -784,6 +791,12 @@ fn register_rlqs_metrics(metrics: &Metrics, quotas: &Arc<QuotaRegistry<Demands>>
         "ratelimitd_rlqs_assignments_sent_total",
         "RLQS bucket assignments sent to Envoys (new, changed and renewed).",
         move || sent.assignments_sent(),
+    );
+    let computations = quotas.clone();
+    metrics.register_counter(
+        "ratelimitd_rlqs_share_computations_total",
+        "Computations of an RLQS bucket's fair shares (at most one per bucket per 100 ms).",
+        move || computations.computations(),
     );
     let allowed = quotas.clone();
     metrics.register_labelled_counter(

@@ -1,6 +1,6 @@
 //! The rate limit quota service's domain (RLQS, Envoy's `rate_limit_quota` filter): which rule
 //! governs a bucket, how one rule's limit is shared among the Envoys reporting the bucket, and
-//! the token buckets and lifetimes of their assignments. The service itself is not served yet;
+//! the token buckets and lifetimes of their assignments. The service is `crate::service::rlqs`;
 //! `docs/rlqs.md` describes the design.
 
 pub mod bucket;

@@ -8,7 +8,7 @@ pub mod registry;
 pub mod settings;
 pub mod stream;
 
-pub use registry::QuotaRegistry;
+pub use registry::{QuotaRegistry, REBALANCE_GAP};
 pub use settings::RlqsSettings;
 pub use stream::RlqsService;
 

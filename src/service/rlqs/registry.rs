@@ -1,10 +1,14 @@
 //! Every subscribed bucket of every RLQS stream of this process, and what each stream was told.
 //!
 //! A bucket is keyed by its stream's domain and its id. Each stream reporting it keeps its own
-//! smoothed [`Demand`]; the demands go through [`QuotaDemands`], and each report recomputes the
-//! fair shares of the bucket's limit over every stream's demand. The reporting stream always gets
-//! its assignment (which renews its time to live); any other stream only when its assignment
-//! changed. A stream leaving, a bucket going idle and a rule changing re-balance the others.
+//! smoothed [`Demand`], updated by every report. A bucket's fair shares are computed over every
+//! stream's demand (through [`QuotaDemands`], so over every replica's streams) at most once per
+//! [`RlqsSettings::rebalance_gap`]: a report arriving sooner is answered with the assignment its stream already
+//! holds (which renews its time to live), and its demand counts at the next computation, due at
+//! most a gap later. So a report costs O(1) per bucket, and a bucket O(streams) per gap, however
+//! many Envoys report it. A computation sends the reporting stream its assignment in any case, and
+//! any other stream only when its assignment changed. A stream leaving, a bucket going idle and a
+//! rule changing re-balance the others.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +34,14 @@ use crate::store::{QuotaDemands, StreamDemand};
 
 /// The `rule` label of buckets no rule matches.
 pub const UNMATCHED: &str = "unmatched";
+
+/// The shortest time between two computations of one bucket's shares (the default of
+/// [`RlqsSettings::rebalance_gap`]): reports and streams coming and going in between are folded
+/// into the next one, which [`QuotaRegistry::rebalance_due`] runs when no report does. A tenth
+/// of a second keeps a newcomer's first assignment and a departure's release prompt (Envoy
+/// reports every 5 s), while a bucket that 1 000 Envoys report costs 1 000 demands ten times a
+/// second, not a million.
+pub const REBALANCE_GAP: Duration = Duration::from_millis(100);
 
 /// A bucket of a domain.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -58,11 +70,37 @@ struct Member {
     sent: Option<Assignment>,
 }
 
+impl Member {
+    fn new(now: Instant) -> Member {
+        Member {
+            demand: Demand::new(),
+            last_used: now,
+            share: None,
+            sent_raw: None,
+            sent: None,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct BucketState {
+    /// The key this state is held under, shared with the streams' sets and outboxes.
+    key: Arc<BucketKey>,
     rule: String,
     strategy: QuotaStrategy,
-    members: BTreeMap<u64, Member>,
+    members: HashMap<u64, Member>,
+    /// When the shares were last computed (`None`: never).
+    computed_at: Option<Instant>,
+    /// Whether the bucket is in [`State::due`].
+    due: bool,
+}
+
+impl BucketState {
+    /// Whether a computation may start at `now`: none ran in the last `gap`.
+    fn may_compute(&self, now: Instant, gap: Duration) -> bool {
+        self.computed_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= gap)
+    }
 }
 
 /// What a stream is waiting to send, and whether it ends.
@@ -75,14 +113,26 @@ pub struct Outbox {
 #[derive(Debug, Default)]
 struct Pending {
     /// The latest action per bucket: at most one per bucket the stream subscribed.
-    actions: HashMap<BucketId, Action>,
+    actions: HashMap<Arc<BucketKey>, Action>,
     end: Option<Result<(), Status>>,
 }
 
 impl Outbox {
-    fn push(&self, bucket: &BucketId, action: Action) {
-        self.pending.lock().actions.insert(bucket.clone(), action);
-        self.notify.notify_one();
+    fn push(&self, bucket: &Arc<BucketKey>, action: Action) {
+        self.push_all(std::iter::once((bucket.clone(), action)));
+    }
+
+    fn push_all(&self, actions: impl IntoIterator<Item = (Arc<BucketKey>, Action)>) {
+        let mut pending = self.pending.lock();
+        let mut pushed = false;
+        for (bucket, action) in actions {
+            pending.actions.insert(bucket, action);
+            pushed = true;
+        }
+        drop(pending);
+        if pushed {
+            self.notify.notify_one();
+        }
     }
 
     /// Ends the stream once what is pending is sent: with `status`, or cleanly.
@@ -102,12 +152,14 @@ impl Outbox {
             {
                 let mut pending = self.pending.lock();
                 if !pending.actions.is_empty() {
-                    let mut actions: Vec<(BucketId, Action)> = pending.actions.drain().collect();
-                    actions.sort_by(|a, b| a.0.cmp(&b.0));
+                    let mut actions: Vec<(Arc<BucketKey>, Action)> =
+                        pending.actions.drain().collect();
+                    drop(pending);
+                    actions.sort_by(|a, b| a.0.bucket.cmp(&b.0.bucket));
                     return Some(Ok(RateLimitQuotaResponse {
                         bucket_action: actions
                             .iter()
-                            .map(|(bucket, action)| convert::bucket_action(bucket, action))
+                            .map(|(key, action)| convert::bucket_action(&key.bucket, action))
                             .collect(),
                     }));
                 }
@@ -128,14 +180,18 @@ impl Outbox {
 #[derive(Debug)]
 struct StreamEntry {
     outbox: Arc<Outbox>,
-    buckets: HashSet<BucketKey>,
+    buckets: HashSet<Arc<BucketKey>>,
     unknown_domain_logged: bool,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    buckets: HashMap<BucketKey, BucketState>,
+    /// Each bucket's key is shared with the streams' sets and outboxes, not copied.
+    buckets: HashMap<Arc<BucketKey>, BucketState>,
     streams: HashMap<u64, StreamEntry>,
+    /// Buckets whose shares wait for a computation: a report, a stream joining or leaving since
+    /// the last one.
+    due: HashSet<Arc<BucketKey>>,
     /// rule label -> (allowed, denied) reported.
     reported: BTreeMap<String, (u64, u64)>,
 }
@@ -174,6 +230,7 @@ pub struct QuotaRegistry<D> {
     state: Mutex<State>,
     next_stream: AtomicU64,
     assignments_sent: AtomicU64,
+    computations: AtomicU64,
     ttl: Duration,
     store_errors: WarnThrottle,
 }
@@ -187,6 +244,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             state: Mutex::new(State::default()),
             next_stream: AtomicU64::new(first_stream_id()),
             assignments_sent: AtomicU64::new(0),
+            computations: AtomicU64::new(0),
             ttl: assignment_ttl(settings.report_period, DEFAULT_TTL_PERIODS),
             store_errors: WarnThrottle::new(),
         }
@@ -226,106 +284,192 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
         let rule = found
             .as_ref()
             .map_or_else(|| UNMATCHED.to_owned(), |found| found.limit.path.clone());
-        let strategy = QuotaStrategy::for_rule(
-            found.map(|found| found.limit.as_ref()),
-            self.settings.unmatched,
-        );
+        let strategy = if self.settings.never_deny {
+            QuotaStrategy::Blanket(BlanketRule::AllowAll)
+        } else {
+            QuotaStrategy::for_rule(
+                found.map(|found| found.limit.as_ref()),
+                self.settings.unmatched,
+            )
+        };
         (rule, strategy)
     }
 
-    /// Applies one usage report of `stream`: subscribes new buckets, updates demands and sends
-    /// the assignments. An error ends the stream (the bucket cap).
+    /// Applies one usage report of `stream`: subscribes new buckets, updates demands, and
+    /// answers each bucket with the stream's assignment, computing the bucket's shares first
+    /// when the last computation is a gap old. An error ends the stream (the bucket cap); the
+    /// buckets before the one beyond the cap are applied.
     pub async fn report(
         &self,
         stream: u64,
         reports: RateLimitQuotaUsageReports,
     ) -> Result<(), Status> {
         let rules = self.rules.load_full();
-        if rules.domain(&reports.domain).is_none() {
-            let mut state = self.state.lock();
-            if let Some(entry) = state.streams.get_mut(&stream) {
-                if !entry.unknown_domain_logged {
-                    entry.unknown_domain_logged = true;
-                    tracing::warn!(
-                        domain = %reports.domain,
-                        stream,
-                        "RLQS report for a domain no configuration defines: its buckets get the unmatched blanket rule (--rlqs-unmatched)"
+        let known_domain = rules.domain(&reports.domain).is_some();
+        let now = Instant::now();
+        let mut compute_now: Vec<Arc<BucketKey>> = Vec::new();
+        let mut refused = None;
+        {
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            let Some(entry) = state.streams.get_mut(&stream) else {
+                return Ok(());
+            };
+            if !known_domain && !entry.unknown_domain_logged {
+                entry.unknown_domain_logged = true;
+                tracing::warn!(
+                    domain = %reports.domain,
+                    stream,
+                    "RLQS report for a domain no configuration defines: its buckets get the unmatched blanket rule (--rlqs-unmatched)"
+                );
+            }
+            let mut answers: Vec<(Arc<BucketKey>, Action)> = Vec::new();
+            for usage in reports.bucket_quota_usages {
+                let bucket = match convert::bucket_id(usage.bucket_id.as_ref()) {
+                    Ok(bucket) => bucket,
+                    Err(error) => {
+                        tracing::debug!(stream, %error, "RLQS bucket ignored");
+                        continue;
+                    }
+                };
+                let key = BucketKey {
+                    domain: reports.domain.clone(),
+                    bucket,
+                };
+                if !state.buckets.contains_key(&key) {
+                    let (rule, strategy) = self.rule_of(&rules, &key);
+                    let key = Arc::new(key.clone());
+                    state.buckets.insert(
+                        key.clone(),
+                        BucketState {
+                            key,
+                            rule,
+                            strategy,
+                            members: HashMap::new(),
+                            computed_at: None,
+                            due: false,
+                        },
                     );
                 }
-            }
-        }
-        for usage in reports.bucket_quota_usages {
-            let bucket = match convert::bucket_id(usage.bucket_id.as_ref()) {
-                Ok(bucket) => bucket,
-                Err(error) => {
-                    tracing::debug!(stream, %error, "RLQS bucket ignored");
+                let Some(bucket) = state.buckets.get_mut(&key) else {
                     continue;
-                }
-            };
-            let key = BucketKey {
-                domain: reports.domain.clone(),
-                bucket,
-            };
-            let elapsed = convert::elapsed(usage.time_elapsed.as_ref());
-            let (allowed, denied) = (usage.num_requests_allowed, usage.num_requests_denied);
-            let (strategy, demand) = {
-                let mut guard = self.state.lock();
-                let state = &mut *guard;
-                let Some(entry) = state.streams.get_mut(&stream) else {
-                    return Ok(());
                 };
-                if !entry.buckets.contains(&key) {
+                let key = bucket.key.clone();
+                if !bucket.members.contains_key(&stream) {
                     if entry.buckets.len() >= self.settings.max_buckets_per_stream {
-                        return Err(Status::resource_exhausted(format!(
+                        refused = Some(Status::resource_exhausted(format!(
                             "this stream reports more than {} buckets (--rlqs-max-buckets-per-stream)",
                             self.settings.max_buckets_per_stream
                         )));
+                        if bucket.members.is_empty() {
+                            state.buckets.remove(&key);
+                        }
+                        break;
                     }
                     entry.buckets.insert(key.clone());
                 }
-                let bucket = match state.buckets.get_mut(&key) {
-                    Some(bucket) => bucket,
-                    None => {
-                        let (rule, strategy) = self.rule_of(&rules, &key);
-                        state.buckets.entry(key.clone()).or_insert(BucketState {
-                            rule,
-                            strategy,
-                            members: BTreeMap::new(),
-                        })
-                    }
-                };
-                let now = Instant::now();
-                let member = bucket.members.entry(stream).or_insert(Member {
-                    demand: Demand::new(),
-                    last_used: now,
-                    share: None,
-                    sent_raw: None,
-                    sent: None,
-                });
+                let may_compute = bucket.may_compute(now, self.settings.rebalance_gap);
+                let member = bucket
+                    .members
+                    .entry(stream)
+                    .or_insert_with(|| Member::new(now));
+                let elapsed = convert::elapsed(usage.time_elapsed.as_ref());
+                let (allowed, denied) = (usage.num_requests_allowed, usage.num_requests_denied);
                 member
                     .demand
                     .observe(allowed, denied, elapsed, DEFAULT_HALF_LIFE);
                 if allowed > 0 || denied > 0 {
                     member.last_used = now;
                 }
-                let counts = state.reported.entry(bucket.rule.clone()).or_default();
-                counts.0 = counts.0.saturating_add(allowed);
-                counts.1 = counts.1.saturating_add(denied);
-                (bucket.strategy, member.demand.rate())
-            };
-            let all = match strategy {
-                QuotaStrategy::Blanket(_) => None,
-                QuotaStrategy::Limited(_) => {
-                    let published = self
-                        .demands
-                        .publish(&key.demands_key(), stream, demand, self.ttl)
-                        .await;
-                    self.demands_or_local(published)
+                match state.reported.get_mut(&bucket.rule) {
+                    Some(counts) => {
+                        counts.0 = counts.0.saturating_add(allowed);
+                        counts.1 = counts.1.saturating_add(denied);
+                    }
+                    None => {
+                        state
+                            .reported
+                            .insert(bucket.rule.clone(), (allowed, denied));
+                    }
                 }
-            };
-            self.rebalance(&key, all, Some(stream));
+                match bucket.strategy {
+                    QuotaStrategy::Blanket(rule) => {
+                        let assignment = Assignment::Blanket(rule);
+                        member.share = None;
+                        member.sent_raw = Some(assignment);
+                        member.sent = Some(assignment);
+                        answers.push((key, self.assign(assignment)));
+                    }
+                    QuotaStrategy::Limited(_) if may_compute => {
+                        // Claimed here, so that the reports of other streams arriving before
+                        // the computation starts do not start their own.
+                        bucket.computed_at = Some(now);
+                        compute_now.push(key);
+                    }
+                    QuotaStrategy::Limited(_) => {
+                        if let Some(sent) = member.sent {
+                            answers.push((key.clone(), self.assign(sent)));
+                        }
+                        if !bucket.due {
+                            bucket.due = true;
+                            state.due.insert(key);
+                        }
+                    }
+                }
+            }
+            self.assignments_sent
+                .fetch_add(answers.len() as u64, Ordering::Relaxed);
+            entry.outbox.push_all(answers);
         }
-        Ok(())
+        for key in compute_now {
+            self.compute(&key, Some(stream)).await;
+        }
+        refused.map_or(Ok(()), Err)
+    }
+
+    fn assign(&self, assignment: Assignment) -> Action {
+        Action::Assign {
+            assignment,
+            ttl: self.ttl,
+        }
+    }
+
+    /// Computes `key`'s shares now: publishes this process's streams' demands, reads every
+    /// replica's, and sends the assignments that changed, and `reporter`'s in any case.
+    async fn compute(&self, key: &Arc<BucketKey>, reporter: Option<u64>) {
+        let local: Option<Vec<(u64, StreamDemand)>> = {
+            let mut state = self.state.lock();
+            state.due.remove(key);
+            let Some(bucket) = state.buckets.get_mut(key) else {
+                return;
+            };
+            bucket.computed_at = Some(Instant::now());
+            bucket.due = false;
+            self.computations.fetch_add(1, Ordering::Relaxed);
+            match bucket.strategy {
+                QuotaStrategy::Limited(_) if self.demands.shared() => {
+                    let mut local: Vec<(u64, StreamDemand)> = bucket
+                        .members
+                        .iter()
+                        .map(|(id, member)| (*id, member.demand.rate()))
+                        .collect();
+                    local.sort_unstable_by_key(|(id, _)| *id);
+                    Some(local)
+                }
+                _ => None,
+            }
+        };
+        let all = match local {
+            None => None,
+            Some(local) => {
+                let published = self
+                    .demands
+                    .publish(&key.demands_key(), &local, self.ttl)
+                    .await;
+                self.demands_or_local(published)
+            }
+        };
+        self.rebalance(key, all, reporter);
     }
 
     fn demands_or_local(
@@ -351,7 +495,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
     /// queues those that changed, and `reporter`'s in any case.
     fn rebalance(
         &self,
-        key: &BucketKey,
+        key: &Arc<BucketKey>,
         all: Option<Vec<(u64, StreamDemand)>>,
         reporter: Option<u64>,
     ) {
@@ -369,8 +513,9 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             }
             QuotaStrategy::Limited(rate) => {
                 let mut all = all.unwrap_or_default();
+                let shared: HashSet<u64> = all.iter().map(|(id, _)| *id).collect();
                 for (id, member) in &bucket.members {
-                    if !all.iter().any(|(other, _)| other == id) {
+                    if !shared.contains(id) {
                         all.push((*id, member.demand.rate()));
                     }
                 }
@@ -387,6 +532,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 }
             }
         }
+        let mut sent = 0;
         for (id, share, assignment) in raw {
             let (Some(member), Some(entry)) = (bucket.members.get_mut(&id), state.streams.get(&id))
             else {
@@ -397,78 +543,60 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             if !changed && reporter != Some(id) {
                 continue;
             }
-            let sent = match (changed, assignment, member.sent) {
-                (false, _, Some(sent)) => sent,
+            let to_send = match (changed, assignment, member.sent) {
+                (false, _, Some(previous)) => previous,
                 (_, Assignment::TokenBucket(new), Some(Assignment::TokenBucket(previous))) => {
                     Assignment::TokenBucket(new.distinct_from(&previous))
                 }
                 _ => assignment,
             };
             member.sent_raw = Some(assignment);
-            member.sent = Some(sent);
-            entry.outbox.push(
-                &key.bucket,
-                Action::Assign {
-                    assignment: sent,
-                    ttl: self.ttl,
-                },
-            );
-            self.assignments_sent.fetch_add(1, Ordering::Relaxed);
+            member.sent = Some(to_send);
+            entry.outbox.push(key, self.assign(to_send));
+            sent += 1;
         }
+        self.assignments_sent.fetch_add(sent, Ordering::Relaxed);
     }
 
-    /// Re-balances `keys` after streams left them.
-    async fn rebalance_after_leaving(&self, left: Vec<(BucketKey, u64)>) {
-        let mut touched: Vec<BucketKey> = Vec::new();
+    /// Forgets `left` streams' demands in the store, then their membership, and marks the
+    /// buckets they left due for a computation (the others' shares can only grow, so it may
+    /// wait for the next tick).
+    async fn forget(&self, left: Vec<(Arc<BucketKey>, u64)>) {
+        let mut by_bucket: HashMap<Arc<BucketKey>, Vec<u64>> = HashMap::new();
         for (key, stream) in left {
-            self.demands.remove(&key.demands_key(), stream).await;
-            if !touched.contains(&key) {
-                touched.push(key);
-            }
+            by_bucket.entry(key).or_default().push(stream);
         }
-        for key in touched {
-            self.rebalance_from_store(&key, None).await;
+        for (key, streams) in &by_bucket {
+            self.demands.remove(&key.demands_key(), streams).await;
+        }
+        let mut state = self.state.lock();
+        for (key, streams) in by_bucket {
+            let Some(bucket) = state.buckets.get_mut(&key) else {
+                continue;
+            };
+            for stream in &streams {
+                bucket.members.remove(stream);
+            }
+            if bucket.members.is_empty() {
+                state.buckets.remove(&key);
+                state.due.remove(&key);
+            } else {
+                bucket.due = true;
+                state.due.insert(key);
+            }
         }
     }
 
-    async fn rebalance_from_store(&self, key: &BucketKey, reporter: Option<u64>) {
-        let limited = {
-            let state = self.state.lock();
-            match state.buckets.get(key) {
-                None => return,
-                Some(bucket) => matches!(bucket.strategy, QuotaStrategy::Limited(_)),
-            }
-        };
-        let all = if limited {
-            let read = self.demands.read(&key.demands_key()).await;
-            self.demands_or_local(read)
-        } else {
-            None
-        };
-        self.rebalance(key, all, reporter);
-    }
-
-    /// Forgets a stream that ended and re-balances the buckets it reported.
+    /// Forgets a stream that ended; the buckets it reported re-balance at the next tick.
     pub async fn leave(&self, stream: u64) {
-        let left = {
-            let mut guard = self.state.lock();
-            let state = &mut *guard;
+        let left: Vec<(Arc<BucketKey>, u64)> = {
+            let mut state = self.state.lock();
             let Some(entry) = state.streams.remove(&stream) else {
                 return;
             };
-            let mut left = Vec::new();
-            for key in entry.buckets {
-                if let Some(bucket) = state.buckets.get_mut(&key) {
-                    bucket.members.remove(&stream);
-                    if bucket.members.is_empty() {
-                        state.buckets.remove(&key);
-                    }
-                }
-                left.push((key, stream));
-            }
-            left
+            entry.buckets.into_iter().map(|key| (key, stream)).collect()
         };
-        self.rebalance_after_leaving(left).await;
+        self.forget(left).await;
     }
 
     /// Abandons every bucket of a stream idle for longer than `--rlqs-idle-timeout`: the stream
@@ -479,8 +607,8 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             let mut guard = self.state.lock();
             let state = &mut *guard;
             let mut left = Vec::new();
-            state.buckets.retain(|key, bucket| {
-                bucket.members.retain(|id, member| {
+            for (key, bucket) in &state.buckets {
+                for (id, member) in &bucket.members {
                     let idle = should_abandon(
                         Duration::ZERO,
                         now.saturating_duration_since(member.last_used),
@@ -489,14 +617,12 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                     if idle {
                         left.push((key.clone(), *id));
                     }
-                    !idle
-                });
-                !bucket.members.is_empty()
-            });
+                }
+            }
             for (key, id) in &left {
                 if let Some(entry) = state.streams.get_mut(id) {
                     entry.buckets.remove(key);
-                    entry.outbox.push(&key.bucket, Action::Abandon);
+                    entry.outbox.push(key, Action::Abandon);
                 }
             }
             left
@@ -506,7 +632,32 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 buckets = left.len(),
                 "RLQS buckets abandoned after their idle time"
             );
-            self.rebalance_after_leaving(left).await;
+            self.forget(left).await;
+        }
+    }
+
+    /// Computes the shares of every bucket due whose last computation is a gap old: buckets
+    /// whose streams came or went, or reported in the gap. Called every [`REBALANCE_GAP`].
+    pub async fn rebalance_due(&self) {
+        let now = Instant::now();
+        let keys: Vec<Arc<BucketKey>> = {
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            let buckets = &state.buckets;
+            state.due.retain(|key| buckets.contains_key(key));
+            state
+                .due
+                .iter()
+                .filter(|key| {
+                    buckets
+                        .get(*key)
+                        .is_some_and(|b| b.may_compute(now, self.settings.rebalance_gap))
+                })
+                .cloned()
+                .collect()
+        };
+        for key in keys {
+            self.compute(&key, None).await;
         }
     }
 
@@ -514,7 +665,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
     /// on every subscribed stream, without waiting for a report.
     pub async fn rules_changed(&self) {
         let rules = self.rules.load_full();
-        let keys: Vec<BucketKey> = {
+        let keys: Vec<Arc<BucketKey>> = {
             let mut state = self.state.lock();
             let mut keys = Vec::with_capacity(state.buckets.len());
             for (key, bucket) in state.buckets.iter_mut() {
@@ -526,7 +677,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             keys
         };
         for key in keys {
-            self.rebalance_from_store(&key, None).await;
+            self.compute(&key, None).await;
         }
     }
 
@@ -545,6 +696,11 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
         self.assignments_sent.load(Ordering::Relaxed)
     }
 
+    /// Computations of a bucket's shares, all buckets.
+    pub fn computations(&self) -> u64 {
+        self.computations.load(Ordering::Relaxed)
+    }
+
     /// Requests reported (allowed, denied) per rule label.
     pub fn reported(&self) -> Vec<(String, u64, u64)> {
         self.state
@@ -561,11 +717,8 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
         let mut views: Vec<BucketView> = state
             .buckets
             .iter()
-            .map(|(key, bucket)| BucketView {
-                key: key.clone(),
-                rule: bucket.rule.clone(),
-                strategy: bucket.strategy,
-                streams: bucket
+            .map(|(key, bucket)| {
+                let mut streams: Vec<MemberView> = bucket
                     .members
                     .iter()
                     .map(|(id, member)| MemberView {
@@ -574,10 +727,164 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                         share: member.share,
                         assignment: member.sent,
                     })
-                    .collect(),
+                    .collect();
+                streams.sort_unstable_by_key(|view| view.stream);
+                BucketView {
+                    key: BucketKey::clone(key),
+                    rule: bucket.rule.clone(),
+                    strategy: bucket.strategy,
+                    streams,
+                }
             })
             .collect();
         views.sort_by(|a, b| a.key.cmp(&b.key));
         views
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::parse_domain;
+    use crate::limiter::quota::TokenBucketAssignment;
+    use crate::proto::rlqs;
+    use crate::proto::rlqs::rate_limit_quota_usage_reports::BucketQuotaUsage;
+    use crate::store::MemoryDemands;
+
+    const CONFIG: &str = "domain: d\ndescriptors:\n  - key: name\n    rate_limit: {unit: second, requests_per_unit: 10}\n";
+
+    fn registry(gap: Duration) -> QuotaRegistry<MemoryDemands> {
+        registry_with(RlqsSettings {
+            rebalance_gap: gap,
+            ..RlqsSettings::default()
+        })
+    }
+
+    fn registry_with(settings: RlqsSettings) -> QuotaRegistry<MemoryDemands> {
+        let domain = match parse_domain(Path::new("quota.yaml"), CONFIG) {
+            Ok(domain) => domain,
+            Err(errors) => panic!("unexpected errors:\n{errors}"),
+        };
+        let rules = Rules {
+            domains: [("d".to_owned(), domain)].into_iter().collect(),
+        };
+        QuotaRegistry::new(
+            Arc::new(ArcSwap::from_pointee(rules)),
+            settings,
+            MemoryDemands::new(),
+        )
+    }
+
+    fn report(allowed: u64, elapsed_s: i64) -> RateLimitQuotaUsageReports {
+        RateLimitQuotaUsageReports {
+            domain: "d".into(),
+            bucket_quota_usages: vec![BucketQuotaUsage {
+                bucket_id: Some(rlqs::BucketId {
+                    bucket: [("name".to_owned(), "api".to_owned())]
+                        .into_iter()
+                        .collect(),
+                }),
+                time_elapsed: Some(prost_types::Duration {
+                    seconds: elapsed_s,
+                    nanos: 0,
+                }),
+                num_requests_allowed: allowed,
+                num_requests_denied: 0,
+            }],
+        }
+    }
+
+    /// The tokens per second of the token bucket waiting in `outbox`, if one waits; takes it.
+    fn told(outbox: &Outbox) -> Option<f64> {
+        let mut pending = outbox.pending.lock();
+        let actions: Vec<Action> = pending.actions.drain().map(|(_, action)| action).collect();
+        match actions.as_slice() {
+            [] => None,
+            [Action::Assign {
+                assignment: Assignment::TokenBucket(bucket),
+                ..
+            }] => Some(rate(bucket)),
+            other => panic!("one token bucket expected: {other:?}"),
+        }
+    }
+
+    fn rate(bucket: &TokenBucketAssignment) -> f64 {
+        f64::from(bucket.tokens_per_fill) / bucket.fill_interval.as_secs_f64()
+    }
+
+    #[tokio::test]
+    async fn reports_within_the_gap_are_answered_without_a_computation() {
+        let registry = registry(Duration::from_secs(3600));
+        let (a, outbox_a) = registry.open().expect("a stream");
+        let (b, outbox_b) = registry.open().expect("a stream");
+        registry.report(a, report(1, 0)).await.expect("applied");
+        assert_eq!(told(&outbox_a), Some(10.0), "alone: all of L");
+        assert_eq!(registry.computations(), 1);
+
+        registry.report(b, report(1, 0)).await.expect("applied");
+        assert_eq!(
+            told(&outbox_b),
+            None,
+            "a newcomer waits for the next computation"
+        );
+        for _ in 0..100 {
+            registry.report(a, report(50, 5)).await.expect("applied");
+            assert_eq!(told(&outbox_a), Some(10.0), "renewed as it was");
+        }
+        registry.rebalance_due().await;
+        assert_eq!(
+            registry.computations(),
+            1,
+            "101 reports within the gap, one computation"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_next_computation_counts_what_the_gap_held() {
+        let registry = registry(Duration::ZERO);
+        let (a, outbox_a) = registry.open().expect("a stream");
+        let (b, outbox_b) = registry.open().expect("a stream");
+        registry.report(a, report(1, 0)).await.expect("applied");
+        assert_eq!(told(&outbox_a), Some(10.0));
+        registry.report(b, report(1, 0)).await.expect("applied");
+        assert_eq!(told(&outbox_b), Some(5.0), "a newcomer's equal share");
+        assert_eq!(told(&outbox_a), Some(5.0), "pushed to the other");
+
+        registry.leave(b).await;
+        assert_eq!(told(&outbox_a), None, "a departure waits for the tick");
+        registry.rebalance_due().await;
+        assert_eq!(told(&outbox_a), Some(10.0), "released at the tick");
+        registry.rebalance_due().await;
+        assert_eq!(told(&outbox_a), None, "nothing due, nothing sent");
+    }
+
+    #[tokio::test]
+    async fn global_shadow_or_quota_mode_allows_every_bucket_and_still_counts() {
+        let registry = registry_with(RlqsSettings {
+            never_deny: true,
+            ..RlqsSettings::default()
+        });
+        let (a, outbox) = registry.open().expect("a stream");
+        registry.report(a, report(7, 5)).await.expect("applied");
+        let actions: Vec<Action> = outbox
+            .pending
+            .lock()
+            .actions
+            .drain()
+            .map(|(_, a)| a)
+            .collect();
+        assert!(
+            matches!(
+                actions.as_slice(),
+                [Action::Assign {
+                    assignment: Assignment::Blanket(BlanketRule::AllowAll),
+                    ..
+                }]
+            ),
+            "{actions:?}"
+        );
+        assert_eq!(registry.reported(), vec![("d.name".to_owned(), 7, 0)]);
     }
 }

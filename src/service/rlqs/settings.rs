@@ -21,6 +21,12 @@ pub struct RlqsSettings {
     /// Envoy's report period (5 s in Envoy 1.40, whatever its `reporting_interval` says): the
     /// assignment time to live is a few of them.
     pub report_period: Duration,
+    /// The shortest time between two computations of one bucket's shares
+    /// ([`super::REBALANCE_GAP`]; no flag).
+    pub rebalance_gap: Duration,
+    /// Global shadow or quota mode (`--shadow-mode`, `--quota-mode`): no limit denies, so every
+    /// bucket gets ALLOW_ALL, as every RLS answer is OK; reports are still counted.
+    pub never_deny: bool,
 }
 
 impl RlqsSettings {
@@ -38,6 +44,8 @@ impl Default for RlqsSettings {
             max_buckets_per_stream: RlqsSettings::DEFAULT_MAX_BUCKETS_PER_STREAM,
             max_streams: RlqsSettings::DEFAULT_MAX_STREAMS,
             report_period: DEFAULT_REPORT_PERIOD,
+            rebalance_gap: super::REBALANCE_GAP,
+            never_deny: false,
         }
     }
 }

@@ -43,11 +43,11 @@ impl RedisDemands {
     async fn call(
         &self,
         bucket: &str,
-        args: [String; 3],
+        args: &[String],
     ) -> Result<Vec<(u64, StreamDemand)>, String> {
         let reply = self
             .store
-            .run_side_script(&DEMANDS, &self.key(bucket), &args)
+            .run_side_script(&DEMANDS, &self.key(bucket), args)
             .await
             .map_err(|error| error.to_string())?;
         parse(reply)
@@ -55,30 +55,34 @@ impl RedisDemands {
 }
 
 impl QuotaDemands for RedisDemands {
+    fn shared(&self) -> bool {
+        true
+    }
+
     async fn publish(
         &self,
         bucket: &str,
-        stream: u64,
-        demand: StreamDemand,
+        streams: &[(u64, StreamDemand)],
         ttl: Duration,
     ) -> Result<Vec<(u64, StreamDemand)>, String> {
-        let demand = demand.map(|rate| format!("{rate}")).unwrap_or_default();
-        let ttl_ms = ttl.as_millis().max(1).to_string();
-        self.call(bucket, [stream.to_string(), demand, ttl_ms])
-            .await
+        let mut args = Vec::with_capacity(1 + 2 * streams.len());
+        args.push(ttl.as_millis().max(1).to_string());
+        for (stream, demand) in streams {
+            args.push(stream.to_string());
+            args.push(demand.map(|rate| format!("{rate}")).unwrap_or_default());
+        }
+        self.call(bucket, &args).await
     }
 
-    async fn read(&self, bucket: &str) -> Result<Vec<(u64, StreamDemand)>, String> {
-        self.call(bucket, [String::new(), String::new(), String::new()])
-            .await
-    }
-
-    async fn remove(&self, bucket: &str, stream: u64) {
-        let removed = self
-            .call(bucket, [stream.to_string(), "-".into(), String::new()])
-            .await;
-        if let Err(error) = removed {
-            tracing::debug!(%error, "RLQS demand not removed from Redis; it expires by itself");
+    async fn remove(&self, bucket: &str, streams: &[u64]) {
+        let mut args = Vec::with_capacity(1 + 2 * streams.len());
+        args.push("0".to_owned());
+        for stream in streams {
+            args.push(stream.to_string());
+            args.push("-".to_owned());
+        }
+        if let Err(error) = self.call(bucket, &args).await {
+            tracing::debug!(%error, "RLQS demands not removed from Redis; they expire by themselves");
         }
     }
 }

@@ -78,6 +78,9 @@ fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// How long after the last report the streams still get to finish.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
 /// What every stream adds to while measuring.
 struct Measured {
     latency_ns: Histogram<u64>,
@@ -115,6 +118,7 @@ async fn drive(args: &RlqsArgs) -> Result<(), String> {
         unanswered: 0,
         ended: Vec::new(),
     }));
+    let rss_before = args.server_pid.and_then(crate::procstat::vm_rss_kib);
     let start = Instant::now();
     let measure_from = start + args.warmup;
     let end = measure_from + args.duration;
@@ -140,8 +144,14 @@ async fn drive(args: &RlqsArgs) -> Result<(), String> {
     let rss_at_start = args.server_pid.and_then(crate::procstat::vm_rss_kib);
     let cpu_at_end = wait_and_read_cpu(end, args.server_pid).await;
     let rss_at_end = args.server_pid.and_then(crate::procstat::vm_rss_kib);
+    // A saturated server may hold a stream's sends back past the end: the figures are taken,
+    // so such streams are stopped rather than waited for.
+    let stop_by = tokio::time::Instant::from_std(end + args.interval + STOP_GRACE);
     for task in tasks {
-        let _ = task.await;
+        let abort = task.abort_handle();
+        if tokio::time::timeout_at(stop_by, task).await.is_err() {
+            abort.abort();
+        }
     }
     let measured = measured.lock();
     print_figures(
@@ -150,7 +160,7 @@ async fn drive(args: &RlqsArgs) -> Result<(), String> {
         cpu_at_start
             .zip(cpu_at_end)
             .map(|(a, b)| b.saturating_sub(a)),
-        rss_at_start.or(rss_at_end),
+        (rss_before, rss_at_start.or(rss_at_end)),
     );
     if measured.ended.len() as u64 >= u64::from(args.streams) {
         return Err(format!(
@@ -219,13 +229,22 @@ async fn one_stream(
     if tx.send(report(true)).await.is_err() {
         return;
     }
-    let responses = client
-        .stream_rate_limit_quotas(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await;
+    let responses = tokio::time::timeout_at(
+        end.into(),
+        client.stream_rate_limit_quotas(tokio_stream::wrappers::ReceiverStream::new(rx)),
+    )
+    .await;
     let mut responses = match responses {
-        Ok(responses) => responses.into_inner(),
-        Err(status) => {
+        Ok(Ok(responses)) => responses.into_inner(),
+        Ok(Err(status)) => {
             measured.lock().ended.push(status.to_string());
+            return;
+        }
+        Err(_) => {
+            measured
+                .lock()
+                .ended
+                .push("the stream was not opened before the end".to_owned());
             return;
         }
     };
@@ -263,8 +282,9 @@ async fn one_stream(
             m.reports += 1;
             m.unanswered += left;
         }
-        if tx.send(report(false)).await.is_err() {
-            break;
+        match tokio::time::timeout_at(end.into(), tx.send(report(false))).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) | Err(_) => break,
         }
         next += interval;
     }
@@ -319,7 +339,12 @@ fn take(
     }
 }
 
-fn print_figures(args: &RlqsArgs, m: &Measured, cpu_us: Option<u64>, rss_kib: Option<u64>) {
+fn print_figures(
+    args: &RlqsArgs,
+    m: &Measured,
+    cpu_us: Option<u64>,
+    (rss_before_kib, rss_kib): (Option<u64>, Option<u64>),
+) {
     let ms = |q: f64| m.latency_ns.value_at_quantile(q) as f64 / 1e6;
     let bucket_reports = m.reports * u64::from(args.buckets);
     println!(
@@ -347,10 +372,12 @@ fn print_figures(args: &RlqsArgs, m: &Measured, cpu_us: Option<u64>, rss_kib: Op
     }
     if let Some(rss_kib) = rss_kib {
         let held = u64::from(args.streams) * u64::from(args.buckets);
+        let before = rss_before_kib.unwrap_or(0);
         println!(
-            "server VmRSS {} MiB, {:.0} bytes per stream bucket held ({held})",
+            "server VmRSS {} MiB ({} MiB before the streams), {:.0} bytes of growth per stream bucket held ({held})",
             rss_kib / 1024,
-            rss_kib as f64 * 1024.0 / held as f64
+            before / 1024,
+            rss_kib.saturating_sub(before) as f64 * 1024.0 / held as f64
         );
     }
     if !m.ended.is_empty() {
