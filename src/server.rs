@@ -795,7 +795,7 @@ fn register_rlqs_metrics(metrics: &Metrics, quotas: &Arc<QuotaRegistry<Demands>>
     let computations = quotas.clone();
     metrics.register_counter(
         "ratelimitd_rlqs_share_computations_total",
-        "Computations of an RLQS bucket's fair shares (at most one per bucket per 100 ms).",
+        "Computations of an RLQS bucket's fair shares (at most ten per bucket per second).",
         move || computations.computations(),
     );
     let allowed = quotas.clone();

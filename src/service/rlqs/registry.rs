@@ -3,7 +3,7 @@
 //! A bucket is keyed by its stream's domain and its id. Each stream reporting it keeps its own
 //! smoothed [`Demand`], updated by every report. A bucket's fair shares are computed over every
 //! stream's demand (through [`QuotaDemands`], so over every replica's streams) at most once per
-//! [`RlqsSettings::rebalance_gap`]: a report arriving sooner is answered with the assignment its stream already
+//! [`RlqsSettings::rebalance_gap`] (longer for buckets of many streams): a report arriving sooner is answered with the assignment its stream already
 //! holds (which renews its time to live), and its demand counts at the next computation, due at
 //! most a gap later. So a report costs O(1) per bucket, and a bucket O(streams) per gap, however
 //! many Envoys report it. A computation sends the reporting stream its assignment in any case, and
@@ -36,10 +36,11 @@ use crate::store::{QuotaDemands, StreamDemand};
 pub const UNMATCHED: &str = "unmatched";
 
 /// The shortest time between two computations of one bucket's shares (the default of
-/// [`RlqsSettings::rebalance_gap`]): reports and streams coming and going in between are folded
+/// [`RlqsSettings::rebalance_gap`]; for buckets of more than 100 streams it grows with their
+/// number, up to 1 s: [`gap_for`]): reports and streams coming and going in between are folded
 /// into the next one, which [`QuotaRegistry::rebalance_due`] runs when no report does. A tenth
 /// of a second keeps a newcomer's first assignment and a departure's release prompt (Envoy
-/// reports every 5 s), while a bucket that 1 000 Envoys report costs 1 000 demands ten times a
+/// reports every 5 s), while a bucket that 1 000 Envoys report costs 1 000 demands once a
 /// second, not a million.
 pub const REBALANCE_GAP: Duration = Duration::from_millis(100);
 
@@ -96,11 +97,27 @@ struct BucketState {
 }
 
 impl BucketState {
-    /// Whether a computation may start at `now`: none ran in the last `gap`.
+    /// Whether a computation may start at `now`: none ran in the last [`gap_for`] its streams.
     fn may_compute(&self, now: Instant, gap: Duration) -> bool {
+        let gap = gap_for(gap, self.members.len());
         self.computed_at
             .is_none_or(|at| now.saturating_duration_since(at) >= gap)
     }
+}
+
+/// Streams up to which a bucket's gap between computations is the configured one.
+const STREAMS_PER_GAP: usize = 100;
+
+/// The longest gap between computations, however many streams report a bucket.
+const LONGEST_GAP: Duration = Duration::from_secs(1);
+
+/// The gap between two computations of a bucket that `streams` report: `gap` up to
+/// [`STREAMS_PER_GAP`] streams, then growing with the count up to [`LONGEST_GAP`] (or `gap`, if
+/// longer), so that a computation's cost, which grows with the count, stays within about
+/// `STREAMS_PER_GAP` streams per `gap` for all but the largest buckets.
+fn gap_for(gap: Duration, streams: usize) -> Duration {
+    let scale = (streams as f64 / STREAMS_PER_GAP as f64).max(1.0);
+    gap.mul_f64(scale).min(LONGEST_GAP.max(gap))
 }
 
 /// What a stream is waiting to send, and whether it ends.
@@ -812,6 +829,20 @@ mod tests {
 
     fn rate(bucket: &TokenBucketAssignment) -> f64 {
         f64::from(bucket.tokens_per_fill) / bucket.fill_interval.as_secs_f64()
+    }
+
+    #[test]
+    fn the_gap_grows_with_the_streams_of_a_bucket_up_to_a_second() {
+        let gap = REBALANCE_GAP;
+        assert_eq!(gap_for(gap, 0), gap);
+        assert_eq!(gap_for(gap, 100), gap);
+        assert_eq!(gap_for(gap, 500), Duration::from_millis(500));
+        assert_eq!(gap_for(gap, 100_000), Duration::from_secs(1));
+        assert_eq!(gap_for(Duration::ZERO, 1000), Duration::ZERO);
+        assert_eq!(
+            gap_for(Duration::from_secs(3600), 5),
+            Duration::from_secs(3600)
+        );
     }
 
     #[tokio::test]
