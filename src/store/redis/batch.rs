@@ -18,8 +18,8 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::cluster::ClusterLane;
-use super::script::Invocation;
+use super::scripts::request::Invocation;
+use super::topology::cluster::ClusterLane;
 use super::Shared;
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::RequestLimits;

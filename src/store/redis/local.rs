@@ -17,7 +17,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use super::batch::{call_budget, Batcher, CallBudget, Route};
-use super::cluster::ClusterLane;
+use super::topology::cluster::ClusterLane;
 use super::{Backend, PoolSettings};
 
 /// What a thread needs to start its own pools and dispatcher, and the dispatchers started so far

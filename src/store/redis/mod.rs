@@ -25,22 +25,13 @@
 //!   store does not understand.
 
 mod batch;
-pub mod cluster;
-pub mod connection;
-pub mod envoyproxy_key;
-pub mod key_layout;
-pub mod keys;
-mod link;
 mod local;
-mod pipe;
 mod quota_demands;
-pub mod refund;
-pub mod resp;
-pub mod script;
-mod sentinel;
-mod startup;
+pub mod scripts;
+pub mod server;
+pub mod settings;
 pub mod topology;
-mod version;
+pub mod wire;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -52,20 +43,22 @@ use bb8_redis::bb8;
 use redis::{ErrorKind, RedisError, Value};
 use tokio::time::{timeout_at, Instant};
 
-use self::cluster::Cluster;
-use self::connection::{connect_error, is_connection_error, Conn, Manager, Reachability};
-pub use self::key_layout::{KeyFormat, KeyLayout, KeyLayoutError};
-use self::link::Link;
 use self::local::Locals;
-use self::pipe::CallError;
 pub use self::quota_demands::RedisDemands;
-use self::script::{
+pub use self::scripts::key_layout::{KeyFormat, KeyLayout, KeyLayoutError};
+use self::scripts::request::{
     decode_call_frame, decode_call_reply, sha1, CallReply, EvalSha, Invocation, KeyPlacement,
     Script, DECIDE,
 };
-use self::sentinel::MasterLocator;
-pub use self::startup::StartupRetry;
-pub use self::topology::{HostPort, ServerAuth, Topology};
+use self::server::connection::{connect_error, is_connection_error, Conn, Manager, Reachability};
+use self::server::sentinel::MasterLocator;
+use self::server::{connection, version};
+pub use self::settings::startup::StartupRetry;
+pub use self::settings::topology::{HostPort, ServerAuth, Topology};
+use self::topology::cluster::{self, Cluster};
+use self::wire::link::Link;
+use self::wire::pipe::CallError;
+use self::wire::resp;
 use super::{Check, Store, StoreError};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::clock::Clock;

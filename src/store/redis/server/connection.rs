@@ -26,9 +26,9 @@ use redis::{
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
-use super::link::Link;
 use super::sentinel::MasterLocator;
 use crate::regular_file::{self, MAX_PEM_FILE_BYTES};
+use crate::store::redis::wire::link::Link;
 use crate::store::StoreError;
 
 /// First pause after a failed connection attempt; doubles per consecutive failure.

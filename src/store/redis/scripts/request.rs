@@ -14,7 +14,7 @@ use crate::store::{Check, StoreError};
 use super::envoyproxy_key::envoyproxy_key;
 use super::key_layout::KeyLayout;
 use super::keys::prefixed_redis_key;
-use super::resp::{self, ArrayReader, Element};
+use crate::store::redis::wire::resp::{self, ArrayReader, Element};
 
 /// The library files both scripts start with, in order, each followed by a newline: helpers, the
 /// five algorithms, envoyproxy/ratelimit's fixed-window counter, the rate table. Redis cannot
@@ -22,21 +22,21 @@ use super::resp::{self, ArrayReader, Element};
 macro_rules! library_source {
     () => {
         concat!(
-            include_str!("../../../lua/common.lua"),
+            include_str!("../../../../lua/common.lua"),
             "\n",
-            include_str!("../../../lua/fixed_window.lua"),
+            include_str!("../../../../lua/fixed_window.lua"),
             "\n",
-            include_str!("../../../lua/sliding_window_log.lua"),
+            include_str!("../../../../lua/sliding_window_log.lua"),
             "\n",
-            include_str!("../../../lua/sliding_window_counter.lua"),
+            include_str!("../../../../lua/sliding_window_counter.lua"),
             "\n",
-            include_str!("../../../lua/token_bucket.lua"),
+            include_str!("../../../../lua/token_bucket.lua"),
             "\n",
-            include_str!("../../../lua/gcra.lua"),
+            include_str!("../../../../lua/gcra.lua"),
             "\n",
-            include_str!("../../../lua/envoyproxy_fixed_window.lua"),
+            include_str!("../../../../lua/envoyproxy_fixed_window.lua"),
             "\n",
-            include_str!("../../../lua/rates.lua"),
+            include_str!("../../../../lua/rates.lua"),
             "\n",
         )
     };
@@ -45,7 +45,10 @@ pub(crate) use library_source;
 
 /// The whole request script: the library files, then the request-level entry point (see
 /// `lua/request.lua`).
-pub const SOURCE: &str = concat!(library_source!(), include_str!("../../../lua/request.lua"));
+pub const SOURCE: &str = concat!(
+    library_source!(),
+    include_str!("../../../../lua/request.lua")
+);
 
 /// Values per rate in the call's rate table (see the header of `lua/request.lua`).
 pub const FIELDS_PER_RATE: usize = 5;

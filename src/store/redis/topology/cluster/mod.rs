@@ -35,11 +35,11 @@ use parking_lot::Mutex;
 use tokio::time::{timeout_at, Instant};
 
 use self::slots::SlotMap;
-use super::batch::Pending;
-use super::connection::Manager;
-use super::script::DECIDE;
-use super::topology::{server_client, HostPort, ServerAuth};
-use super::{PoolSettings, Server, Shared};
+use crate::store::redis::batch::Pending;
+use crate::store::redis::scripts::request::DECIDE;
+use crate::store::redis::server::connection::Manager;
+use crate::store::redis::settings::topology::{server_client, HostPort, ServerAuth};
+use crate::store::redis::{PoolSettings, Server, Shared};
 use crate::store::StoreError;
 
 /// The cluster as every thread of the store sees it: its slot map and a connection manager
@@ -64,7 +64,7 @@ pub struct Cluster {
 impl Cluster {
     /// Reads the slot map from the first seed that answers, then connects to every master and
     /// loads the scripts there, so bad credentials or an unreachable master fail at startup.
-    pub(super) async fn connect(
+    pub(in crate::store::redis) async fn connect(
         seeds: &[HostPort],
         auth: &ServerAuth,
         tls_ca: Option<&std::path::Path>,
@@ -139,7 +139,7 @@ impl Cluster {
         let server = Server::start(
             manager,
             &self.settings,
-            &[&DECIDE, &super::refund::REFUND],
+            &[&DECIDE, &crate::store::redis::scripts::refund::REFUND],
             self.connect_timeout,
         )
         .await
@@ -160,7 +160,7 @@ impl Cluster {
     /// The node at `address`, known from the slot map; a node met for the first time (a promoted
     /// replica, a node added to the cluster) gets a manager and a startup pool that connects in
     /// the background, and loads the scripts on its first `NOSCRIPT`.
-    pub(super) fn server(&self, address: &HostPort) -> Result<Server, StoreError> {
+    pub(in crate::store::redis) fn server(&self, address: &HostPort) -> Result<Server, StoreError> {
         if let Some(server) = self.servers.lock().get(address) {
             return Ok(server.clone());
         }
@@ -278,21 +278,24 @@ async fn read_slot_map(
                  a single server"
             ))
         } else {
-            super::command_error(error)
+            crate::store::redis::command_error(error)
         }
     })?;
     SlotMap::from_cluster_slots(&reply, asked)
 }
 
 /// One thread's view of the cluster: its own pool to each node (see [`super::local`]).
-pub(super) struct ClusterLane {
+pub(in crate::store::redis) struct ClusterLane {
     cluster: Arc<Cluster>,
     settings: PoolSettings,
     links: Mutex<HashMap<HostPort, Arc<Shared>>>,
 }
 
 impl ClusterLane {
-    pub(super) fn new(cluster: Arc<Cluster>, settings: &PoolSettings) -> ClusterLane {
+    pub(in crate::store::redis) fn new(
+        cluster: Arc<Cluster>,
+        settings: &PoolSettings,
+    ) -> ClusterLane {
         ClusterLane {
             cluster,
             settings: settings.clone(),
@@ -315,14 +318,14 @@ impl ClusterLane {
     }
 
     /// Decides `batch`: see the module documentation.
-    pub(super) async fn call(&self, batch: Vec<Pending>) {
+    pub(in crate::store::redis) async fn call(&self, batch: Vec<Pending>) {
         route::decide(self, batch).await;
     }
 
     /// Whether every slot has a master and every master answers `PING` by `deadline`. A master
     /// that does not answer has the slot map read again, so a failover is followed without
     /// waiting for a request to meet it.
-    pub(super) async fn is_healthy(&self, deadline: Instant) -> bool {
+    pub(in crate::store::redis) async fn is_healthy(&self, deadline: Instant) -> bool {
         let seen = self.cluster.slot_map_refreshes();
         let map = self.cluster.slot_map();
         let pings = map.masters().iter().map(|master| async move {

@@ -18,7 +18,7 @@ use futures::StreamExt;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{ConnectionAddr, RedisError, TlsCertificates, TlsMode};
 
-use super::topology::{HostPort, ServerAuth};
+use crate::store::redis::settings::topology::{HostPort, ServerAuth};
 use crate::store::StoreError;
 
 /// Pause between attempts to (re)subscribe to the sentinels' announcements.

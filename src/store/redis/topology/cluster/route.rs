@@ -13,9 +13,9 @@ use super::slots::{slot_of, SlotMap};
 use super::ClusterLane;
 use crate::limiter::algorithm::{self, Verdict};
 use crate::store::redis::batch::Pending;
-use crate::store::redis::refund::{evalsha_refund_placed, Refund, REFUND};
-use crate::store::redis::script::{Invocation, KeyPlacement};
-use crate::store::redis::topology::HostPort;
+use crate::store::redis::scripts::refund::{evalsha_refund_placed, Refund, REFUND};
+use crate::store::redis::scripts::request::{Invocation, KeyPlacement};
+use crate::store::redis::settings::topology::HostPort;
 use crate::store::StoreError;
 
 /// Rounds of calls for one batch: the first, and retries after redirections.

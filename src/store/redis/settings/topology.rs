@@ -135,7 +135,7 @@ impl Topology {
                 .join(",")
         };
         match self {
-            Topology::Single { url } => super::redacted_url(url),
+            Topology::Single { url } => crate::store::redis::redacted_url(url),
             Topology::Cluster { seeds, .. } => format!("cluster {}", list(seeds)),
             Topology::Sentinel {
                 master_name,
@@ -161,7 +161,7 @@ impl fmt::Debug for Topology {
         match self {
             Topology::Single { url } => f
                 .debug_struct("Single")
-                .field("url", &super::redacted_url(url))
+                .field("url", &crate::store::redis::redacted_url(url))
                 .finish(),
             Topology::Cluster { seeds, auth } => f
                 .debug_struct("Cluster")
@@ -219,7 +219,10 @@ pub fn server_client(
     auth: &ServerAuth,
     tls_ca: Option<&std::path::Path>,
 ) -> Result<redis::Client, StoreError> {
-    super::connection::client_for_info(connection_info(address, auth)?, tls_ca)
+    crate::store::redis::server::connection::client_for_info(
+        connection_info(address, auth)?,
+        tls_ca,
+    )
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use super::envoyproxy_key::window_start_s;
-use super::script::EnvoyproxyCounting;
+use super::request::EnvoyproxyCounting;
 use crate::limiter::rate::Algorithm;
 use crate::store::Check;
 

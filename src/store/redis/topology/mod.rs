@@ -1,0 +1,3 @@
+//! The deployments the store calls besides a single server: a Redis Cluster ([`cluster`]).
+
+pub mod cluster;
