@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use bb8_redis::{bb8, RedisConnectionManager};
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
-use ratelimitd::store::redis::script::{decode_batch_reply, evalsha, Invocation};
+use ratelimitd::store::redis::scripts::request::{decode_batch_reply, evalsha, Invocation};
 use ratelimitd::store::redis::{ConnectionMode, RedisSettings};
 use ratelimitd::store::{Check, RedisStore, Store};
 use redis_server::RedisServer;

@@ -1,5 +1,5 @@
 -- ratelimitd: envoyproxy/ratelimit's fixed-window counter, and how a request counts it, for
--- --key-format envoyproxy (library file; the key is built by src/store/redis/envoyproxy_key.rs).
+-- --key-format envoyproxy (library file; the key is built by src/store/redis/scripts/envoyproxy_key.rs).
 --
 -- KEYS: none of its own; request.lua and refund.lua pass one counter key, exactly as
 --       envoyproxy/ratelimit names it: <prefix><domain>_<key>_<value>_..._<window start, Unix s>.

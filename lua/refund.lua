@@ -4,7 +4,7 @@
 -- one call of the request script per node; when any node denies, what the nodes that admitted
 -- committed for it is taken back with this script, one call per node, so that a denied request
 -- consumes nothing anywhere. The store sends it as a SECOND script: common.lua, the five algorithm
--- files, envoyproxy_fixed_window.lua, rates.lua and this file, concatenated in that order (src/store/redis/refund.rs), loaded once (SCRIPT
+-- files, envoyproxy_fixed_window.lua, rates.lua and this file, concatenated in that order (src/store/redis/scripts/refund.rs), loaded once (SCRIPT
 -- LOAD) and called with EVALSHA.
 --
 -- KEYS: the keys to refund, each once (a key listed twice is refunded twice),

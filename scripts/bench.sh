@@ -571,7 +571,7 @@ if [ "$CEILINGS" = 1 ]; then
   fi
   stop_server
 
-  # (b) Redis: the store's script, loaded exactly as src/store/redis/script.rs assembles it
+  # (b) Redis: the store's script, loaded exactly as src/store/redis/scripts/request.rs assembles it
   # (common.lua, the five algorithms, rates.lua, request.lua, joined with one newline), called
   # with EVALSHA.
   {

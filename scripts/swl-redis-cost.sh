@@ -23,7 +23,7 @@ trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf "$dir"' EXI
 cli() { redis-cli -p "$port" "$@"; }
 for _ in $(seq 50); do cli PING >/dev/null 2>&1 && break; sleep 0.1; done
 
-# The chunk as src/store/redis/script.rs builds it (`SOURCE`): these files in this order, joined by
+# The chunk as src/store/redis/scripts/request.rs builds it (`SOURCE`): these files in this order, joined by
 # newlines.
 for f in common fixed_window sliding_window_log sliding_window_counter token_bucket gcra rates request; do
     cat "lua/$f.lua"

@@ -11,8 +11,8 @@ use std::time::Duration;
 use common::redis_server::RedisServer;
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
-use ratelimitd::store::redis::keys::redis_key;
-use ratelimitd::store::redis::script::{decode_batch_reply, evalsha, sha1, Invocation};
+use ratelimitd::store::redis::scripts::keys::redis_key;
+use ratelimitd::store::redis::scripts::request::{decode_batch_reply, evalsha, sha1, Invocation};
 use ratelimitd::store::redis::RedisSettings;
 use ratelimitd::store::{Check, RedisStore, Store, StoreError};
 

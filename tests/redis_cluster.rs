@@ -17,7 +17,7 @@ use common::redis_server::TlsFiles;
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::Entry;
 use ratelimitd::proto::rls::rate_limit_response::Code;
-use ratelimitd::store::redis::keys::hash_tag;
+use ratelimitd::store::redis::scripts::keys::hash_tag;
 
 /// The master of `key=value` in the `concurrency` domain.
 fn master_of(cluster: &RedisCluster, key: &str, value: &str) -> u16 {

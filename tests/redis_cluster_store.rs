@@ -11,7 +11,7 @@ use common::redis_cluster::RedisCluster;
 use futures::future::join_all;
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
-use ratelimitd::store::redis::keys::{hash_tag, redis_key};
+use ratelimitd::store::redis::scripts::keys::{hash_tag, redis_key};
 use ratelimitd::store::redis::{HostPort, RedisSettings, ServerAuth, Topology};
 use ratelimitd::store::{Check, RedisStore, Store};
 

@@ -18,9 +18,11 @@ use rand::{Rng, SeedableRng};
 use ratelimitd::limiter::algorithm::{self, State, Verdict};
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Clock, Entry, ManualClock, Rate, Unit};
-use ratelimitd::store::redis::keys::redis_key;
-use ratelimitd::store::redis::refund::{evalsha_refund, refund_script_load, refund_sha1, Refund};
-use ratelimitd::store::redis::script::CounterKind;
+use ratelimitd::store::redis::scripts::keys::redis_key;
+use ratelimitd::store::redis::scripts::refund::{
+    evalsha_refund, refund_script_load, refund_sha1, Refund,
+};
+use ratelimitd::store::redis::scripts::request::CounterKind;
 use ratelimitd::store::redis::RedisSettings;
 use ratelimitd::store::{Check, MemoryStore, RedisStore, Store};
 

@@ -252,7 +252,7 @@ async fn a_foreign_value_under_a_counter_key_is_a_protocol_error() {
     let server = RedisServer::start();
     let store = connect(&server).await;
     let check = check("foreign", 5, 1);
-    let key = ratelimitd::store::redis::keys::redis_key(&check.key, &check.rate);
+    let key = ratelimitd::store::redis::scripts::keys::redis_key(&check.key, &check.rate);
     let _: () = redis::cmd("HSET")
         .arg(&key)
         .arg("f")

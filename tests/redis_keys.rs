@@ -9,7 +9,7 @@ use std::sync::Arc;
 use common::redis_server::RedisServer;
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Clock, Entry, ManualClock, Rate, Unit};
-use ratelimitd::store::redis::keys::{hash_tag, redis_key, MAX_KEY_LEN};
+use ratelimitd::store::redis::scripts::keys::{hash_tag, redis_key, MAX_KEY_LEN};
 use ratelimitd::store::redis::RedisSettings;
 use ratelimitd::store::{Check, RedisStore, Store};
 

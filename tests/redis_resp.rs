@@ -12,12 +12,12 @@ use std::time::Duration;
 use common::redis_server::RedisServer;
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
-use ratelimitd::store::redis::keys::redis_key;
-use ratelimitd::store::redis::resp::{self, ArrayReader, Element};
-use ratelimitd::store::redis::script::{
+use ratelimitd::store::redis::scripts::keys::redis_key;
+use ratelimitd::store::redis::scripts::request::{
     decode_call_frame, decode_call_reply, evalsha_placed, script_load, EvalSha, Invocation,
     KeyPlacement,
 };
+use ratelimitd::store::redis::wire::resp::{self, ArrayReader, Element};
 use ratelimitd::store::{Check, StoreError};
 use redis::Value;
 

@@ -16,7 +16,7 @@ use common::redis_server::{RedisServer, TlsFiles};
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
 use ratelimitd::proto::rls::rate_limit_response::Code;
-use ratelimitd::store::redis::keys::redis_key;
+use ratelimitd::store::redis::scripts::keys::redis_key;
 use ratelimitd::store::redis::RedisSettings;
 use ratelimitd::store::{Check, RedisStore, Store, StoreError};
 

@@ -18,10 +18,9 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::cluster::ClusterLane;
-use super::script::Invocation;
-use super::Shared;
-use crate::limiter::algorithm::Verdict;
+use super::scripts::request::Invocation;
+use super::topology::pending::{Answer, Pending};
+use super::topology::route::Route;
 use crate::limiter::RequestLimits;
 use crate::otel::StoreCallSpan;
 use crate::store::StoreError;
@@ -38,8 +37,6 @@ pub const MAX_BATCH_CHECKS: usize = 1024;
 
 const _: () = assert!(RequestLimits::MAX_DESCRIPTORS_CEILING <= MAX_BATCH_CHECKS);
 
-pub(super) type Answer = Result<Vec<Verdict>, StoreError>;
-
 /// The script calls a store may have in flight at once, shared by the dispatchers of all its
 /// lanes: a call holds one permit from the moment its batch is gathered until it is answered.
 pub(super) type CallBudget = Arc<Semaphore>;
@@ -47,40 +44,6 @@ pub(super) type CallBudget = Arc<Semaphore>;
 /// A budget of `calls` calls in flight (at least 1).
 pub(super) fn call_budget(calls: usize) -> CallBudget {
     Arc::new(Semaphore::new(calls.max(1)))
-}
-
-/// Where a dispatcher's calls go.
-pub(super) enum Route {
-    /// One server: each batch is one script call.
-    Server(Arc<Shared>),
-    /// A Redis Cluster: each batch is one script call per node it touches (see [`super::cluster`]).
-    Cluster(Arc<ClusterLane>),
-}
-
-/// A request waiting for a script call.
-pub(super) struct Pending {
-    pub(super) invocation: Invocation,
-    pub(super) deadline: Instant,
-    pub(super) answer: oneshot::Sender<Answer>,
-    /// The span of the store call waiting for this request, told the size of the script call
-    /// that carries it.
-    pub(super) span: StoreCallSpan,
-}
-
-impl Pending {
-    /// `Some(self)` while worth deciding. A request whose caller is gone (its RPC was cancelled)
-    /// is dropped, and one past its deadline is answered with a timeout: deciding either now
-    /// would count hits nobody is told about.
-    fn live(self, timeout: Duration, now: Instant) -> Option<Pending> {
-        if self.answer.is_closed() {
-            return None;
-        }
-        if self.deadline <= now {
-            let _ = self.answer.send(Err(StoreError::Timeout(timeout)));
-            return None;
-        }
-        Some(self)
-    }
 }
 
 /// The queue in front of the dispatcher task. Dropping it ends the task once its calls finish.
@@ -106,10 +69,7 @@ impl Batcher {
 
     /// Whether the servers this dispatcher calls answer (see `RedisStore::is_healthy`).
     pub(super) async fn is_healthy(&self, deadline: Instant) -> bool {
-        match &*self.route {
-            Route::Server(shared) => shared.ping(deadline).await,
-            Route::Cluster(lane) => lane.is_healthy(deadline).await,
-        }
+        self.route.is_healthy(deadline).await
     }
 
     /// Whether the dispatcher still runs (it ends with the runtime that spawned it).
@@ -263,39 +223,7 @@ async fn call(
     permit: OwnedSemaphorePermit,
 ) -> Option<Vec<Pending>> {
     let _permit = permit;
-    match &*route {
-        Route::Server(shared) => Some(call_server(shared, batch).await),
-        Route::Cluster(lane) => {
-            lane.call(batch).await;
-            None
-        }
-    }
-}
-
-/// One script call deciding `batch`, answering every request of it; the batch back, emptied.
-async fn call_server(shared: &Shared, mut batch: Vec<Pending>) -> Vec<Pending> {
-    let deadline = batch
-        .iter()
-        .map(|pending| pending.deadline)
-        .min()
-        .unwrap_or_else(Instant::now);
-    let replies = shared
-        .decide(batch.iter().map(|pending| &pending.invocation), deadline)
-        .await
-        .map(|reply| reply.answers);
-    match replies {
-        Ok(replies) => {
-            for (pending, answer) in batch.drain(..).zip(replies) {
-                let _ = pending.answer.send(answer);
-            }
-        }
-        Err(error) => {
-            for pending in batch.drain(..) {
-                let _ = pending.answer.send(Err(error.clone()));
-            }
-        }
-    }
-    batch
+    route.call(batch).await
 }
 
 #[cfg(test)]

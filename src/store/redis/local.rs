@@ -16,9 +16,9 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use super::batch::{call_budget, Batcher, CallBudget, Route};
-use super::cluster::ClusterLane;
-use super::{Backend, PoolSettings};
+use super::batch::{call_budget, Batcher, CallBudget};
+use super::server::pool::PoolSettings;
+use super::topology::backend::Backend;
 
 /// What a thread needs to start its own pools and dispatcher, and the dispatchers started so far
 /// (held here, so they stop when the store is dropped).
@@ -63,7 +63,7 @@ impl Locals {
             return batcher;
         }
         let batcher = Arc::new(Batcher::start(
-            self.route(),
+            self.backend.route(&self.settings),
             self.settings.timeout,
             self.budget.clone(),
         ));
@@ -77,17 +77,5 @@ impl Locals {
         started.retain(|batcher| batcher.is_running());
         started.push(batcher.clone());
         batcher
-    }
-
-    /// Where this thread's calls go: its own pool to the one server (one connection opened at
-    /// once in the background, more on demand; until the first is open, calls borrow the startup
-    /// pool's), or its own pools to each cluster node, opened as the slot map names them.
-    fn route(&self) -> Route {
-        match &self.backend {
-            Backend::Server(server) => Route::Server(server.thread_pool(&self.settings)),
-            Backend::Cluster(cluster) => {
-                Route::Cluster(Arc::new(ClusterLane::new(cluster.clone(), &self.settings)))
-            }
-        }
     }
 }

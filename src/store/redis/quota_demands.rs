@@ -13,7 +13,8 @@ use std::time::Duration;
 use redis::Value;
 use sha2::{Digest, Sha256};
 
-use super::{RedisStore, SideScript};
+use super::scripts::side::SideScript;
+use super::store::RedisStore;
 use crate::store::{QuotaDemands, StreamDemand};
 
 static DEMANDS: SideScript = SideScript::new(include_str!("../../../lua/rlqs_demands.lua"));

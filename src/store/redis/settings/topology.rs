@@ -1,18 +1,20 @@
-//! Which Redis deployment the store talks to, and how to reach each of its servers.
+//! Which Redis deployment the store talks to, and the address of each of its servers (the
+//! clients made of them: `store::redis::server::client`).
 //!
 //! - [`Topology::Single`]: one server (or a proxy in front of several), by URL.
 //! - [`Topology::Cluster`]: a Redis Cluster, discovered from one or more seed nodes; the store
-//!   learns the slot map (`CLUSTER SLOTS`) and talks to every master (see [`super::cluster`]).
+//!   learns the slot map (`CLUSTER SLOTS`) and talks to every master (see
+//!   `store::redis::topology::cluster`).
 //! - [`Topology::Sentinel`]: a master watched by Sentinel; the store asks the sentinels where the
 //!   master is and asks again when its connection is lost or answers `READONLY` (see
-//!   [`super::sentinel`]).
+//!   `store::redis::server::sentinel`).
 //!
 //! The servers of a cluster or of a Sentinel setup all take the same [`ServerAuth`]: user,
 //! password and TLS. A single server's URL carries its own.
 
 use std::fmt;
 
-use crate::store::StoreError;
+use super::url::redacted_url;
 
 /// A server's address as `host:port`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -135,7 +137,7 @@ impl Topology {
                 .join(",")
         };
         match self {
-            Topology::Single { url } => super::redacted_url(url),
+            Topology::Single { url } => redacted_url(url),
             Topology::Cluster { seeds, .. } => format!("cluster {}", list(seeds)),
             Topology::Sentinel {
                 master_name,
@@ -161,7 +163,7 @@ impl fmt::Debug for Topology {
         match self {
             Topology::Single { url } => f
                 .debug_struct("Single")
-                .field("url", &super::redacted_url(url))
+                .field("url", &redacted_url(url))
                 .finish(),
             Topology::Cluster { seeds, auth } => f
                 .debug_struct("Cluster")
@@ -182,44 +184,6 @@ impl fmt::Debug for Topology {
                 .finish(),
         }
     }
-}
-
-/// The connection info of the server at `address` with `auth`.
-pub fn connection_info(
-    address: &HostPort,
-    auth: &ServerAuth,
-) -> Result<redis::ConnectionInfo, StoreError> {
-    use redis::IntoConnectionInfo;
-    let addr = if auth.tls {
-        redis::ConnectionAddr::TcpTls {
-            host: address.host.clone(),
-            port: address.port,
-            insecure: false,
-            tls_params: None,
-        }
-    } else {
-        redis::ConnectionAddr::Tcp(address.host.clone(), address.port)
-    };
-    let mut redis_settings = redis::RedisConnectionInfo::default();
-    if let Some(user) = &auth.user {
-        redis_settings = redis_settings.set_username(user);
-    }
-    if let Some(password) = &auth.password {
-        redis_settings = redis_settings.set_password(password);
-    }
-    let info = addr
-        .into_connection_info()
-        .map_err(|e| StoreError::Unavailable(format!("invalid redis address {address}: {e}")))?;
-    Ok(info.set_redis_settings(redis_settings))
-}
-
-/// A client for the server at `address`, trusting only the CA in `tls_ca` when given.
-pub fn server_client(
-    address: &HostPort,
-    auth: &ServerAuth,
-    tls_ca: Option<&std::path::Path>,
-) -> Result<redis::Client, StoreError> {
-    super::connection::client_for_info(connection_info(address, auth)?, tls_ca)
 }
 
 #[cfg(test)]

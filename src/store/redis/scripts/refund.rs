@@ -5,14 +5,14 @@
 //! one call of this script, taking back what it committed for the request, so a denied request
 //! consumes nothing anywhere; `algorithm::refund` is the math, and why it never over-admits.
 
-use super::script::{CounterKind, KeyPlacement, RateTable, Script, REDIS_TIME};
+use super::request::{CounterKind, KeyPlacement, RateTable, Script, REDIS_TIME};
 use crate::limiter::rate::Rate;
 
 /// The whole refund script: the library files of the request script, then the
 /// refund entry point (Redis cannot call one script from another; see `lua/refund.lua`).
 pub const REFUND_SOURCE: &str = concat!(
-    super::script::library_source!(),
-    include_str!("../../../lua/refund.lua")
+    super::request::library_source!(),
+    include_str!("../../../../lua/refund.lua")
 );
 
 /// The refund script, [`REFUND_SOURCE`].
@@ -98,7 +98,7 @@ mod tests {
 
     use super::*;
     use crate::limiter::rate::{Algorithm, Unit};
-    use crate::store::redis::script::{sha1, FIELDS_PER_RATE};
+    use crate::store::redis::scripts::request::{sha1, FIELDS_PER_RATE};
 
     fn args(cmd: &redis::Cmd) -> Vec<String> {
         cmd.args_iter()

@@ -9,13 +9,14 @@ use futures::future::join_all;
 use redis::RedisError;
 use tokio::time::Instant;
 
+use super::lane::ClusterLane;
 use super::slots::{slot_of, SlotMap};
-use super::ClusterLane;
 use crate::limiter::algorithm::{self, Verdict};
-use crate::store::redis::batch::Pending;
-use crate::store::redis::refund::{evalsha_refund_placed, Refund, REFUND};
-use crate::store::redis::script::{Invocation, KeyPlacement};
-use crate::store::redis::topology::HostPort;
+use crate::store::redis::scripts::refund::{evalsha_refund_placed, Refund, REFUND};
+use crate::store::redis::scripts::request::{Invocation, KeyPlacement};
+use crate::store::redis::server::errors::command_error;
+use crate::store::redis::settings::topology::HostPort;
+use crate::store::redis::topology::pending::Pending;
 use crate::store::StoreError;
 
 /// Rounds of calls for one batch: the first, and retries after redirections.
@@ -73,7 +74,7 @@ enum Outcome {
 }
 
 /// Decides `batch` on the cluster and answers every request of it.
-pub(super) async fn decide(lane: &ClusterLane, batch: Vec<Pending>) {
+pub(in crate::store::redis) async fn decide(lane: &ClusterLane, batch: Vec<Pending>) {
     let deadline = batch
         .iter()
         .map(|pending| pending.deadline)
@@ -341,7 +342,7 @@ async fn run_call(
                     .into_iter()
                     .map(|part| Outcome::Again(part, redirect.clone()))
                     .collect(),
-                None => fail_all(parts, crate::store::redis::command_error(error)),
+                None => fail_all(parts, command_error(error)),
             }
         }
         Err(error) => return fail_all(parts, error),

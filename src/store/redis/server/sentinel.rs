@@ -18,7 +18,7 @@ use futures::StreamExt;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{ConnectionAddr, RedisError, TlsCertificates, TlsMode};
 
-use super::topology::{HostPort, ServerAuth};
+use crate::store::redis::settings::topology::{HostPort, ServerAuth};
 use crate::store::StoreError;
 
 /// Pause between attempts to (re)subscribe to the sentinels' announcements.
@@ -82,7 +82,7 @@ impl MasterLocator {
                 .set_client_to_redis_tls_mode(TlsMode::Secure)
                 .set_client_to_sentinel_tls_mode(TlsMode::Secure);
             if let Some(ca) = tls_ca {
-                let pem = super::connection::read_ca(ca)?;
+                let pem = super::client::read_ca(ca)?;
                 let certificates = || TlsCertificates {
                     client_tls: None,
                     root_cert: Some(pem.clone()),

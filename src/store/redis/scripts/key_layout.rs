@@ -8,8 +8,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use super::envoyproxy_key::window_start_s;
-use super::script::EnvoyproxyCounting;
-use crate::limiter::rate::Algorithm;
+use crate::limiter::rate::{Algorithm, Rate, MICROS_PER_SECOND};
 use crate::store::Check;
 
 /// The key format of fixed-window counters.
@@ -178,6 +177,37 @@ impl KeyLayout {
                 .until_s
                 .is_none_or(|until| window_start_s(&check.rate, now_s) < until)
     }
+}
+
+/// What envoyproxy/ratelimit's settings make of its counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EnvoyproxyCounting {
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: a denied request counts its hits only at the
+    /// counters it is over the limit of. Without it (upstream's default) every hit asked for is
+    /// counted, admitted or not.
+    pub stop_increment_when_over_limit: bool,
+    /// `EXPIRATION_JITTER_MAX_SECONDS`: each write sets the key's TTL to its window plus a random
+    /// whole number of seconds below this (0: none).
+    pub expiration_jitter_max_s: u32,
+}
+
+impl EnvoyproxyCounting {
+    /// The TTL (seconds) of a key of `rate` written now: the window plus a random jitter in
+    /// `[0, expiration_jitter_max_s)`, as envoyproxy/ratelimit's `EXPIRE` sets it.
+    pub fn ttl_s(&self, rate: &Rate) -> u64 {
+        let window_s = (rate.window_us() / MICROS_PER_SECOND).max(1);
+        window_s + random_below(self.expiration_jitter_max_s)
+    }
+}
+
+/// A random number in `[0, bound)` (0 when `bound` is 0), from the standard library's randomly
+/// keyed hasher: each new `RandomState` is keyed differently.
+fn random_below(bound: u32) -> u64 {
+    use std::hash::BuildHasher;
+    if bound == 0 {
+        return 0;
+    }
+    std::collections::hash_map::RandomState::new().hash_one(0u8) % u64::from(bound)
 }
 
 #[cfg(test)]

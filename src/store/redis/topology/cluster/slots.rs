@@ -3,7 +3,7 @@
 
 use redis::Value;
 
-use crate::store::redis::topology::HostPort;
+use crate::store::redis::settings::topology::HostPort;
 use crate::store::StoreError;
 
 /// Hash slots of a Redis Cluster.

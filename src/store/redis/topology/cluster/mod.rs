@@ -3,8 +3,8 @@
 //! - **Slot map.** Read with `CLUSTER SLOTS` at startup and again whenever a node says a key is
 //!   not its own, answers `MOVED`, `READONLY` or `CLUSTERDOWN`, or a master stops answering the
 //!   health probe (one refresh at a time; callers that waited for it reuse its result).
-//! - **Grouping.** Every key has the hash tag of its counter (see [`super::keys`]), so load
-//!   spreads over the slots. A batch's checks are grouped by the master owning their slots, and
+//! - **Grouping.** Every key has the hash tag of its counter (see
+//!   [`crate::store::redis::scripts::keys`]), so load spreads over the slots. A batch's checks are grouped by the master owning their slots, and
 //!   each node gets ONE script call carrying every request's checks on it (calls to different
 //!   nodes in parallel). Redis refuses declared keys of several slots (`CROSSSLOT`) but lets a
 //!   script without flags access every slot its node owns, so those calls pass their keys in ARGV
@@ -20,7 +20,8 @@
 //!   there, though the slot map still says it is: such checks are sent once more with their keys
 //!   declared (one call per slot), so the node answers `ASK` and the call follows it (`ASKING`).
 
-mod route;
+pub(in crate::store::redis) mod lane;
+pub(in crate::store::redis) mod route;
 pub mod slots;
 
 use std::collections::HashMap;
@@ -35,11 +36,14 @@ use parking_lot::Mutex;
 use tokio::time::{timeout_at, Instant};
 
 use self::slots::SlotMap;
-use super::batch::Pending;
-use super::connection::Manager;
-use super::script::DECIDE;
-use super::topology::{server_client, HostPort, ServerAuth};
-use super::{PoolSettings, Server, Shared};
+use crate::store::redis::scripts::refund::REFUND;
+use crate::store::redis::scripts::request::DECIDE;
+use crate::store::redis::server::client::server_client;
+use crate::store::redis::server::connection::Manager;
+use crate::store::redis::server::errors::command_error;
+use crate::store::redis::server::pool::{PoolSettings, Shared};
+use crate::store::redis::server::Server;
+use crate::store::redis::settings::topology::{HostPort, ServerAuth};
 use crate::store::StoreError;
 
 /// The cluster as every thread of the store sees it: its slot map and a connection manager
@@ -64,7 +68,7 @@ pub struct Cluster {
 impl Cluster {
     /// Reads the slot map from the first seed that answers, then connects to every master and
     /// loads the scripts there, so bad credentials or an unreachable master fail at startup.
-    pub(super) async fn connect(
+    pub(in crate::store::redis) async fn connect(
         seeds: &[HostPort],
         auth: &ServerAuth,
         tls_ca: Option<&std::path::Path>,
@@ -139,7 +143,7 @@ impl Cluster {
         let server = Server::start(
             manager,
             &self.settings,
-            &[&DECIDE, &super::refund::REFUND],
+            &[&DECIDE, &REFUND],
             self.connect_timeout,
         )
         .await
@@ -160,7 +164,7 @@ impl Cluster {
     /// The node at `address`, known from the slot map; a node met for the first time (a promoted
     /// replica, a node added to the cluster) gets a manager and a startup pool that connects in
     /// the background, and loads the scripts on its first `NOSCRIPT`.
-    pub(super) fn server(&self, address: &HostPort) -> Result<Server, StoreError> {
+    pub(in crate::store::redis) fn server(&self, address: &HostPort) -> Result<Server, StoreError> {
         if let Some(server) = self.servers.lock().get(address) {
             return Ok(server.clone());
         }
@@ -278,65 +282,8 @@ async fn read_slot_map(
                  a single server"
             ))
         } else {
-            super::command_error(error)
+            command_error(error)
         }
     })?;
     SlotMap::from_cluster_slots(&reply, asked)
-}
-
-/// One thread's view of the cluster: its own pool to each node (see [`super::local`]).
-pub(super) struct ClusterLane {
-    cluster: Arc<Cluster>,
-    settings: PoolSettings,
-    links: Mutex<HashMap<HostPort, Arc<Shared>>>,
-}
-
-impl ClusterLane {
-    pub(super) fn new(cluster: Arc<Cluster>, settings: &PoolSettings) -> ClusterLane {
-        ClusterLane {
-            cluster,
-            settings: settings.clone(),
-            links: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// This thread's pool to the node at `address`.
-    fn link(&self, address: &HostPort) -> Result<Arc<Shared>, StoreError> {
-        if let Some(link) = self.links.lock().get(address) {
-            return Ok(link.clone());
-        }
-        let server = self.cluster.server(address)?;
-        Ok(self
-            .links
-            .lock()
-            .entry(address.clone())
-            .or_insert_with(|| server.thread_pool(&self.settings))
-            .clone())
-    }
-
-    /// Decides `batch`: see the module documentation.
-    pub(super) async fn call(&self, batch: Vec<Pending>) {
-        route::decide(self, batch).await;
-    }
-
-    /// Whether every slot has a master and every master answers `PING` by `deadline`. A master
-    /// that does not answer has the slot map read again, so a failover is followed without
-    /// waiting for a request to meet it.
-    pub(super) async fn is_healthy(&self, deadline: Instant) -> bool {
-        let seen = self.cluster.slot_map_refreshes();
-        let map = self.cluster.slot_map();
-        let pings = map.masters().iter().map(|master| async move {
-            match self.link(master) {
-                Ok(link) => link.ping(deadline).await,
-                Err(_) => false,
-            }
-        });
-        let answered = join_all(pings).await.into_iter().all(|up| up);
-        if answered && map.covers_every_slot() {
-            return true;
-        }
-        let refresh_by = Instant::now() + self.settings.timeout;
-        self.cluster.refresh(seen, refresh_by).await;
-        false
-    }
 }

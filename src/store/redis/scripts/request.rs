@@ -12,9 +12,9 @@ use crate::limiter::rate::{Algorithm, Rate, MICROS_PER_SECOND};
 use crate::store::{Check, StoreError};
 
 use super::envoyproxy_key::envoyproxy_key;
-use super::key_layout::KeyLayout;
+use super::key_layout::{EnvoyproxyCounting, KeyLayout};
 use super::keys::prefixed_redis_key;
-use super::resp::{self, ArrayReader, Element};
+use crate::store::redis::wire::resp::{self, ArrayReader, Element};
 
 /// The library files both scripts start with, in order, each followed by a newline: helpers, the
 /// five algorithms, envoyproxy/ratelimit's fixed-window counter, the rate table. Redis cannot
@@ -22,21 +22,21 @@ use super::resp::{self, ArrayReader, Element};
 macro_rules! library_source {
     () => {
         concat!(
-            include_str!("../../../lua/common.lua"),
+            include_str!("../../../../lua/common.lua"),
             "\n",
-            include_str!("../../../lua/fixed_window.lua"),
+            include_str!("../../../../lua/fixed_window.lua"),
             "\n",
-            include_str!("../../../lua/sliding_window_log.lua"),
+            include_str!("../../../../lua/sliding_window_log.lua"),
             "\n",
-            include_str!("../../../lua/sliding_window_counter.lua"),
+            include_str!("../../../../lua/sliding_window_counter.lua"),
             "\n",
-            include_str!("../../../lua/token_bucket.lua"),
+            include_str!("../../../../lua/token_bucket.lua"),
             "\n",
-            include_str!("../../../lua/gcra.lua"),
+            include_str!("../../../../lua/gcra.lua"),
             "\n",
-            include_str!("../../../lua/envoyproxy_fixed_window.lua"),
+            include_str!("../../../../lua/envoyproxy_fixed_window.lua"),
             "\n",
-            include_str!("../../../lua/rates.lua"),
+            include_str!("../../../../lua/rates.lua"),
             "\n",
         )
     };
@@ -45,7 +45,10 @@ pub(crate) use library_source;
 
 /// The whole request script: the library files, then the request-level entry point (see
 /// `lua/request.lua`).
-pub const SOURCE: &str = concat!(library_source!(), include_str!("../../../lua/request.lua"));
+pub const SOURCE: &str = concat!(
+    library_source!(),
+    include_str!("../../../../lua/request.lua")
+);
 
 /// Values per rate in the call's rate table (see the header of `lua/request.lua`).
 pub const FIELDS_PER_RATE: usize = 5;
@@ -120,37 +123,6 @@ pub enum CounterKind {
     /// [`super::envoyproxy_key`]), incremented with `INCRBY` and given a TTL with `EXPIRE` (see
     /// `lua/envoyproxy_fixed_window.lua`).
     Envoyproxy(EnvoyproxyCounting),
-}
-
-/// What envoyproxy/ratelimit's settings make of its counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct EnvoyproxyCounting {
-    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: a denied request counts its hits only at the
-    /// counters it is over the limit of. Without it (upstream's default) every hit asked for is
-    /// counted, admitted or not.
-    pub stop_increment_when_over_limit: bool,
-    /// `EXPIRATION_JITTER_MAX_SECONDS`: each write sets the key's TTL to its window plus a random
-    /// whole number of seconds below this (0: none).
-    pub expiration_jitter_max_s: u32,
-}
-
-impl EnvoyproxyCounting {
-    /// The TTL (seconds) of a key of `rate` written now: the window plus a random jitter in
-    /// `[0, expiration_jitter_max_s)`, as envoyproxy/ratelimit's `EXPIRE` sets it.
-    pub fn ttl_s(&self, rate: &Rate) -> u64 {
-        let window_s = (rate.window_us() / MICROS_PER_SECOND).max(1);
-        window_s + random_below(self.expiration_jitter_max_s)
-    }
-}
-
-/// A random number in `[0, bound)` (0 when `bound` is 0), from the standard library's randomly
-/// keyed hasher: each new `RandomState` is keyed differently.
-fn random_below(bound: u32) -> u64 {
-    use std::hash::BuildHasher;
-    if bound == 0 {
-        return 0;
-    }
-    std::collections::hash_map::RandomState::new().hash_one(0u8) % u64::from(bound)
 }
 
 impl CounterKind {
