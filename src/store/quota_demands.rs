@@ -16,9 +16,10 @@ pub trait QuotaDemands: Send + Sync + 'static {
     /// streams are every stream there is, and it need not publish them.
     fn shared(&self) -> bool;
 
-    /// Publishes the demands of this process's `streams` for `bucket` (none: only reads), each
-    /// kept for `ttl` unless published again, and returns every live stream's demand for the
-    /// bucket (these included), ordered by stream id.
+    /// Publishes the demands of all of this process's `streams` for `bucket`, in place of what
+    /// it published before (a stream left out is forgotten; none: the process has left the
+    /// bucket), kept for `ttl` unless published again, and returns every live stream's demand
+    /// for the bucket (these included), ordered by stream id.
     ///
     /// One call per computation of the bucket's shares, whatever the number of streams, so that
     /// a store shared over the network costs one round trip per computation.
@@ -28,9 +29,6 @@ pub trait QuotaDemands: Send + Sync + 'static {
         streams: &[(u64, StreamDemand)],
         ttl: Duration,
     ) -> impl Future<Output = Result<Vec<(u64, StreamDemand)>, String>> + Send;
-
-    /// Forgets `streams`' demands for `bucket` (they left or abandoned the bucket).
-    fn remove(&self, bucket: &str, streams: &[u64]) -> impl Future<Output = ()> + Send;
 }
 
 /// The demands of the store the server runs on: Redis when it has one, else this process.
@@ -56,13 +54,6 @@ impl QuotaDemands for Demands {
         match self {
             Demands::Memory(memory) => memory.publish(bucket, streams, ttl).await,
             Demands::Redis(redis) => redis.publish(bucket, streams, ttl).await,
-        }
-    }
-
-    async fn remove(&self, bucket: &str, streams: &[u64]) {
-        match self {
-            Demands::Memory(memory) => memory.remove(bucket, streams).await,
-            Demands::Redis(redis) => redis.remove(bucket, streams).await,
         }
     }
 }
@@ -94,6 +85,4 @@ impl QuotaDemands for MemoryDemands {
         all.sort_unstable_by_key(|(stream, _)| *stream);
         Ok(all)
     }
-
-    async fn remove(&self, _bucket: &str, _streams: &[u64]) {}
 }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use futures::StreamExt;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tonic::Status;
@@ -104,6 +105,9 @@ impl BucketState {
             .is_none_or(|at| now.saturating_duration_since(at) >= gap)
     }
 }
+
+/// Computations one report runs at once (each a round trip to a shared store).
+const CONCURRENT_COMPUTATIONS: usize = 16;
 
 /// Streams up to which a bucket's gap between computations is the configured one.
 const STREAMS_PER_GAP: usize = 100;
@@ -324,7 +328,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
         let rules = self.rules.load_full();
         let known_domain = rules.domain(&reports.domain).is_some();
         let now = Instant::now();
-        let mut compute_now: Vec<Arc<BucketKey>> = Vec::new();
+        let mut compute_now: Vec<(Arc<BucketKey>, Option<u64>)> = Vec::new();
         let mut refused = None;
         {
             let mut guard = self.state.lock();
@@ -419,9 +423,18 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                     }
                     QuotaStrategy::Limited(_) if may_compute => {
                         // Claimed here, so that the reports of other streams arriving before
-                        // the computation starts do not start their own.
+                        // the computation starts do not start their own. A stream holding an
+                        // assignment is answered with it now, and told again only if the
+                        // computation changes it; a newcomer is answered by the computation.
                         bucket.computed_at = Some(now);
-                        compute_now.push(key);
+                        let reporter = match member.sent {
+                            Some(sent) => {
+                                answers.push((key.clone(), self.assign(sent)));
+                                None
+                            }
+                            None => Some(stream),
+                        };
+                        compute_now.push((key, reporter));
                     }
                     QuotaStrategy::Limited(_) => {
                         if let Some(sent) = member.sent {
@@ -438,9 +451,11 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 .fetch_add(answers.len() as u64, Ordering::Relaxed);
             entry.outbox.push_all(answers);
         }
-        for key in compute_now {
-            self.compute(&key, Some(stream)).await;
-        }
+        futures::stream::iter(compute_now)
+            .for_each_concurrent(CONCURRENT_COMPUTATIONS, |(key, reporter)| async move {
+                self.compute(&key, reporter).await;
+            })
+            .await;
         refused.map_or(Ok(()), Err)
     }
 
@@ -575,31 +590,40 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
         self.assignments_sent.fetch_add(sent, Ordering::Relaxed);
     }
 
-    /// Forgets `left` streams' demands in the store, then their membership, and marks the
-    /// buckets they left due for a computation (the others' shares can only grow, so it may
-    /// wait for the next tick).
+    /// Forgets `left` streams' membership and marks the buckets they left due for a
+    /// computation (the others' shares can only grow, so it may wait for the next tick), which
+    /// publishes the remaining streams' demands; a bucket left by every local stream is
+    /// withdrawn from a shared store at once.
     async fn forget(&self, left: Vec<(Arc<BucketKey>, u64)>) {
-        let mut by_bucket: HashMap<Arc<BucketKey>, Vec<u64>> = HashMap::new();
-        for (key, stream) in left {
-            by_bucket.entry(key).or_default().push(stream);
-        }
-        for (key, streams) in &by_bucket {
-            self.demands.remove(&key.demands_key(), streams).await;
-        }
-        let mut state = self.state.lock();
-        for (key, streams) in by_bucket {
-            let Some(bucket) = state.buckets.get_mut(&key) else {
-                continue;
-            };
-            for stream in &streams {
-                bucket.members.remove(stream);
+        let emptied: Vec<Arc<BucketKey>> = {
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            let mut emptied = Vec::new();
+            for (key, stream) in left {
+                let Some(bucket) = state.buckets.get_mut(&key) else {
+                    continue;
+                };
+                bucket.members.remove(&stream);
+                if bucket.members.is_empty() {
+                    state.buckets.remove(&key);
+                    state.due.remove(&key);
+                    emptied.push(key);
+                } else if !bucket.due {
+                    bucket.due = true;
+                    state.due.insert(key);
+                }
             }
-            if bucket.members.is_empty() {
-                state.buckets.remove(&key);
-                state.due.remove(&key);
-            } else {
-                bucket.due = true;
-                state.due.insert(key);
+            emptied
+        };
+        if self.demands.shared() {
+            for key in emptied {
+                if let Err(error) = self
+                    .demands
+                    .publish(&key.demands_key(), &[], self.ttl)
+                    .await
+                {
+                    tracing::debug!(%error, "RLQS demands not withdrawn from the store; they expire by themselves");
+                }
             }
         }
     }
