@@ -139,6 +139,41 @@ async fn a_failing_request_does_not_fail_the_others_of_its_call() {
     );
 }
 
+/// The one-check path of gcra answers a Redis error for its request alone too.
+#[tokio::test]
+async fn a_failing_gcra_request_does_not_fail_the_others_of_its_call() {
+    let server = RedisServer::start();
+    let _store = connect(&server).await;
+    let gcra = |value: &str| Check {
+        rate: Rate::new(Algorithm::Gcra, 1, Unit::Hour, 1, None).unwrap(),
+        ..check(value, 1)
+    };
+    let poisoned = gcra("trent");
+    let _: () = redis::cmd("RPUSH")
+        .arg(redis_key(&poisoned.key, &poisoned.rate))
+        .arg("item")
+        .query(&mut server.connection())
+        .unwrap();
+    let reply = call(
+        &server,
+        &[vec![gcra("peggy")], vec![poisoned], vec![gcra("victor")]],
+    )
+    .unwrap();
+    let answers = admitted(reply, &[1, 1, 1]);
+    assert_eq!(answers[0], Ok(vec![true]));
+    assert!(
+        matches!(&answers[1], Err(StoreError::Protocol(message)) if message.contains("WRONGTYPE")),
+        "{:?}",
+        answers[1]
+    );
+    assert_eq!(answers[2], Ok(vec![true]));
+    let reply = call(&server, &[vec![gcra("peggy")], vec![gcra("victor")]]).unwrap();
+    assert_eq!(
+        admitted(reply, &[1, 1]),
+        vec![Ok(vec![false]), Ok(vec![false])]
+    );
+}
+
 #[tokio::test]
 async fn a_layout_that_does_not_add_up_decides_nothing() {
     let server = RedisServer::start();
