@@ -14,8 +14,8 @@
 -- instructions per check for the math functions alone (callgrind).
 local math_ceil, math_floor, math_fmod, math_max, math_min =
   math.ceil, math.floor, math.fmod, math.max, math.min
-local redis_call, string_format, string_match, tonumber = redis.call, string.format, string.match,
-  tonumber
+local redis_call, redis_pcall, string_format, string_match, tonumber, type = redis.call,
+  redis.pcall, string.format, string.match, tonumber, type
 
 local U32_MAX = 4294967295
 
@@ -129,6 +129,29 @@ local function write_state(key, value, expires_at_us, stored_expires_at_us, now_
   else
     redis_call('SET', key, value, 'PX', px_text(step, now_us))
   end
+end
+
+-- write_state for the one-check paths (decide_one of fixed_window.lua and gcra.lua), which call
+-- Redis with redis.pcall so that a Redis error answers the request it belongs to without a Lua
+-- `pcall` per request: the error message, or nil once written.
+local function try_write_state(key, value, expires_at_us, stored_expires_at_us, now_us)
+  local step = math_floor(expires_at_us / EXPIRY_STEP_US)
+  local reply
+  if stored_expires_at_us and math_floor(stored_expires_at_us / EXPIRY_STEP_US) == step then
+    reply = redis_pcall('SET', key, value, 'KEEPTTL')
+  else
+    reply = redis_pcall('SET', key, value, 'PX', px_text(step, now_us))
+  end
+  return reply.err
+end
+
+-- The message of a Redis error that redis.pcall returned (a table with `err`), for a reply value
+-- that is a table; nil for any other value.
+local function pcall_error(reply)
+  if type(reply) == 'table' then
+    return reply.err or 'ERR ratelimitd: unexpected reply'
+  end
+  return nil
 end
 
 -- Start of the epoch-aligned window of length `window_us` containing `now_us`

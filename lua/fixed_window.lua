@@ -61,6 +61,58 @@ local function new_fixed_window()
       state and state.window_start_us + window, now)
   end
 
+  -- "<window start>:" of each window of this call, by its start (the module lives one call).
+  local prefixes = {}
+
+  -- The verdict of a request of this one check (request.lua), the general rule reduced to "write
+  -- when admitted": admitted 1/0, remaining, reset_after_us; or, alone, the message of a Redis
+  -- error (then nothing was written). `rate` is the call's rate table entry, `hits` unclamped.
+  function fixed_window.decide_one(key, now, rate, hits)
+    local limit, window, burst = rate[2], rate[3], rate[4]
+    if hits > burst then
+      hits = burst + 1
+    end
+    local raw = redis_pcall('GET', key)
+    local window_start = now - math_fmod(now, window)
+    local count, stored_end = 0, nil
+    if raw then
+      if type(raw) ~= 'string' then
+        return pcall_error(raw)
+      end
+      local start, stored_count = string_match(raw, '^(%d+):(%d+)$')
+      if start then
+        start = tonumber(start)
+        stored_end = start + window
+        if start == window_start then
+          count = tonumber(stored_count)
+        end
+      end
+    end
+    local reset_after = window_start + window - now
+    local after = count + hits
+    if after > limit then
+      local remaining = limit - count
+      if remaining < 0 then
+        remaining = 0
+      end
+      return 0, remaining, reset_after
+    end
+    if hits > 0 then
+      local prefix = prefixes[window_start]
+      if not prefix then
+        prefix = int_str(window_start) .. ':'
+        prefixes[window_start] = prefix
+      end
+      -- `after` is at most L (a u32): Lua's own number-to-text conversion (%.14g) writes it in
+      -- plain digits.
+      local failed = try_write_state(key, prefix .. after, window_start + window, stored_end, now)
+      if failed then
+        return failed
+      end
+    end
+    return 1, limit - after, reset_after
+  end
+
   -- A count of another window than the commit's holds none of the hits, and one whose window has
   -- ended counts nothing any more: both are left alone. A count down to 0 is deleted (as absent).
   function fixed_window.refund(key, state, committed_at, now, _limit, window, _burst, hits,

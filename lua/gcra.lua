@@ -55,6 +55,53 @@ local function new_gcra()
     return false, math_floor(spare / interval), new_debt - capacity
   end
 
+  -- The verdict of a request of this one check (request.lua): load, evaluate and commit above
+  -- in one function, the general rule reduced to "write when admitted": admitted 1/0,
+  -- remaining, reset_after_us; or, alone, the message of a Redis error (then nothing was
+  -- written). `rate` is the call's rate table entry, `hits` unclamped.
+  function gcra.decide_one(key, now, rate, hits)
+    local burst, interval = rate[4], rate[5]
+    local raw = redis_pcall('GET', key)
+    local tat
+    if raw then
+      if type(raw) ~= 'string' then
+        return pcall_error(raw)
+      end
+      tat = tonumber(raw)
+      if not tat or tat < 0 or tat >= TWO_POW_53 or tat ~= math_floor(tat) then
+        tat = nil
+      end
+    end
+    local capacity = burst * interval
+    local debt = 0
+    if tat and tat > now then
+      debt = tat - now
+    end
+    if hits > burst then
+      local spare = capacity - debt
+      if spare < 0 then
+        spare = 0
+      end
+      return 0, math_floor(spare / interval), debt
+    end
+    local new_debt = debt + hits * interval
+    if new_debt > capacity then
+      local spare = capacity - debt
+      if spare < 0 then
+        spare = 0
+      end
+      return 0, math_floor(spare / interval), new_debt - capacity
+    end
+    if hits > 0 then
+      local new_tat = now + new_debt
+      local failed = try_write_state(key, string_format('%d', new_tat), new_tat, tat, now)
+      if failed then
+        return failed
+      end
+    end
+    return 1, math_floor((capacity - new_debt) / interval), new_debt
+  end
+
   function gcra.commit(key, stored_tat, now, _limit, _window, _burst, hits, interval)
     local tat = stored_tat
     if not tat or tat < now then

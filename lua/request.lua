@@ -22,13 +22,21 @@
 --         B       burst (capacity; equals L for the window algorithms)
 --         T       GCRA emission interval in µs (ignored by the other algorithms); for codes 5 and
 --                 6, the TTL in seconds of the keys this call writes
---       then per request, in the same order as KEYS: k (its number of checks, at least 1), now,
---       then 3 values per check:
---         now     '-' for Redis's own clock (TIME, read once per call): production always sends
---                 '-', so hosts with skewed clocks agree; tests pin time with µs digits.
+--       then ONE value per check, in the same order as KEYS: the check's spec, a text the script
+--       decodes once per distinct text in the call (the checks of a call mostly share a few, and
+--       Redis turns every argument into a Lua string: fewer arguments, less work per check):
+--         a request's first check   <rate>                  (the request's only check, n 1, not
+--                                                            shadow, on Redis's clock), or
+--                                   <rate>:<n>:<shadow>:<k>[:<now>]
+--         each further check        +<rate>                 (n 1, not shadow), or
+--                                   +<rate>:<n>:<shadow>
+--       where
 --         rate    the check's rate: its position (1-based) in the rates above
 --         n       hits, clamped by Rust to at most 2^32 (more than any B + 1)
 --         shadow  1 for a shadow-mode check (decided and counted, never vetoes), else 0
+--         k       the request's number of checks (at least 1): its first and k - 1 further ones
+--         now     µs, pinning the request's time (tests); absent, Redis's own clock (TIME, read
+--                 once per call): production never pins, so hosts with skewed clocks agree.
 -- Returns: ONE flat array for the whole call: first the call's clock, the µs of the TIME it read
 --          (0 when every request pinned its time), which a refund of its writes names; then,
 --          request after request: for each, either its k
@@ -39,8 +47,14 @@
 --          deciding it; not an error reply, which clients raise for the whole call). A request's
 --          first element is thus an integer (0/1) or its error. Flat because Redis turns every
 --          returned table into a reply of its own (a table per verdict cost ~1 µs each).
---          An ARGV/KEYS layout that does not add up, or an invalid rate, fails the whole call
---          before anything is decided.
+--          An ARGV/KEYS layout that does not add up, an invalid rate, or a spec that is none
+--          (an unknown rate position, a pinned time of 2^53 or more) fails the whole call before
+--          anything is decided.
+--
+-- A request of one check whose algorithm has a decide_one (fixed_window.lua, gcra.lua) is
+-- decided by it alone: no `pcall`, closure or table per request; it calls Redis with
+-- redis.pcall, so a Redis error (WRONGTYPE, a key the cluster node does not own...) answers that
+-- request only, as the `pcall` of the general path does for the others.
 --
 -- Within a request, every check is evaluated first, on the stored state, with the hits of the
 -- earlier ADMITTED checks on the same key added (a denied check consumes nothing, so a denied
@@ -54,55 +68,77 @@
 -- cluster form, whose keys travel in ARGV).
 local KEYS, ARGV = keys_and_arguments()
 
-local FIELDS = 3
+-- ARGV values per check: its spec.
+local FIELDS = 1
 
--- The rates of this call (see ARGV above): { algorithm, L, W, B, T } each, by position and by
--- the position's decimal text as Rust sends it (a check finds its rate without parsing a number:
--- tonumber costs a strtod).
+-- The rates of this call (see ARGV above): { algorithm, L, W, B, T } each, by position.
 local rates = {}
-local rates_by_text = {}
 
 -- The envoyproxy/ratelimit counter module (codes 5, 6) of the call's rate table, if it has one:
 -- the call's requests are then decided by its decide_request (envoyproxy_fixed_window.lua).
 local envoyproxy = nil
 
--- The hits of nearly every check, without a strtod.
-local COMMON_HITS = { ['0'] = 0, ['1'] = 1 }
+-- The decoded specs of this call by their text: { rate, n, shadow, k (0 for a further check),
+-- pinned now or false }, or false for a text that is no spec.
+local specs = {}
 
--- The rate (table) and hits of the check whose fields start at ARGV[base + 1]; nothing when its
--- rate or hits are missing or out of range.
-local function read_rate_and_hits(base)
-  local rate_text = ARGV[base + 1]
-  local rate = rates_by_text[rate_text] or rates[tonumber(rate_text)]
-  local hits_text = ARGV[base + 2]
-  local hits = COMMON_HITS[hits_text] or tonumber(hits_text)
-  if not rate or not hits or hits < 0 then
-    return nil
+-- Decodes the spec `text` (see ARGV above) into `specs`, and returns what it stored there.
+local function decode_spec(text)
+  local spec = false
+  local further, position, rest = string_match(text, '^(%+?)(%d+)(.*)$')
+  local rate = position and rates[tonumber(position)]
+  if rate then
+    local first = further == ''
+    if rest == '' then
+      spec = { rate, 1, false, first and 1 or 0, false }
+    else
+      local hits, shadow, tail = string_match(rest, '^:(%d+):([01])(.*)$')
+      hits = hits and tonumber(hits)
+      if hits and not first and tail == '' then
+        spec = { rate, hits, shadow == '1', 0, false }
+      elseif hits and first then
+        local checks, pinned = string_match(tail, '^:(%d+)(.*)$')
+        checks = checks and tonumber(checks)
+        local now = false
+        if pinned ~= '' then
+          local digits = string_match(pinned or '', '^:(%d+)$')
+          now = digits and tonumber(digits)
+          if now and now >= TWO_POW_53 then
+            now = nil
+          end
+        end
+        if checks and checks >= 1 and now ~= nil then
+          spec = { rate, hits, shadow == '1', checks, now }
+        end
+      end
+    end
   end
-  return rate, hits
+  specs[text] = spec
+  return spec
 end
 
--- The values of the check whose fields start at ARGV[base + 1]: algorithm, L, W, B, n, T, shadow;
--- nothing when its rate or hits are missing or out of range.
+-- The rate (table) and hits of the check whose spec is ARGV[base + 1] (decoded by the framing
+-- below).
+local function read_rate_and_hits(base)
+  local spec = specs[ARGV[base + 1]]
+  return spec[1], spec[2]
+end
+
+-- The values of the check whose spec is ARGV[base + 1]: algorithm, L, W, B, n, T, shadow.
 local function read_check(base)
-  local rate, hits = read_rate_and_hits(base)
-  if not rate then
-    return nil
-  end
-  return rate[1], rate[2], rate[3], rate[4], hits, rate[5], ARGV[base + 3] == '1'
+  local spec = specs[ARGV[base + 1]]
+  local rate = spec[1]
+  return rate[1], rate[2], rate[3], rate[4], spec[2], rate[5], spec[3]
 end
 
 local function invalid_check(i)
   error('ERR ratelimitd: invalid arguments for check ' .. i, 0)
 end
 
--- The common one-check request: the general rule below reduces to "write when admitted".
--- Returns its verdict's three values.
+-- The one-check request of an algorithm without a decide_one of its own: the general rule
+-- below reduces to "write when admitted". Returns its verdict's three values.
 local function decide_one(key, base, now)
   local rate, hits = read_rate_and_hits(base)
-  if not rate then
-    invalid_check(1)
-  end
   local algorithm, limit, window, burst, interval = rate[1], rate[2], rate[3], rate[4], rate[5]
   if hits > burst then
     hits = burst + 1
@@ -153,11 +189,8 @@ local function decide_distinct(key_base, arg_base, checks, now, out)
   local first = #out
   local vetoed = false
   for i = 1, checks do
-    local base = arg_base + (i - 1) * FIELDS
-    local rate, hits = read_rate_and_hits(base)
-    if not rate then
-      invalid_check(i)
-    end
+    local spec = specs[ARGV[arg_base + i]]
+    local rate, hits = spec[1], spec[2]
     local algorithm, limit, window, burst, interval = rate[1], rate[2], rate[3], rate[4], rate[5]
     if hits > burst then
       hits = burst + 1
@@ -171,7 +204,7 @@ local function decide_distinct(key_base, arg_base, checks, now, out)
       out[at + 1] = 1
     else
       out[at + 1] = 0
-      if ARGV[base + 3] ~= '1' then
+      if not spec[3] then
         vetoed = true
       end
     end
@@ -198,16 +231,15 @@ local function decide_distinct(key_base, arg_base, checks, now, out)
   end
 end
 
--- Decides the request whose keys are KEYS[key_base + 1 ..] and whose check values start at
--- ARGV[arg_base + 1], appending its verdicts' values to `out`; raises an error before writing
--- anything when its arguments are invalid (the caller then drops what it appended).
+-- Decides the request whose keys are KEYS[key_base + 1 ..] and whose specs are
+-- ARGV[arg_base + 1 ..], appending its verdicts' values to `out`; raises an error before writing
+-- anything when Redis fails a load (the caller then drops what it appended).
 local function decide(key_base, arg_base, checks, now, out)
   if distinct_keys(key_base, checks) then
     return decide_distinct(key_base, arg_base, checks, now, out)
   end
   -- Evaluate every check on the stored state (each key loaded once), with the hits of the earlier
-  -- admitted checks on the same key added. A check's values are read where they lie in ARGV: no
-  -- table per check.
+  -- admitted checks on the same key added.
   local states = {}
   local admitted_hits = {}
   local commit_base = {}
@@ -216,9 +248,6 @@ local function decide(key_base, arg_base, checks, now, out)
   for i = 1, checks do
     local base = arg_base + (i - 1) * FIELDS
     local algorithm, limit, window, burst, hits, interval, shadow = read_check(base)
-    if not algorithm then
-      invalid_check(i)
-    end
     local key = KEYS[key_base + i]
     local earlier = admitted_hits[key]
     if earlier == nil then
@@ -278,75 +307,98 @@ for r = 1, rate_count do
   if not rates[r] then
     return redis.error_reply('ERR ratelimitd: invalid rate ' .. r)
   end
-  rates_by_text[tostring(r)] = rates[r]
   if rates[r][1].decide_request then
     envoyproxy = rates[r][1]
     envoyproxy.bind(KEYS, read_check, invalid_check, u64_reply, FIELDS)
   end
 end
 
--- Each request's frame, 4 values: its first key's index - 1, its first check's ARGV index - 1,
--- its number of checks, its `now` argument (flat: no table per request).
-local FRAME = 4
-local frames = {}
-local requests = 0
-local key_base = 0
-local arg_base = 1 + rate_count * RATE_FIELDS
-while arg_base < #ARGV do
-  local checks = tonumber(ARGV[arg_base + 1])
-  if not checks or checks < 1 or checks ~= math_floor(checks)
-      or arg_base + 2 + checks * FIELDS > #ARGV or key_base + checks > #KEYS then
-    return redis.error_reply('ERR ratelimitd: malformed request ' .. (requests + 1)
-      .. ' (' .. #KEYS .. ' keys, ' .. #ARGV .. ' arguments)')
-  end
-  local f = requests * FRAME
-  frames[f + 1] = key_base
-  frames[f + 2] = arg_base + 2
-  frames[f + 3] = checks
-  frames[f + 4] = ARGV[arg_base + 2]
-  requests = requests + 1
-  key_base = key_base + checks
-  arg_base = arg_base + 2 + checks * FIELDS
+-- One spec per key; every request a first check and its k - 1 further ones.
+local first_spec = 2 + rate_count * RATE_FIELDS
+local last_spec = #ARGV
+if last_spec - first_spec + 1 ~= #KEYS or #KEYS == 0 then
+  return redis.error_reply('ERR ratelimitd: ' .. #KEYS .. ' keys for '
+    .. (last_spec - first_spec + 1) .. ' checks')
 end
-if key_base ~= #KEYS or requests == 0 then
-  return redis.error_reply('ERR ratelimitd: ' .. #KEYS .. ' keys for ' .. key_base .. ' checks')
+local requests = 0
+local i = first_spec
+while i <= last_spec do
+  requests = requests + 1
+  local text = ARGV[i]
+  local spec = specs[text]
+  if spec == nil then
+    spec = decode_spec(text)
+  end
+  local checks = spec and spec[4] or 0
+  local last = i + checks - 1
+  local well_formed = checks > 0 and last <= last_spec
+  if well_formed then
+    for j = i + 1, last do
+      local further = specs[ARGV[j]]
+      if further == nil then
+        further = decode_spec(ARGV[j])
+      end
+      if not further or further[4] ~= 0 then
+        well_formed = false
+        break
+      end
+    end
+  end
+  if not well_formed then
+    return redis.error_reply('ERR ratelimitd: malformed request ' .. requests .. ' ('
+      .. #KEYS .. ' keys, ' .. #ARGV .. ' arguments)')
+  end
+  i = last + 1
 end
 
+-- Decide, request after request. A check's key is KEYS[its spec's index - key_offset].
+local key_offset = first_spec - 1
 local redis_now
 local out = { 0 }
 local out_len = 1
-for f = 0, (requests - 1) * FRAME, FRAME do
-  local key_index, arg_index, checks, now_arg = frames[f + 1], frames[f + 2], frames[f + 3],
-    frames[f + 4]
-  local now
-  if now_arg == '-' then
+i = first_spec
+while i <= last_spec do
+  local spec = specs[ARGV[i]]
+  local checks = spec[4]
+  local now = spec[5]
+  if not now then
     if not redis_now then
       local time = redis_call('TIME')
       redis_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
       out[1] = redis_now
     end
     now = redis_now
-  else
-    now = tonumber(now_arg)
   end
   local at = out_len
-  if not now or now < 0 or now ~= math_floor(now) then
-    out[at + 1] = 'ERR ratelimitd: invalid pinned time'
-    out_len = at + 1
-  elseif checks == 1 and not envoyproxy then
-    local ok, first, remaining, reset_after = pcall(decide_one, KEYS[key_index + 1], arg_index, now)
-    if ok then
+  if checks == 1 and not envoyproxy then
+    local rate = spec[1]
+    local algorithm = rate[1]
+    local lean = algorithm.decide_one
+    if lean then
+      local first, remaining, reset_after = lean(KEYS[i - key_offset], now, rate, spec[2])
       out[at + 1] = first
-      out[at + 2] = remaining
-      out[at + 3] = reset_after
-      out_len = at + 3
+      if remaining then
+        out[at + 2] = remaining
+        out[at + 3] = reset_after
+        out_len = at + 3
+      else
+        out_len = at + 1
+      end
     else
-      out[at + 1] = error_message(first)
-      out_len = at + 1
+      local ok, first, remaining, reset_after = pcall(decide_one, KEYS[i - key_offset], i - 1, now)
+      if ok then
+        out[at + 1] = first
+        out[at + 2] = remaining
+        out[at + 3] = reset_after
+        out_len = at + 3
+      else
+        out[at + 1] = error_message(first)
+        out_len = at + 1
+      end
     end
   else
-    local ok, raised = pcall(envoyproxy and envoyproxy.decide_request or decide, key_index,
-      arg_index, checks, now, out)
+    local ok, raised = pcall(envoyproxy and envoyproxy.decide_request or decide, i - 1 - key_offset,
+      i - 1, checks, now, out)
     if not ok then
       for j = #out, at + 1, -1 do
         out[j] = nil
@@ -355,5 +407,6 @@ for f = 0, (requests - 1) * FRAME, FRAME do
     end
     out_len = #out
   end
+  i = i + checks
 end
 return out

@@ -139,6 +139,41 @@ async fn a_failing_request_does_not_fail_the_others_of_its_call() {
     );
 }
 
+/// The one-check path of gcra answers a Redis error for its request alone too.
+#[tokio::test]
+async fn a_failing_gcra_request_does_not_fail_the_others_of_its_call() {
+    let server = RedisServer::start();
+    let _store = connect(&server).await;
+    let gcra = |value: &str| Check {
+        rate: Rate::new(Algorithm::Gcra, 1, Unit::Hour, 1, None).unwrap(),
+        ..check(value, 1)
+    };
+    let poisoned = gcra("trent");
+    let _: () = redis::cmd("RPUSH")
+        .arg(redis_key(&poisoned.key, &poisoned.rate))
+        .arg("item")
+        .query(&mut server.connection())
+        .unwrap();
+    let reply = call(
+        &server,
+        &[vec![gcra("peggy")], vec![poisoned], vec![gcra("victor")]],
+    )
+    .unwrap();
+    let answers = admitted(reply, &[1, 1, 1]);
+    assert_eq!(answers[0], Ok(vec![true]));
+    assert!(
+        matches!(&answers[1], Err(StoreError::Protocol(message)) if message.contains("WRONGTYPE")),
+        "{:?}",
+        answers[1]
+    );
+    assert_eq!(answers[2], Ok(vec![true]));
+    let reply = call(&server, &[vec![gcra("peggy")], vec![gcra("victor")]]).unwrap();
+    assert_eq!(
+        admitted(reply, &[1, 1]),
+        vec![Ok(vec![false]), Ok(vec![false])]
+    );
+}
+
 #[tokio::test]
 async fn a_layout_that_does_not_add_up_decides_nothing() {
     let server = RedisServer::start();
@@ -146,31 +181,52 @@ async fn a_layout_that_does_not_add_up_decides_nothing() {
     let good = check("erin", 5);
     let key = redis_key(&good.key, &good.rate);
     let rate_table = [1u64, 0, 5, 3_600_000_000, 5, 720_000_000];
-    // Request 1 is well-formed; request 2 claims 2 checks but brings the values of one.
+    // Request 1 is well-formed; request 2 claims 2 checks but brings the spec of one.
     let error = redis::cmd("EVALSHA")
         .arg(sha1())
         .arg(2)
         .arg(&key)
         .arg(&key)
         .arg(&rate_table[..])
-        .arg(1)
-        .arg("-")
-        .arg(&[1u64, 1, 0][..])
-        .arg(2)
-        .arg("-")
-        .arg(&[1u64, 1, 0][..])
+        .arg("1")
+        .arg("1:1:0:2")
         .query::<redis::Value>(&mut server.connection())
         .unwrap_err();
     assert!(error.to_string().contains("malformed request 2"), "{error}");
+    // A further check where a request's first is due, a rate position outside the table, a
+    // pinned time beyond 2^53, or no spec at all: the whole call fails, nothing is decided.
+    for spec in ["+1", "2", "1:1:0:1:9007199254740992", "1:1:2:1", "x", ""] {
+        let error = redis::cmd("EVALSHA")
+            .arg(sha1())
+            .arg(1)
+            .arg(&key)
+            .arg(&rate_table[..])
+            .arg(spec)
+            .query::<redis::Value>(&mut server.connection())
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("malformed request 1"),
+            "{spec}: {error}"
+        );
+    }
+    // One spec per key.
+    let error = redis::cmd("EVALSHA")
+        .arg(sha1())
+        .arg(1)
+        .arg(&key)
+        .arg(&rate_table[..])
+        .arg("1")
+        .arg("1")
+        .query::<redis::Value>(&mut server.connection())
+        .unwrap_err();
+    assert!(error.to_string().contains("1 keys for 2 checks"), "{error}");
     // A rate that is not one (limit 0) fails the call before anything is decided.
     let error = redis::cmd("EVALSHA")
         .arg(sha1())
         .arg(1)
         .arg(&key)
         .arg(&[1u64, 0, 0, 3_600_000_000, 5, 720_000_000][..])
-        .arg(1)
-        .arg("-")
-        .arg(&[1u64, 1, 0][..])
+        .arg("1")
         .query::<redis::Value>(&mut server.connection())
         .unwrap_err();
     assert!(error.to_string().contains("invalid rate 1"), "{error}");

@@ -53,11 +53,78 @@ pub const SOURCE: &str = concat!(
 /// Values per rate in the call's rate table (see the header of `lua/request.lua`).
 pub const FIELDS_PER_RATE: usize = 5;
 
-/// Values per check after a request's check count and time (see the header of `lua/request.lua`).
-pub const FIELDS_PER_CHECK: usize = 3;
+/// Values per check: its spec (see the header of `lua/request.lua`).
+pub const FIELDS_PER_CHECK: usize = 1;
 
-/// The `now` argument that makes the script read Redis's own clock (`TIME`).
+/// The `now` argument of the refund script that makes it read Redis's own clock (`TIME`).
 pub const REDIS_TIME: &str = "-";
+
+/// Longest spec text: `+`, then a position, hits, shadow, check count and time with their `:`s.
+const SPEC_MAX_LEN: usize = 1 + 20 + 1 + 20 + 3 + 20 + 1 + 20;
+
+/// One check's spec as the request script reads it (see the header of `lua/request.lua`): the
+/// short forms `<rate>` (a request's only check, 1 hit, not shadow, Redis's clock) and `+<rate>`
+/// (a further check, 1 hit, not shadow), else every field written out. Built on the stack.
+struct Spec {
+    text: [u8; SPEC_MAX_LEN],
+    len: usize,
+}
+
+impl Spec {
+    /// The spec of a check at rate `position` with `hits` and `shadow`; `head` is, for a
+    /// request's first check, its number of checks and pinned time.
+    fn new(position: usize, hits: u64, shadow: bool, head: Option<(usize, Option<u64>)>) -> Spec {
+        let mut spec = Spec {
+            text: [0; SPEC_MAX_LEN],
+            len: 0,
+        };
+        if head.is_none() {
+            spec.push(b'+');
+        }
+        spec.number(position as u64);
+        let short = hits == 1 && !shadow && matches!(head, None | Some((1, None)));
+        if !short {
+            spec.push(b':');
+            spec.number(hits);
+            spec.push(b':');
+            spec.push(if shadow { b'1' } else { b'0' });
+            if let Some((checks, pinned)) = head {
+                spec.push(b':');
+                spec.number(checks as u64);
+                if let Some(now) = pinned {
+                    spec.push(b':');
+                    spec.number(now);
+                }
+            }
+        }
+        spec
+    }
+
+    fn push(&mut self, byte: u8) {
+        self.text[self.len] = byte;
+        self.len += 1;
+    }
+
+    fn number(&mut self, mut n: u64) {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for &digit in &digits[at..] {
+            self.push(digit);
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.text[..self.len]
+    }
+}
 
 /// Hits sent to the script are clamped to this: above every rate's `burst + 1`, so each check
 /// decides exactly as with `algorithm::clamp_hits`, while the script's cumulative sums (doubles)
@@ -431,11 +498,7 @@ impl<'a, I: Iterator<Item = &'a Invocation> + Clone> EvalSha<I> {
             KeyPlacement::Declared => 1,
             KeyPlacement::InArguments => 2,
         };
-        2 + placement
-            + self.checks
-            + self.table.arg_count()
-            + 2 * self.requests_count
-            + FIELDS_PER_CHECK * self.checks
+        2 + placement + self.checks + self.table.arg_count() + FIELDS_PER_CHECK * self.checks
     }
 
     /// `EVALSHA <sha> <keys> keys... rates... requests...`, every argument into `sink`.
@@ -456,15 +519,11 @@ impl<'a, I: Iterator<Item = &'a Invocation> + Clone> EvalSha<I> {
         }
         self.table.write_to(sink);
         for request in self.requests.clone() {
-            sink.uint(request.checks() as u64);
-            match request.pinned_now_us {
-                Some(now) => sink.uint(now),
-                None => sink.bytes(REDIS_TIME.as_bytes()),
-            }
+            let mut head = Some((request.checks(), request.pinned_now_us));
             for check in &request.checks {
-                sink.uint(self.table.position_for(check.rate, check.counter) as u64);
-                sink.uint(check.hits);
-                sink.uint(u64::from(check.shadow));
+                let position = self.table.position_for(check.rate, check.counter);
+                let spec = Spec::new(position, check.hits, check.shadow, head.take());
+                sink.bytes(spec.as_bytes());
             }
         }
     }
@@ -796,6 +855,28 @@ mod tests {
                 "{reply:?}"
             );
         }
+    }
+
+    #[test]
+    fn specs_are_short_for_the_common_check_and_complete_otherwise() {
+        let text = |position, hits, shadow, head| {
+            String::from_utf8(Spec::new(position, hits, shadow, head).as_bytes().to_vec()).unwrap()
+        };
+        assert_eq!(text(1, 1, false, Some((1, None))), "1");
+        assert_eq!(text(12, 1, false, None), "+12");
+        assert_eq!(text(3, 0, false, Some((1, None))), "3:0:0:1");
+        assert_eq!(text(2, 1, true, Some((1, None))), "2:1:1:1");
+        assert_eq!(text(1, 1, false, Some((3, None))), "1:1:0:3");
+        assert_eq!(text(1, 1, false, Some((1, Some(17)))), "1:1:0:1:17");
+        assert_eq!(text(4, 7, true, None), "+4:7:1");
+        let longest = text(
+            usize::MAX,
+            u64::MAX,
+            true,
+            Some((usize::MAX, Some(u64::MAX))),
+        );
+        assert_eq!(longest.len(), SPEC_MAX_LEN - 1);
+        assert_eq!(text(9, 1, true, None), "+9:1:1");
     }
 
     #[test]
