@@ -3,9 +3,9 @@
 //! A bucket is keyed by its stream's domain and its id. Each stream reporting it keeps its own
 //! smoothed [`Demand`], updated by every report. A bucket's fair shares are computed over every
 //! stream's demand (through [`QuotaDemands`], so over every replica's streams) at most once per
-//! [`RlqsSettings::rebalance_gap`] (longer for buckets of many streams): a report arriving sooner is answered with the assignment its stream already
-//! holds (which renews its time to live), and its demand counts at the next computation, due at
-//! most a gap later. So a report costs O(1) per bucket, and a bucket O(streams) per gap, however
+//! [`RlqsSettings::rebalance_gap`] (longer for buckets of many streams): a report arriving sooner
+//! is answered with the assignment its stream already holds (which renews its time to live), and
+//! its demand counts at the next computation, due at most a gap later. So a report costs O(1) per bucket, and a bucket O(streams) per gap, however
 //! many Envoys report it. A computation sends the reporting stream its assignment in any case, and
 //! any other stream only when its assignment changed. A stream leaving, a bucket going idle and a
 //! rule changing re-balance the others.
@@ -678,19 +678,18 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
     }
 
     /// Computes the shares of every bucket due whose last computation is a gap old: buckets
-    /// whose streams came or went, or reported in the gap. Called every [`REBALANCE_GAP`].
+    /// whose streams came or went, or reported in the gap. Called every
+    /// [`RlqsSettings::rebalance_gap`].
     pub async fn rebalance_due(&self) {
         let now = Instant::now();
         let keys: Vec<Arc<BucketKey>> = {
-            let mut guard = self.state.lock();
-            let state = &mut *guard;
-            let buckets = &state.buckets;
-            state.due.retain(|key| buckets.contains_key(key));
+            let state = self.state.lock();
             state
                 .due
                 .iter()
                 .filter(|key| {
-                    buckets
+                    state
+                        .buckets
                         .get(*key)
                         .is_some_and(|b| b.may_compute(now, self.settings.rebalance_gap))
                 })
