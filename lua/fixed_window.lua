@@ -1,15 +1,26 @@
 -- ratelimitd: fixed window (library file; mirrors src/limiter/algorithm/fixed_window.rs).
 --
--- KEYS: none of its own; request.lua and refund.lua pass one counter key,
---       rl1:{tag}:fixed_window:<W>:<identity>.
+-- KEYS: none of its own; request.lua and refund.lua pass one base key per counter,
+--       rl1:{tag}:fixed_window:<W>:<identity>, which this file never writes itself: a window's
+--       count lives under the base key followed by `@<window index>` (floor(start / W), see
+--       window_counter_key). An identity never holds `@` (it is percent-encoded), so the suffix
+--       keeps keys injective; it shares the base key's hash tag, so a cluster node that owns the
+--       base key owns every window's key.
 -- ARGV: none of its own; request.lua passes now (µs), L, W (µs), n (hits, cumulative per key);
 --       refund.lua also the instant the refunded hits were committed at.
--- State: a string "<window_start_us>:<count>", worthless from the window end on (expiry: common.lua).
+-- State: the window's count, a plain integer (Redis stores it as one); worthless from the window
+--        end on, when the key expires (0.5-1 s later: common.lua) and the next window starts
+--        under a key of its own. A value that is no count reads as absent and is overwritten by
+--        the general path; the one-check path answers it with Redis's error.
 -- Returns (evaluate): admitted (boolean), remaining (integer), reset_after_us (integer).
 -- Returns (refund): whether the key changed (boolean).
 --
 -- Admits when c + n <= L; remaining L - c after; resets at the window end either way. A refund
 -- takes n back from the count of the commit instant's window (exact: counts add up).
+--
+-- A count per window key makes the common request one INCRBY: the one-check path adds its hits
+-- first and takes them back (DECRBY, in the same script, so no other request sees them) when the
+-- sum is over the limit, where a `<start>:<count>` state under one key took a GET and a SET.
 
 -- The module is built by a constructor, called by the entry point (request.lua, refund.lua) once
 -- per call and only when the call has a rate of this algorithm: Redis runs the whole script on
@@ -19,17 +30,35 @@
 local function new_fixed_window()
   local fixed_window = {}
 
-  -- Parsed state or nil (absent or unreadable counts as absent).
-  function fixed_window.load(key)
-    local raw = redis_call('GET', key)
-    if not raw then
+  -- `@<window index>` of the call's latest window of each length, by the length: { start,
+  -- suffix }. The checks of a call mostly share their window, and formatting a number costs more
+  -- than finding it formatted.
+  local suffixes = {}
+
+  -- The key holding the count of the window of length `window` starting at `window_start`
+  -- (a multiple of it) for the counter whose base key is `key`.
+  local function window_counter_key(key, window, window_start)
+    local cached = suffixes[window]
+    if not cached or cached[1] ~= window_start then
+      cached = { window_start, '@' .. int_str(window_start / window) }
+      suffixes[window] = cached
+    end
+    return key .. cached[2]
+  end
+
+  -- The PX argument of a window's key: it vanishes 0.5-1 s after the window ends.
+  local function window_px(window_start, window, now)
+    return px_text(math_floor((window_start + window) / EXPIRY_STEP_US), now)
+  end
+
+  -- The count of the window containing `now`, as a state (nil when absent or no count).
+  function fixed_window.load(key, now, window)
+    local window_start = window_start_us(window, now)
+    local count = tonumber(redis_call('GET', window_counter_key(key, window, window_start)))
+    if not count then
       return nil
     end
-    local start, count = string_match(raw, '^(%d+):(%d+)$')
-    if not start then
-      return nil
-    end
-    return { window_start_us = tonumber(start), count = tonumber(count) }
+    return { window_start_us = window_start, count = count }
   end
 
   local function current_count(state, window_start)
@@ -54,82 +83,99 @@ local function new_fixed_window()
     return admitted, remaining, window_start + window - now
   end
 
+  -- Adds `hits` to a count that was read (INCRBY keeps the key's expiry), or writes it, with the
+  -- window's expiry, where there was none (or no count) to add to.
   function fixed_window.commit(key, state, now, _limit, window, _burst, hits, _interval)
     local window_start = window_start_us(window, now)
-    local count = current_count(state, window_start) + hits
-    write_state(key, int_str(window_start) .. ':' .. int_str(count), window_start + window,
-      state and state.window_start_us + window, now)
+    local counter = window_counter_key(key, window, window_start)
+    if current_count(state, window_start) > 0 then
+      redis_call('INCRBY', counter, hits)
+    else
+      redis_call('SET', counter, hits, 'PX', window_px(window_start, window, now))
+    end
   end
-
-  -- "<window start>:" of each window of this call, by its start (the module lives one call).
-  local prefixes = {}
 
   -- The verdict of a request of this one check (request.lua), the general rule reduced to "write
   -- when admitted": admitted 1/0, remaining, reset_after_us; or, alone, the message of a Redis
   -- error (then nothing was written). `rate` is the call's rate table entry, `hits` unclamped.
+  -- Hits that may fit are added at once and taken back when they do not; hits that cannot fit
+  -- (n > L) and a check of n = 0 only read.
   function fixed_window.decide_one(key, now, rate, hits)
     local limit, window, burst = rate[2], rate[3], rate[4]
     if hits > burst then
       hits = burst + 1
     end
-    local raw = redis_pcall('GET', key)
     local window_start = now - math_fmod(now, window)
-    local count, stored_end = 0, nil
-    if raw then
-      if type(raw) ~= 'string' then
-        return pcall_error(raw)
-      end
-      local start, stored_count = string_match(raw, '^(%d+):(%d+)$')
-      if start then
-        start = tonumber(start)
-        stored_end = start + window
-        if start == window_start then
-          count = tonumber(stored_count)
-        end
-      end
-    end
     local reset_after = window_start + window - now
-    local after = count + hits
-    if after > limit then
+    local counter = window_counter_key(key, window, window_start)
+    if hits == 0 or hits > limit then
+      local raw = redis_pcall('GET', counter)
+      local count = 0
+      if raw then
+        if type(raw) ~= 'string' then
+          return pcall_error(raw)
+        end
+        count = tonumber(raw) or 0
+      end
       local remaining = limit - count
+      if remaining < 0 then
+        remaining = 0
+      end
+      if hits == 0 and count <= limit then
+        return 1, remaining, reset_after
+      end
+      return 0, remaining, reset_after
+    end
+    local after = redis_pcall('INCRBY', counter, hits)
+    if type(after) ~= 'number' then
+      return pcall_error(after)
+    end
+    if after > limit then
+      -- The count before was over L - n >= 0, so the key keeps a count (and its expiry).
+      local before = redis_pcall('DECRBY', counter, hits)
+      if type(before) ~= 'number' then
+        return pcall_error(before)
+      end
+      local remaining = limit - before
       if remaining < 0 then
         remaining = 0
       end
       return 0, remaining, reset_after
     end
-    if hits > 0 then
-      local prefix = prefixes[window_start]
-      if not prefix then
-        prefix = int_str(window_start) .. ':'
-        prefixes[window_start] = prefix
-      end
-      -- `after` is at most L (a u32): Lua's own number-to-text conversion (%.14g) writes it in
-      -- plain digits.
-      local failed = try_write_state(key, prefix .. after, window_start + window, stored_end, now)
-      if failed then
-        return failed
+    if after == hits then
+      local set = redis_pcall('PEXPIRE', counter, window_px(window_start, window, now))
+      if type(set) ~= 'number' then
+        return pcall_error(set)
       end
     end
     return 1, limit - after, reset_after
   end
 
-  -- A count of another window than the commit's holds none of the hits, and one whose window has
-  -- ended counts nothing any more: both are left alone. A count down to 0 is deleted (as absent).
+  -- Hits of a window that has ended count nothing any more: they are left alone. A count down to
+  -- 0 is deleted (as absent).
   function fixed_window.refund(key, state, committed_at, now, _limit, window, _burst, hits,
       _interval)
-    if not state or hits == 0 then
+    if hits == 0 then
       return false
     end
-    local window_start = state.window_start_us
-    local expires_at = window_start + window
-    if window_start ~= window_start_us(window, committed_at) or expires_at <= now then
+    local window_start = window_start_us(window, committed_at)
+    if window_start + window <= now then
       return false
     end
-    local count = state.count - hits
-    if count > 0 then
-      write_state(key, int_str(window_start) .. ':' .. int_str(count), expires_at, expires_at, now)
+    local counter = window_counter_key(key, window, window_start)
+    local count
+    if window_start == window_start_us(window, now) then
+      count = state and state.count
     else
-      redis_call('DEL', key)
+      count = tonumber(redis_call('GET', counter))
+    end
+    if not count then
+      return false
+    end
+    if count > hits then
+      redis_call('DECRBY', counter, hits)
+    else
+      redis_call('DEL', counter)
     end
     return true
   end

@@ -8,7 +8,8 @@
 -- LOAD) and called with EVALSHA.
 --
 -- KEYS: the keys to refund, each once (a key listed twice is refunded twice),
---       [<prefix>]rl1:{<tag>}:<algorithm>:<window_us>:<identity>, or envoyproxy/ratelimit's keys
+--       [<prefix>]rl1:{<tag>}:<algorithm>:<window_us>:<identity> (for a fixed window, the count
+--       of the commit's window is under this key + '@<window index>'), or envoyproxy/ratelimit's keys
 --       (code 6 only: a code-5 counter counts a denied request's hits, and is never refunded). In
 --       a Redis Cluster call, KEYS is empty and these keys lead ARGV instead, after their count
 --       (see keys_and_arguments, common.lua).

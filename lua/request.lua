@@ -8,7 +8,8 @@
 --
 -- KEYS: the counter keys of every check of every request, request after request, in check order
 --       (repeats allowed: checks that share a counter share its key),
---       [<prefix>]rl1:{<tag>}:<algorithm>:<window_us>:<identity>, or with --key-format envoyproxy
+--       [<prefix>]rl1:{<tag>}:<algorithm>:<window_us>:<identity> (a fixed window's count lives
+--       under this key + '@<window index>', see fixed_window.lua), or with --key-format envoyproxy
 --       envoyproxy/ratelimit's own key for fixed windows (envoyproxy_fixed_window.lua). In a Redis
 --       Cluster call, KEYS is empty and these keys lead ARGV instead, after their count (see
 --       keys_and_arguments, common.lua).

@@ -8,10 +8,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::redis_server::RedisServer;
+use common::redis_server::{state_key_now, RedisServer};
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
-use ratelimitd::store::redis::scripts::keys::redis_key;
+use ratelimitd::store::redis::scripts::keys::{redis_key, state_key};
 use ratelimitd::store::redis::scripts::request::{decode_batch_reply, evalsha, sha1, Invocation};
 use ratelimitd::store::redis::RedisSettings;
 use ratelimitd::store::{Check, RedisStore, Store, StoreError};
@@ -109,7 +109,12 @@ async fn assert_a_failing_request_fails_alone(check_of: impl Fn(&str) -> Check) 
     let _store = connect(&server).await;
     let poisoned = check_of("mallory");
     let _: () = redis::cmd("HSET")
-        .arg(redis_key(&poisoned.key, &poisoned.rate))
+        // The raw calls here run at NOW_US.
+        .arg(state_key(
+            &redis_key(&poisoned.key, &poisoned.rate),
+            &poisoned.rate,
+            NOW_US,
+        ))
         .arg("field")
         .arg("value")
         .query(&mut server.connection())
@@ -277,11 +282,12 @@ fn every_thread_decides_through_its_own_dispatcher_even_after_its_runtime_ended(
     // Each lane's two requests were counted on the shared counter of its key.
     for lane in 0..3 {
         let probe = check(&format!("lane-{lane}"), 100);
-        let state: String = redis::cmd("GET")
-            .arg(redis_key(&probe.key, &probe.rate))
-            .query(&mut server.connection())
+        let mut connection = server.connection();
+        let count: u64 = redis::cmd("GET")
+            .arg(state_key_now(&mut connection, &probe.key, &probe.rate))
+            .query(&mut connection)
             .unwrap();
-        assert!(state.ends_with(":2"), "lane {lane}: {state}");
+        assert_eq!(count, 2, "lane {lane}");
     }
 }
 

@@ -8,10 +8,11 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::redis_cluster::RedisCluster;
+use common::redis_server::state_key_now;
 use futures::future::join_all;
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
-use ratelimitd::store::redis::scripts::keys::{hash_tag, redis_key};
+use ratelimitd::store::redis::scripts::keys::hash_tag;
 use ratelimitd::store::redis::{HostPort, RedisSettings, ServerAuth, Topology};
 use ratelimitd::store::{Check, RedisStore, Store};
 
@@ -159,14 +160,12 @@ fn a_batch_costs_one_script_call_per_node_and_a_denial_one_refund_per_other_node
                 2,
                 "master {master}: the decision and its refund"
             );
-            let raw: Option<String> = redis::cmd("GET")
-                .arg(redis_key(other, &wide))
-                .query(&mut cluster.connection(master))
+            let mut connection = cluster.connection(master);
+            let count: Option<u64> = redis::cmd("GET")
+                .arg(state_key_now(&mut connection, other, &wide))
+                .query(&mut connection)
                 .expect("GET");
-            let count = raw
-                .as_deref()
-                .and_then(|state| state.rsplit(':').next())
-                .map_or(0, |count| count.parse::<u64>().expect("a count"));
+            let count = count.unwrap_or(0);
             assert_eq!(
                 count, 0,
                 "the denied request left nothing on master {master}"

@@ -252,12 +252,13 @@ async fn a_foreign_value_under_a_counter_key_is_a_protocol_error() {
     let server = RedisServer::start();
     let store = connect(&server).await;
     let check = check("foreign", 5, 1);
-    let key = ratelimitd::store::redis::scripts::keys::redis_key(&check.key, &check.rate);
+    let mut connection = server.connection();
+    let key = common::redis_server::state_key_now(&mut connection, &check.key, &check.rate);
     let _: () = redis::cmd("HSET")
         .arg(&key)
         .arg("f")
         .arg("v")
-        .query(&mut server.connection())
+        .query(&mut connection)
         .unwrap();
     let error = store.decide(&[check]).await.expect_err("wrong type");
     assert!(matches!(error, StoreError::Protocol(_)), "{error:?}");

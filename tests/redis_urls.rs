@@ -16,7 +16,7 @@ use common::redis_server::{RedisServer, TlsFiles};
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
 use ratelimitd::proto::rls::rate_limit_response::Code;
-use ratelimitd::store::redis::scripts::keys::redis_key;
+use ratelimitd::store::redis::scripts::keys::{redis_key, state_key};
 use ratelimitd::store::redis::RedisSettings;
 use ratelimitd::store::{Check, RedisStore, Store, StoreError};
 
@@ -35,8 +35,14 @@ fn check(value: &str, limit: u32) -> Check {
     }
 }
 
+/// The key holding `check`'s count now. The test's redis-server runs on this host, on its clock,
+/// and the window is an hour long.
 fn key_of(check: &Check) -> String {
-    redis_key(&check.key, &check.rate)
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970");
+    let now_us = u64::try_from(now.as_micros()).expect("µs fit in u64");
+    state_key(&redis_key(&check.key, &check.rate), &check.rate, now_us)
 }
 
 fn settings(url: String, tls_ca: Option<PathBuf>) -> RedisSettings {

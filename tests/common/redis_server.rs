@@ -732,3 +732,16 @@ pub fn openssl(args: &[&str], paths: &[(&str, &Path)]) {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// The Redis key that holds the state of `key` under `rate` now, by the clock of the server behind
+/// `connection` (a fixed window's count lives under a key of its window, see
+/// `ratelimitd::store::redis::scripts::keys::state_key`).
+pub fn state_key_now(
+    connection: &mut redis::Connection,
+    key: &ratelimitd::limiter::counter_key::CounterKey,
+    rate: &ratelimitd::limiter::Rate,
+) -> String {
+    use ratelimitd::store::redis::scripts::keys::{redis_key, state_key};
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(connection).expect("TIME");
+    state_key(&redis_key(key, rate), rate, seconds * 1_000_000 + micros)
+}

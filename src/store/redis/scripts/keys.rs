@@ -7,6 +7,10 @@
 //! - `tag` is the first 16 hex digits of SHA-256 of the counter identity, inside `{}` so a Redis
 //!   Cluster hashes only it: the code picks the slot, never a value sent by a client, and every key
 //!   of one descriptor (whatever its algorithm or window) shares it.
+//! - A fixed window's count is not stored under this key but under the key followed by
+//!   `@<window index>` (see [`state_key`]): the script appends it, since Redis's clock decides the
+//!   window. An identity never holds `@` (it is percent-encoded), so keys stay injective, and the
+//!   suffix keeps the key's hash tag.
 //! - `identity` is [`CounterKey::as_str`], already injective and percent-encoded (it never holds `{`
 //!   or `}`); longer than [`MAX_IDENTITY_LEN`] bytes it becomes `h:<sha256 hex>`, which bounds the
 //!   key length. No plain identity looks like that (an identity with a `:` always has an `=` after
@@ -17,7 +21,7 @@ use std::fmt::Write as _;
 use sha2::{Digest, Sha256};
 
 use crate::limiter::counter_key::CounterKey;
-use crate::limiter::rate::Rate;
+use crate::limiter::rate::{Algorithm, Rate};
 
 /// Version prefix of every key this store writes.
 pub const KEY_PREFIX: &str = "rl1";
@@ -36,10 +40,12 @@ const MAX_LEN_BESIDES_IDENTITY: usize = KEY_PREFIX.len()
     + 22 // "sliding_window_counter", the longest algorithm name
     + 1
     + 20 // window_us, a u64
-    + 1;
+    + 1
+    + 21; // a fixed window's "@<window index>" (see `state_key`)
 
-/// Upper bound on the length of any key built by [`redis_key`] (a hashed identity, 66 bytes, is
-/// shorter than [`MAX_IDENTITY_LEN`]); a prefix adds its own length.
+/// Upper bound on the length of any key this store writes, built by [`redis_key`] or
+/// [`state_key`] (a hashed identity, 66 bytes, is shorter than [`MAX_IDENTITY_LEN`]); a prefix adds
+/// its own length.
 pub const MAX_KEY_LEN: usize = MAX_LEN_BESIDES_IDENTITY + MAX_IDENTITY_LEN;
 
 /// The cluster hash tag of a counter (without braces): 16 hex digits of SHA-256 of its identity.
@@ -102,6 +108,17 @@ pub fn prefixed_redis_key(prefix: &str, key: &CounterKey, rate: &Rate) -> String
     let _ = write!(out, "{}:", rate.window_us());
     push_identity(&mut out, key);
     out
+}
+
+/// The key that holds the state of the counter whose key is `key` under `rate` at `now_us` (Redis
+/// time): `key` itself, or for `fixed_window` the key of the window containing `now_us`,
+/// `<key>@<window index>` (`lua/fixed_window.lua` writes it; the index is the window's start / W).
+/// For what reads stored states from outside the scripts: tests and tools.
+pub fn state_key(key: &str, rate: &Rate, now_us: u64) -> String {
+    if rate.algorithm() != Algorithm::FixedWindow {
+        return key.to_owned();
+    }
+    format!("{key}@{}", now_us / rate.window_us())
 }
 
 #[cfg(test)]
