@@ -12,7 +12,8 @@ use common::redis_server::{state_key_now, RedisServer};
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
 use ratelimitd::store::redis::scripts::keys::{redis_key, state_key};
-use ratelimitd::store::redis::scripts::request::{decode_batch_reply, evalsha, sha1, Invocation};
+use ratelimitd::store::redis::scripts::reply::decode_batch_reply;
+use ratelimitd::store::redis::scripts::request::{evalsha, sha1, Invocation};
 use ratelimitd::store::redis::RedisSettings;
 use ratelimitd::store::{Check, RedisStore, Store, StoreError};
 

@@ -13,9 +13,9 @@ use common::redis_server::RedisServer;
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
 use ratelimitd::store::redis::scripts::keys::redis_key;
+use ratelimitd::store::redis::scripts::reply::{decode_call_frame, decode_call_reply};
 use ratelimitd::store::redis::scripts::request::{
-    decode_call_frame, decode_call_reply, evalsha_placed, script_load, EvalSha, Invocation,
-    KeyPlacement,
+    evalsha_placed, script_load, EvalSha, Invocation, KeyPlacement,
 };
 use ratelimitd::store::redis::wire::resp::{self, ArrayReader, Element};
 use ratelimitd::store::{Check, StoreError};

@@ -1,5 +1,5 @@
-//! The Lua scripts the store calls and the keys they write: the request script ([`request`]),
-//! the refund script ([`refund`]), the side scripts ([`side`]), ratelimitd's own keys
+//! The Lua scripts the store calls and the keys they write: the request script ([`request`]) and
+//! its reply ([`reply`]), the refund script ([`refund`]), the side scripts ([`side`]), ratelimitd's own keys
 //! ([`keys`]), envoyproxy/ratelimit's ([`envoyproxy_key`]) and the layout that chooses between
 //! them and says how their counters count ([`key_layout`]).
 
@@ -7,5 +7,6 @@ pub mod envoyproxy_key;
 pub mod key_layout;
 pub mod keys;
 pub mod refund;
+pub mod reply;
 pub mod request;
 pub mod side;

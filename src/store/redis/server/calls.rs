@@ -8,9 +8,8 @@ use tokio::time::Instant;
 use super::errors::{command_error, is_noscript};
 use super::load::check_loaded_sha;
 use super::pool::Shared;
-use crate::store::redis::scripts::request::{
-    CallReply, EvalSha, Invocation, KeyPlacement, Script, DECIDE,
-};
+use crate::store::redis::scripts::reply::CallReply;
+use crate::store::redis::scripts::request::{EvalSha, Invocation, KeyPlacement, Script, DECIDE};
 use crate::store::StoreError;
 
 impl Shared {

@@ -7,9 +7,8 @@ use redis::{ErrorKind, RedisError, Value};
 use tokio::time::{timeout_at, Instant};
 
 use super::pool::Lease;
-use crate::store::redis::scripts::request::{
-    decode_call_frame, decode_call_reply, CallReply, EvalSha, Invocation,
-};
+use crate::store::redis::scripts::reply::{decode_call_frame, decode_call_reply, CallReply};
+use crate::store::redis::scripts::request::{EvalSha, Invocation};
 use crate::store::redis::wire::link::Link;
 use crate::store::redis::wire::pipe::CallError;
 use crate::store::redis::wire::resp;
