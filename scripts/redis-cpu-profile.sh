@@ -313,9 +313,10 @@ def inclusive(path):
     return incl, total
 
 def commands(i, under_scripts):
-    """Inclusive instructions of the commands redis.call ran, reads and writes apart."""
+    """Inclusive instructions of the commands redis.call ran, reads and writes apart (a helper
+    that commands share, such as incrDecrCommand under INCRBY and DECRBY, is not counted again)."""
     top = {'processCommand', 'lookupCommand', 'lookupCommandOrOriginal', 'evalCommand', 'evalShaCommand', 'evalRoCommand', 'evalShaRoCommand', 'scriptCommand',
-           'incrbyCommand', 'expireCommand', 'infoCommand', 'configCommand', 'configSetCommand',
+           'incrDecrCommand', 'infoCommand', 'configCommand', 'configSetCommand',
            'configResetStatCommand', 'pingCommand', 'commandCommand', 'helloCommand',
            'clientCommand', 'clientSetNameCommand'}
     reads = {'getCommand', 'timeCommand', 'zcardCommand', 'zrangeCommand', 'zrangeGenericCommand',
@@ -336,8 +337,10 @@ GROUPS = ['read+parse', 'dispatch', 'lua entry', 'KEYS/ARGV+reply', 'lua VM', 'r
           'read cmds', 'write cmds', 'INCRBY/EXPIRE', 'write', 'other']
 def groups(path):
     i, total = inclusive(path)
-    reads, writes = commands(i, i['scriptCall'] > 0)
-    direct = i['incrbyCommand'] + i['expireCommand']
+    scripted = i['scriptCall'] > 0
+    reads, writes = commands(i, scripted)
+    # INCRBY and EXPIRE sent as commands (the baseline); under scripts they are write cmds.
+    direct = 0 if scripted else i['incrbyCommand'] + i['expireCommand']
     g = {
         'read+parse': i['readQueryFromClient'] - i['call'],
         'dispatch': i['call'] - i['evalGenericCommand'] - direct,
