@@ -39,7 +39,7 @@
 #   DESCRIPTORS_LIST ["1 3"]  BASELINE_REQUESTS [1000000]  BASELINE_CLIENTS [50]
 #   PROFILE [1]  PROFILE_REQUESTS [4000]  PROFILE_WARMUP [1000]
 #   OPEN_LOOP_RATE [5000] (0 skips): the p99 at this rate, open loop, gcra, 1 descriptor
-#   RATELIMITD_ARGS [""]: extra flags for ratelimitd (e.g. "--threads 1")
+#   SERVER_ARGS [""]: extra flags for ratelimitd serve (e.g. "--threads 1")
 #   CARGO_BUILD [1] (0: use target/release as built)  BIN [target/release]
 #   KEEP [0] (1: keep the work folder, callgrind dumps included, and say where)
 set -euo pipefail
@@ -59,7 +59,7 @@ PROFILE=${PROFILE:-1}
 PROFILE_REQUESTS=${PROFILE_REQUESTS:-4000}
 PROFILE_WARMUP=${PROFILE_WARMUP:-1000}
 OPEN_LOOP_RATE=${OPEN_LOOP_RATE:-5000}
-RATELIMITD_ARGS=${RATELIMITD_ARGS:-}
+SERVER_ARGS=${SERVER_ARGS:-}
 CARGO_BUILD=${CARGO_BUILD:-1}
 KEEP=${KEEP:-0}
 BIN=${BIN:-$ROOT/target/release}
@@ -130,7 +130,7 @@ stop_redis() {
 start_ratelimitd() {
   # shellcheck disable=SC2086
   "$BIN/ratelimitd" serve --config "$WORK/bench.yaml" --grpc-addr 127.0.0.1:0 \
-    --http-addr 127.0.0.1:0 --redis-url "redis://127.0.0.1:$REDIS_PORT" $RATELIMITD_ARGS \
+    --http-addr 127.0.0.1:0 --redis-url "redis://127.0.0.1:$REDIS_PORT" $SERVER_ARGS \
     >"$WORK/ratelimitd.log" 2>&1 &
   SERVER_PID=$!
   PIDS+=("$SERVER_PID")
@@ -260,7 +260,7 @@ fi
 cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 echo "### redis-server per decision: $(date -u +%Y-%m-%d), ratelimitd $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CPUs (${cpu_model:-unknown CPU}), $(redis-server --version | cut -d' ' -f3)"
 echo
-echo "Command: \`scripts/redis-cpu-profile.sh\` (DURATION=$DURATION WARMUP=$WARMUP CONNECTIONS=$CONNECTIONS CONCURRENCY=$CONCURRENCY KEYS=$KEYS RATELIMITD_ARGS='$RATELIMITD_ARGS')"
+echo "Command: \`scripts/redis-cpu-profile.sh\` (DURATION=$DURATION WARMUP=$WARMUP CONNECTIONS=$CONNECTIONS CONCURRENCY=$CONCURRENCY KEYS=$KEYS SERVER_ARGS='$SERVER_ARGS')"
 echo
 python3 - "$CPU_RESULTS" "$BASELINE" "$BASELINE_REQUESTS" "$PROFILE_RESULTS" "$OPEN_LOOP" "$BASELINE_CLIENTS" <<'PY'
 import json, re, subprocess, sys
