@@ -10,8 +10,9 @@
 --       refund.lua also the instant the refunded hits were committed at.
 -- State: the window's count, a plain integer (Redis stores it as one); worthless from the window
 --        end on, when the key expires (0.5-1 s later: common.lua) and the next window starts
---        under a key of its own. A value that is no count reads as absent and is overwritten by
---        the general path; the one-check path answers it with Redis's error.
+--        under a key of its own. A value that is no count (not an integer, negative, 2^53 or
+--        more) counts as absent and is replaced by the next admitted hits; a key of another type
+--        is Redis's error (WRONGTYPE) for the request.
 -- Returns (evaluate): admitted (boolean), remaining (integer), reset_after_us (integer).
 -- Returns (refund): whether the key changed (boolean).
 --
@@ -46,6 +47,15 @@ local function new_fixed_window()
     return key .. cached[2]
   end
 
+  -- A stored count from its text, or nil for none (absent, or text that is no count).
+  local function readable_count(raw)
+    local count = tonumber(raw)
+    if not count or count < 0 or count >= TWO_POW_53 or count ~= math_floor(count) then
+      return nil
+    end
+    return count
+  end
+
   -- The PX argument of a window's key: it vanishes 0.5-1 s after the window ends.
   local function window_px(window_start, window, now)
     return px_text(math_floor((window_start + window) / EXPIRY_STEP_US), now)
@@ -54,7 +64,7 @@ local function new_fixed_window()
   -- The count of the window containing `now`, as a state (nil when absent or no count).
   function fixed_window.load(key, now, window)
     local window_start = window_start_us(window, now)
-    local count = tonumber(redis_call('GET', window_counter_key(key, window, window_start)))
+    local count = readable_count(redis_call('GET', window_counter_key(key, window, window_start)))
     if not count then
       return nil
     end
@@ -115,7 +125,7 @@ local function new_fixed_window()
         if type(raw) ~= 'string' then
           return pcall_error(raw)
         end
-        count = tonumber(raw) or 0
+        count = readable_count(raw) or 0
       end
       local remaining = limit - count
       if remaining < 0 then
@@ -127,8 +137,21 @@ local function new_fixed_window()
       return 0, remaining, reset_after
     end
     local after = redis_pcall('INCRBY', counter, hits)
-    if type(after) ~= 'number' then
-      return pcall_error(after)
+    if type(after) ~= 'number' or after < hits or after >= TWO_POW_53 then
+      -- No count was stored: text that is no integer (INCRBY refused it, or would overflow), or
+      -- a value no count reaches. It counts as absent and is replaced; any other error (a key
+      -- of another type...) answers the request, with nothing written.
+      if type(after) ~= 'number' then
+        local message = pcall_error(after)
+        if not (string_match(message, 'not an integer') or string_match(message, 'overflow')) then
+          return message
+        end
+      end
+      local set = redis_pcall('SET', counter, hits, 'PX', window_px(window_start, window, now))
+      if type(set) == 'table' and set.err then
+        return set.err
+      end
+      return 1, limit - hits, reset_after
     end
     if after > limit then
       -- The count before was over L - n >= 0, so the key keeps a count (and its expiry).
@@ -167,7 +190,7 @@ local function new_fixed_window()
     if window_start == window_start_us(window, now) then
       count = state and state.count
     else
-      count = tonumber(redis_call('GET', counter))
+      count = readable_count(redis_call('GET', counter))
     end
     if not count then
       return false

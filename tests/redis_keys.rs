@@ -411,6 +411,80 @@ async fn an_unreadable_gcra_state_counts_as_absent_and_is_replaced() {
     assert!(!v[0].admitted, "{v:?}");
 }
 
+/// A fixed window's key holding text that is no count counts as absent, on the one-check path
+/// (which adds its hits first) as on the general one, and is replaced by the admitted hits.
+#[tokio::test]
+async fn an_unreadable_fixed_window_count_counts_as_absent_and_is_replaced() {
+    let server = RedisServer::start();
+    let store = connect(&server).await;
+    let mut connection = server.connection();
+    let rate = Rate::new(Algorithm::FixedWindow, 2, Unit::Hour, 1, None).unwrap();
+    let unreadable = [
+        "",
+        "abc",
+        "-5",
+        "1.5",
+        "12abc",
+        "inf",
+        "nan",
+        "1e300",
+        "9007199254740993",
+        "99999999999999999999",
+        "9223372036854775807",
+    ];
+    for (i, garbage) in unreadable.iter().enumerate() {
+        let one = counter("garbage-fw", &[("i", &i.to_string())]);
+        let first = counter("garbage-fw", &[("i", &i.to_string()), ("of", "two")]);
+        let second = counter(
+            "garbage-fw",
+            &[("i", &i.to_string()), ("of", "two"), ("n", "2")],
+        );
+        let keys: Vec<String> = [&one, &first, &second]
+            .iter()
+            .map(|c| common::redis_server::state_key_now(&mut connection, c, &rate))
+            .collect();
+        for key in &keys {
+            let _: () = redis::cmd("SET")
+                .arg(key)
+                .arg(garbage)
+                .query(&mut connection)
+                .unwrap();
+        }
+        let peek = store.decide(&[check(&one, rate, 0)]).await.unwrap();
+        assert_eq!(
+            (peek[0].admitted, peek[0].remaining),
+            (true, 2),
+            "{garbage:?}"
+        );
+        let v = store.decide(&[check(&one, rate, 1)]).await.unwrap();
+        assert_eq!(
+            (v[0].admitted, v[0].remaining),
+            (true, 1),
+            "one check on {garbage:?}"
+        );
+        let v = store
+            .decide(&[check(&first, rate, 1), check(&second, rate, 2)])
+            .await
+            .unwrap();
+        assert_eq!(
+            v.iter()
+                .map(|v| (v.admitted, v.remaining))
+                .collect::<Vec<_>>(),
+            [(true, 1), (true, 0)],
+            "two checks on {garbage:?}"
+        );
+        let counts: Vec<u64> = redis::cmd("MGET")
+            .arg(&keys)
+            .query(&mut connection)
+            .unwrap_or_else(|e| panic!("{garbage:?} not replaced by counts: {e}"));
+        assert_eq!(counts, [1, 1, 2], "{garbage:?}");
+        for key in &keys {
+            let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut connection).unwrap();
+            assert!(pttl > 0, "{key} replaced without a TTL ({pttl})");
+        }
+    }
+}
+
 /// Memory per key, printed as a markdown table: `cargo test --test redis_keys -- --ignored
 /// --nocapture memory_per_key`.
 #[tokio::test]
