@@ -131,9 +131,9 @@ local function write_state(key, value, expires_at_us, stored_expires_at_us, now_
   end
 end
 
--- write_state for the one-check paths (decide_one of fixed_window.lua and gcra.lua), which call
--- Redis with redis.pcall so that a Redis error answers the request it belongs to without a Lua
--- `pcall` per request: the error message, or nil once written.
+-- write_state for the one-check path of gcra.lua (decide_one), which calls Redis with
+-- redis.pcall so that a Redis error answers the request it belongs to without a Lua `pcall` per
+-- request: the error message, or nil once written.
 local function try_write_state(key, value, expires_at_us, stored_expires_at_us, now_us)
   local step = math_floor(expires_at_us / EXPIRY_STEP_US)
   local reply
