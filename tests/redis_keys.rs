@@ -360,24 +360,29 @@ async fn check_only_and_denied_requests_write_nothing() {
     assert_eq!(dump(&mut connection), before);
 }
 
+/// Stored values that are no state: not a number, not an integer, negative, or beyond what a
+/// double holds exactly (2^53) or INCRBY can add to (2^63 - 1, and more).
+const UNREADABLE: [&str; 11] = [
+    "",
+    "abc",
+    "-5",
+    "1.5",
+    "12abc",
+    "inf",
+    "nan",
+    "1e300",
+    "9007199254740993",
+    "9223372036854775807",
+    "99999999999999999999",
+];
+
 #[tokio::test]
 async fn an_unreadable_gcra_state_counts_as_absent_and_is_replaced() {
     let server = RedisServer::start();
     let store = connect(&server).await;
     let mut connection = server.connection();
     let rate = Rate::new(Algorithm::Gcra, 2, Unit::Minute, 1, None).unwrap();
-    let unreadable = [
-        "",
-        "abc",
-        "-5",
-        "1.5",
-        "12abc",
-        "inf",
-        "nan",
-        "1e300",
-        "9007199254740993",
-    ];
-    for (i, garbage) in unreadable.iter().enumerate() {
+    for (i, garbage) in UNREADABLE.iter().enumerate() {
         let c = counter("garbage", &[("i", &i.to_string())]);
         let key = redis_key(&c, &rate);
         let _: () = redis::cmd("SET")
@@ -419,20 +424,7 @@ async fn an_unreadable_fixed_window_count_counts_as_absent_and_is_replaced() {
     let store = connect(&server).await;
     let mut connection = server.connection();
     let rate = Rate::new(Algorithm::FixedWindow, 2, Unit::Hour, 1, None).unwrap();
-    let unreadable = [
-        "",
-        "abc",
-        "-5",
-        "1.5",
-        "12abc",
-        "inf",
-        "nan",
-        "1e300",
-        "9007199254740993",
-        "99999999999999999999",
-        "9223372036854775807",
-    ];
-    for (i, garbage) in unreadable.iter().enumerate() {
+    for (i, garbage) in UNREADABLE.iter().enumerate() {
         let one = counter("garbage-fw", &[("i", &i.to_string())]);
         let first = counter("garbage-fw", &[("i", &i.to_string()), ("of", "two")]);
         let second = counter(
