@@ -6,7 +6,7 @@ mod common;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use common::redis_server::RedisServer;
+use common::redis_server::{redis_now_us, state_key_now, RedisServer};
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Clock, Entry, ManualClock, Rate, Unit};
 use ratelimitd::store::redis::scripts::keys::{hash_tag, redis_key, state_key, MAX_KEY_LEN};
@@ -39,12 +39,6 @@ async fn connect(server: &RedisServer) -> RedisStore {
     RedisStore::connect(RedisSettings::new(server.url()))
         .await
         .expect("connect to the test redis-server")
-}
-
-/// Redis's clock, in µs.
-fn redis_now_us(connection: &mut redis::Connection) -> u64 {
-    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(connection).unwrap();
-    seconds * S + micros
 }
 
 fn all_keys(server: &RedisServer) -> Vec<String> {
@@ -267,8 +261,9 @@ async fn a_busy_key_expires_half_a_second_to_a_second_after_its_state_is_worthle
             if !verdict[0].admitted {
                 continue;
             }
-            let key = state_key(&redis_key(&c, rate), rate, before);
-            if state_key(&redis_key(&c, rate), rate, redis_now_us(&mut connection)) != key {
+            let counter_key = redis_key(&c, rate);
+            let key = state_key(&counter_key, rate, before);
+            if state_key(&counter_key, rate, redis_now_us(&mut connection)) != key {
                 // A fixed window turned during the decision: which window's key it wrote is not
                 // known here.
                 continue;
@@ -404,8 +399,7 @@ async fn an_unreadable_gcra_state_counts_as_absent_and_is_replaced() {
     }
 
     // A readable state is read: a TAT an hour ahead leaves no room.
-    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut connection).unwrap();
-    let tat = (seconds + 3_600) * S + micros;
+    let tat = redis_now_us(&mut connection) + 3_600 * S;
     let c = counter("garbage", &[("i", "readable")]);
     let _: () = redis::cmd("SET")
         .arg(redis_key(&c, &rate))
@@ -433,7 +427,7 @@ async fn an_unreadable_fixed_window_count_counts_as_absent_and_is_replaced() {
         );
         let keys: Vec<String> = [&one, &first, &second]
             .iter()
-            .map(|c| common::redis_server::state_key_now(&mut connection, c, &rate))
+            .map(|c| state_key_now(&mut connection, c, &rate))
             .collect();
         for key in &keys {
             let _: () = redis::cmd("SET")

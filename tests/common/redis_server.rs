@@ -733,6 +733,12 @@ pub fn openssl(args: &[&str], paths: &[(&str, &Path)]) {
     );
 }
 
+/// The clock of the server behind `connection` (`TIME`), in µs.
+pub fn redis_now_us(connection: &mut redis::Connection) -> u64 {
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(connection).expect("TIME");
+    seconds * 1_000_000 + micros
+}
+
 /// The Redis key that holds the state of `key` under `rate` now, by the clock of the server behind
 /// `connection` (a fixed window's count lives under a key of its window, see
 /// `ratelimitd::store::redis::scripts::keys::state_key`).
@@ -742,6 +748,6 @@ pub fn state_key_now(
     rate: &ratelimitd::limiter::Rate,
 ) -> String {
     use ratelimitd::store::redis::scripts::keys::{redis_key, state_key};
-    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(connection).expect("TIME");
-    state_key(&redis_key(key, rate), rate, seconds * 1_000_000 + micros)
+    let now_us = redis_now_us(connection);
+    state_key(&redis_key(key, rate), rate, now_us)
 }
