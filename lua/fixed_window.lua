@@ -61,14 +61,16 @@ local function new_fixed_window()
     return px_text(math_floor((window_start + window) / EXPIRY_STEP_US), now)
   end
 
-  -- The count of the window containing `now`, as a state (nil when absent or no count).
+  -- The count of the window containing `now`, as a state (nil when absent or no count), with
+  -- the key it was read from, which a commit of the same window writes to.
   function fixed_window.load(key, now, window)
     local window_start = window_start_us(window, now)
-    local count = readable_count(redis_call('GET', window_counter_key(key, window, window_start)))
+    local counter = window_counter_key(key, window, window_start)
+    local count = readable_count(redis_call('GET', counter))
     if not count then
       return nil
     end
-    return { window_start_us = window_start, count = count }
+    return { window_start_us = window_start, count = count, counter = counter }
   end
 
   local function current_count(state, window_start)
@@ -97,11 +99,11 @@ local function new_fixed_window()
   -- window's expiry, where there was none (or no count) to add to.
   function fixed_window.commit(key, state, now, _limit, window, _burst, hits, _interval)
     local window_start = window_start_us(window, now)
-    local counter = window_counter_key(key, window, window_start)
     if current_count(state, window_start) > 0 then
-      redis_call('INCRBY', counter, hits)
+      redis_call('INCRBY', state.counter, hits)
     else
-      redis_call('SET', counter, hits, 'PX', window_px(window_start, window, now))
+      redis_call('SET', window_counter_key(key, window, window_start), hits, 'PX',
+        window_px(window_start, window, now))
     end
   end
 
