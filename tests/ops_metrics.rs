@@ -172,9 +172,14 @@ async fn counters_after_a_known_sequence() {
         rule_counters(&text, "(override)", None),
         [2.0, 1.0, 1.0, 1.0, 0.0]
     );
-    assert!(
-        !text.contains("nope"),
-        "unknown domains make no series:\n{text}"
+    assert_eq!(
+        value(
+            &text,
+            "ratelimitd_domain_not_found_total",
+            "domain=\"nope\""
+        ),
+        1.0,
+        "an unknown domain is counted under its name:\n{text}"
     );
 
     let requests = |result: &str| {

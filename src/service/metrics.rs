@@ -344,7 +344,6 @@ pub struct Metrics {
     /// Unknown domain -> descriptors asked for in it, at most [`UNKNOWN_DOMAIN_CAP`] domains.
     domains_not_found: RwLock<HashMap<String, Arc<Latched>>>,
     domains_not_found_overflow: Latched,
-    domains_not_found_total: AtomicU64,
     global_shadow_mode: AtomicU64,
     /// Requests per whole millisecond they took (index `RESPONSE_TIME_MAX_MS`: that or more),
     /// kept only once [`Metrics::keep_response_times`] asked for them.
@@ -396,7 +395,6 @@ impl Metrics {
             labelled_externals: Mutex::new(Vec::new()),
             domains_not_found: RwLock::new(HashMap::new()),
             domains_not_found_overflow: Latched::default(),
-            domains_not_found_total: AtomicU64::new(0),
             global_shadow_mode: AtomicU64::new(0),
             response_ms: OnceLock::new(),
             upstream_taken: UpstreamTaken::default(),
@@ -538,8 +536,6 @@ impl Metrics {
     /// (envoyproxy/ratelimit counts each descriptor).
     pub fn record_domain_not_found(&self, domain: &str, descriptors: usize) {
         let descriptors = descriptors as u64;
-        self.domains_not_found_total
-            .fetch_add(descriptors, Ordering::Relaxed);
         let domain = cut(domain, DETAILED_LABEL_MAX_BYTES);
         if let Some(counter) = self.domains_not_found.read().get(domain) {
             counter.value.fetch_add(descriptors, Ordering::Relaxed);
@@ -842,14 +838,29 @@ impl Metrics {
         family(
             &mut out,
             "ratelimitd_domain_not_found_total",
-            "Descriptors of requests whose domain no configuration defines (answered OK without a limit).",
+            "Descriptors of requests whose domain no configuration defines (answered OK without a limit), by domain (at most 100; further ones as _other).",
             "counter",
         );
-        let _ = writeln!(
-            out,
-            "ratelimitd_domain_not_found_total {}",
-            self.domains_not_found_total.load(Ordering::Relaxed)
-        );
+        let mut domains: Vec<(String, u64)> = self
+            .domains_not_found
+            .read()
+            .iter()
+            .map(|(domain, counter)| (escape(domain), counter.value.load(Ordering::Relaxed)))
+            .collect();
+        domains.sort();
+        let overflow = self
+            .domains_not_found_overflow
+            .value
+            .load(Ordering::Relaxed);
+        if overflow > 0 {
+            domains.push((OVERFLOW_LABEL.to_owned(), overflow));
+        }
+        for (domain, descriptors) in domains {
+            let _ = writeln!(
+                out,
+                "ratelimitd_domain_not_found_total{{domain=\"{domain}\"}} {descriptors}"
+            );
+        }
         family(
             &mut out,
             "ratelimitd_global_shadow_mode_total",
@@ -1173,7 +1184,7 @@ fn join_entries(descriptor: &crate::limiter::Descriptor, underscore_empty: bool)
 }
 
 /// `text` cut to at most `max` bytes, at a character boundary.
-fn cut(text: &str, max: usize) -> &str {
+pub(crate) fn cut(text: &str, max: usize) -> &str {
     if text.len() <= max {
         return text;
     }
@@ -1339,10 +1350,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("ratelimitd_domain_not_found_total 2\n"),
+            text.contains("ratelimitd_domain_not_found_total{domain=\"nope\"} 2\n"),
             "{text}"
         );
-        assert!(!text.contains("nope"), "{text}");
     }
 
     #[test]

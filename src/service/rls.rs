@@ -14,6 +14,7 @@ use super::decision_log::{self, StoreCall};
 use super::headers::ResponseHeaders;
 use super::metrics::{Metrics, RequestResult};
 use super::throttle::WarnThrottle;
+use super::unknown_domains::UnknownDomains;
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::{outcome, plan_with, response_metadata, Modes, RequestLimits, Rules};
 use crate::proto::rls::rate_limit_response::Code as ProtoCode;
@@ -84,6 +85,7 @@ pub struct RateLimitEdge<S> {
     limits: RequestLimits,
     /// Store-error warnings are logged at most once per second, with the count of the others.
     warnings: WarnThrottle,
+    unknown_domains: UnknownDomains,
 }
 
 impl<S: Store> RateLimitEdge<S> {
@@ -98,6 +100,7 @@ impl<S: Store> RateLimitEdge<S> {
             dynamic_metadata: false,
             limits: RequestLimits::default(),
             warnings: WarnThrottle::new(),
+            unknown_domains: UnknownDomains::default(),
         }
     }
 
@@ -239,9 +242,13 @@ impl<S: Store> RateLimitEdge<S> {
                 Ok::<_, Status>((plan, verdicts, from_store, outcome))
             })
             .await?;
+        let unknown_domain = plan.checks.is_empty() && rules.domain(&request.domain).is_none();
+        if unknown_domain {
+            self.unknown_domains.record(&request.domain, &rules);
+        }
         if let Some(metrics) = &self.metrics {
             metrics.record_decision(&request, &plan, from_store.then_some(&verdicts), &outcome);
-            if plan.checks.is_empty() && rules.domain(&request.domain).is_none() {
+            if unknown_domain {
                 metrics.record_domain_not_found(&request.domain, request.descriptors.len());
             }
         }

@@ -2,12 +2,14 @@
 //! accept errors while out of descriptors) must not flood the log.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-/// Lets one warning through per second and counts the ones it holds back.
+/// Lets one warning through per period (a second unless [`WarnThrottle::every`] says) and
+/// counts the ones it holds back.
 #[derive(Debug)]
 pub struct WarnThrottle {
     origin: Instant,
+    period_ms: u64,
     /// Milliseconds after `origin` of the last warning logged, plus one (0: none yet).
     last_ms: AtomicU64,
     suppressed: AtomicU64,
@@ -21,8 +23,14 @@ impl Default for WarnThrottle {
 
 impl WarnThrottle {
     pub fn new() -> WarnThrottle {
+        WarnThrottle::every(Duration::from_secs(1))
+    }
+
+    /// One warning per `period`.
+    pub fn every(period: Duration) -> WarnThrottle {
         WarnThrottle {
             origin: Instant::now(),
+            period_ms: period.as_millis().max(1) as u64,
             last_ms: AtomicU64::new(0),
             suppressed: AtomicU64::new(0),
         }
@@ -32,7 +40,7 @@ impl WarnThrottle {
     pub fn admit(&self) -> Option<u64> {
         let now = self.origin.elapsed().as_millis() as u64 + 1;
         let last = self.last_ms.load(Ordering::Relaxed);
-        if (last == 0 || now >= last + 1_000)
+        if (last == 0 || now >= last + self.period_ms)
             && self
                 .last_ms
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
