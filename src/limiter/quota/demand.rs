@@ -5,16 +5,24 @@
 
 use std::time::Duration;
 
-/// The default half-life of a demand estimate: half an Envoy report period (Envoy 1.40 reports
-/// every 5 s), so a full report weighs 3/4 and the history before it 1/4: an Envoy that stops
-/// is down to 1/16 of its demand two reports later.
+/// The default half-life of a rising demand estimate: half an Envoy report period (Envoy 1.40
+/// reports every 5 s), so a full report showing more demand weighs 3/4 and the history before it
+/// 1/4.
 pub const DEFAULT_HALF_LIFE: Duration = Duration::from_millis(2500);
 
-/// An exponentially weighted moving average of a report's rate, weighted by the time the report
-/// covers: `rate ← rate + α·(sample − rate)` with `α = 1 − 2^(−elapsed / half_life)`, where
-/// `sample = (allowed + denied) / elapsed`. The first report with a positive `elapsed` sets the
-/// rate to its sample. A report covering no time (Envoy's first report for a bucket carries
-/// `time_elapsed` 0) tells no rate and leaves the estimate as it was.
+/// A report's rate, `sample = (allowed + denied) / elapsed`, followed up slowly and down at once:
+/// a sample above the estimate moves it by an exponentially weighted moving average weighted by
+/// the time the report covers, `rate ← rate + α·(sample − rate)` with
+/// `α = 1 − 2^(−elapsed / half_life)`; a sample at or below it becomes the estimate. The first
+/// report with a positive `elapsed` sets the rate to its sample. A report covering no time
+/// (Envoy's first report for a bucket carries `time_elapsed` 0) tells no rate and leaves the
+/// estimate as it was.
+///
+/// Down at once because a share is only worth what its Envoy uses: an Envoy whose clients went
+/// away hands its share to the others with its next report, instead of holding a decaying part of
+/// it for several report periods while they are denied. Up smoothly because one busy report
+/// should not take the others' shares; a rising Envoy meanwhile has the headroom that unclaimed
+/// capacity and the floor give it.
 ///
 /// Weighting by time rather than by report keeps a short report (Envoy truncates `time_elapsed`
 /// to whole seconds; a bucket created mid-period reports 0-4 s) from counting as much as a full
@@ -45,6 +53,7 @@ impl Demand {
         let sample = (allowed as f64 + denied as f64) / seconds;
         self.rate = Some(match self.rate {
             None => sample,
+            Some(rate) if sample <= rate => sample,
             Some(rate) => {
                 let half_lives = if half_life.is_zero() {
                     f64::INFINITY
@@ -78,33 +87,32 @@ mod tests {
     }
 
     #[test]
-    fn one_half_life_of_reports_moves_half_way() {
+    fn one_half_life_of_rising_reports_moves_half_way_up() {
         let mut demand = Demand::new();
+        demand.observe(0, 0, FIVE, FIVE);
         demand.observe(100, 0, FIVE, FIVE);
-        demand.observe(0, 0, FIVE, FIVE);
         assert_eq!(demand.rate(), Some(10.0));
-        demand.observe(0, 0, FIVE, FIVE);
-        assert_eq!(demand.rate(), Some(5.0));
+        demand.observe(100, 0, FIVE, FIVE);
+        assert_eq!(demand.rate(), Some(15.0));
     }
 
     #[test]
-    fn a_short_report_weighs_less_than_a_full_one() {
+    fn a_short_rising_report_weighs_less_than_a_full_one() {
         let mut short = Demand::new();
-        short.observe(100, 0, FIVE, FIVE);
-        short.observe(0, 0, Duration::from_secs(1), FIVE);
+        short.observe(0, 0, FIVE, FIVE);
+        short.observe(20, 0, Duration::from_secs(1), FIVE);
         let rate = short.rate().expect("a rate");
-        assert!(rate > 15.0 && rate < 20.0, "{rate}");
+        assert!(rate > 0.0 && rate < 5.0, "{rate}");
     }
 
     #[test]
-    fn an_idle_envoy_decays_toward_zero() {
+    fn a_falling_report_sets_the_rate_at_once() {
         let mut demand = Demand::new();
         demand.observe(1000, 0, FIVE, FIVE);
-        for _ in 0..20 {
-            demand.observe(0, 0, FIVE, FIVE);
-        }
-        let rate = demand.rate().expect("a rate");
-        assert!(rate < 0.001, "{rate}");
+        demand.observe(50, 0, FIVE, FIVE);
+        assert_eq!(demand.rate(), Some(10.0));
+        demand.observe(0, 0, FIVE, FIVE);
+        assert_eq!(demand.rate(), Some(0.0), "an idle Envoy claims nothing");
     }
 
     #[test]
