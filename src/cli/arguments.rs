@@ -31,7 +31,7 @@ pub fn parse(
                 Err(ExitCode::SUCCESS)
             }
             _ => {
-                match explain(&error, arguments, upstream) {
+                match explain(&error, arguments, upstream).or_else(|| suggest(&error)) {
                     Some(message) => eprintln!("error: {message}"),
                     None => {
                         let _ = error.print();
@@ -87,6 +87,50 @@ fn explain(error: &clap::Error, arguments: &[OsString], upstream: &Translation) 
         }
         None => format!("{variable}=`{value}` is refused: {reason} (the variable of --{long})"),
     })
+}
+
+/// The flags a newcomer reaches for by their first word, each with what it is for. clap's own
+/// suggestion goes by spelling alone (`--redis` gets `--redis-tls`); these say where to start.
+const FIRST_FLAGS: [(&str, &str); 8] = [
+    ("--redis-url", "one Redis server, redis://HOST:PORT"),
+    ("--redis-cluster", "Redis Cluster seed nodes"),
+    (
+        "--redis-sentinel",
+        "Redis behind Sentinel, MASTER@HOST:PORT,...",
+    ),
+    ("--config", "configuration files or directories"),
+    ("--config-source", "files or xds"),
+    ("--grpc-addr", "the gRPC port's address"),
+    ("--http-addr", "the HTTP port's address"),
+    ("--log-level", "a log level or filter"),
+];
+
+/// For an unknown flag that is the first word of flags a newcomer starts with (`--redis`,
+/// `--grpc`): those flags, with what each is for.
+fn suggest(error: &clap::Error) -> Option<String> {
+    if error.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(given)) = error.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let flag = given.split('=').next()?.trim();
+    if !flag.starts_with("--") {
+        return None;
+    }
+    let stem = format!("{flag}-");
+    let matches: Vec<String> = FIRST_FLAGS
+        .iter()
+        .filter(|(first, _)| first.starts_with(&stem))
+        .map(|(first, what)| format!("{first} ({what})"))
+        .collect();
+    if matches.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "unexpected argument '{flag}'; did you mean {}? (`ratelimitd serve --help` lists every flag)",
+        matches.join(", or ")
+    ))
 }
 
 /// The `RATELIMITD_*` variable of the flag `--long` of the subcommand in `arguments`.

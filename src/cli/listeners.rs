@@ -18,10 +18,10 @@ use crate::server::{self, GrpcListener, GrpcOptions, Listeners};
 #[command(next_help_heading = "Listeners")]
 pub struct ListenerArgs {
     /// Address of the gRPC port (RLS, health, reflection).
-    #[arg(long, env = "RATELIMITD_GRPC_ADDR", default_value = "0.0.0.0:8081")]
+    #[arg(long, env = "RATELIMITD_GRPC_ADDR", default_value = "0.0.0.0:8081", value_name = "HOST:PORT", value_parser = parse::listen_addr)]
     grpc_addr: SocketAddr,
     /// Address of the HTTP port (/healthcheck, /metrics, /json, /rlconfig).
-    #[arg(long, env = "RATELIMITD_HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    #[arg(long, env = "RATELIMITD_HTTP_ADDR", default_value = "0.0.0.0:8080", value_name = "HOST:PORT", value_parser = parse::listen_addr)]
     http_addr: SocketAddr,
     /// Threads serving gRPC connections, each with its own single-threaded runtime (connections
     /// are dealt out in turn). Default: the CPUs this process may run on.
@@ -48,27 +48,73 @@ impl ListenerArgs {
                         format!("--grpc-uds {}: {error}", path.display()),
                     )
                 })?,
-            None => bind(self.grpc_addr).await?.into(),
+            None => bind(Port::Grpc, self.grpc_addr).await?.into(),
         };
         Ok(Listeners {
             grpc,
-            http: bind(self.http_addr).await?,
+            http: bind(Port::Http, self.http_addr).await?,
             metrics: match self.ports.metrics_addr {
-                Some(addr) => Some(bind(addr).await?),
+                Some(addr) => Some(bind(Port::Metrics, addr).await?),
                 None => None,
             },
             debug: match self.ports.debug_addr {
-                Some(addr) => Some(bind(addr).await?),
+                Some(addr) => Some(bind(Port::Debug, addr).await?),
                 None => None,
             },
         })
     }
 }
 
-async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|error| std::io::Error::new(error.kind(), format!("{addr}: {error}")))
+/// A TCP port of the server, named by the settings that choose its address.
+#[derive(Clone, Copy)]
+enum Port {
+    Grpc,
+    Http,
+    Metrics,
+    Debug,
+}
+
+impl Port {
+    /// The flag, its variable and envoyproxy/ratelimit's variables (drop-in mode) of the port.
+    fn settings(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Port::Grpc => ("--grpc-addr", "RATELIMITD_GRPC_ADDR", "GRPC_HOST/GRPC_PORT"),
+            Port::Http => ("--http-addr", "RATELIMITD_HTTP_ADDR", "HOST/PORT"),
+            Port::Metrics => (
+                "--metrics-addr",
+                "RATELIMITD_METRICS_ADDR",
+                "PROMETHEUS_ADDR",
+            ),
+            Port::Debug => (
+                "--debug-addr",
+                "RATELIMITD_DEBUG_ADDR",
+                "DEBUG_HOST/DEBUG_PORT",
+            ),
+        }
+    }
+}
+
+/// Binds `port` at `addr`; an error names the setting that chose the address, so a busy port
+/// says which flag or variable moves it.
+async fn bind(port: Port, addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await.map_err(|error| {
+        let (flag, variable, upstream) = port.settings();
+        let advice = match error.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                format!("; another process listens there: stop it, or choose another address with {flag}")
+            }
+            std::io::ErrorKind::AddrNotAvailable => {
+                format!("; no interface of this host has that address: give one it has (0.0.0.0 for all) with {flag}")
+            }
+            _ => String::new(),
+        };
+        std::io::Error::new(
+            error.kind(),
+            format!(
+                "cannot listen on {addr} ({flag}, {variable}; envoyproxy/ratelimit's {upstream}): {error}{advice}"
+            ),
+        )
+    })
 }
 
 /// The ports besides gRPC and HTTP, where envoyproxy/ratelimit has them.
@@ -77,14 +123,14 @@ async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 pub struct ExtraPortArgs {
     /// A port of its own for the Prometheus metrics (at --metrics-path), as envoyproxy/ratelimit's
     /// USE_PROMETHEUS opens one; /metrics on the HTTP port stays.
-    #[arg(long, env = "RATELIMITD_METRICS_ADDR")]
+    #[arg(long, env = "RATELIMITD_METRICS_ADDR", value_name = "HOST:PORT", value_parser = parse::listen_addr)]
     metrics_addr: Option<SocketAddr>,
     /// Path of the Prometheus metrics on the --metrics-addr port.
     #[arg(long, env = "RATELIMITD_METRICS_PATH", default_value = "/metrics", value_parser = parse::http_path)]
     pub metrics_path: String,
     /// A second port serving what the HTTP port serves (/rlconfig among it), where
     /// envoyproxy/ratelimit's debug port (DEBUG_HOST/DEBUG_PORT) is expected.
-    #[arg(long, env = "RATELIMITD_DEBUG_ADDR")]
+    #[arg(long, env = "RATELIMITD_DEBUG_ADDR", value_name = "HOST:PORT", value_parser = parse::listen_addr)]
     debug_addr: Option<SocketAddr>,
 }
 

@@ -1,5 +1,6 @@
 //! Value parsers shared by several flag groups; each error says what the value should be.
 
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use crate::server::limits;
@@ -55,5 +56,64 @@ pub fn http_path(text: &str) -> Result<String, String> {
         Ok(text.to_owned())
     } else {
         Err(format!("`{text}` is not an HTTP path (it starts with `/`)"))
+    }
+}
+
+/// A listening address, `IP:PORT` (`[::1]:8081` for IPv6) or `HOST:PORT` with a host name looked up
+/// once, now (an IPv4 address preferred: `localhost` then listens where IPv4 clients connect).
+pub fn listen_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!(
+            "`{text}` is not HOST:PORT (e.g. 0.0.0.0:8081, 127.0.0.1:8081, localhost:8081)"
+        ));
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("`{port}` in `{text}` is not a port (0 to 65535)"))?;
+    let host = if host.is_empty() { "0.0.0.0" } else { host };
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|error| {
+            format!("`{host}` in `{text}` is not an address or a host name found here: {error}")
+        })?
+        .collect();
+    addrs
+        .iter()
+        .find(|addr| addr.is_ipv4())
+        .or_else(|| addrs.first())
+        .copied()
+        .ok_or_else(|| format!("`{host}` in `{text}` has no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listen_address_is_an_address_or_a_host_name() {
+        assert_eq!(
+            listen_addr("127.0.0.1:8081"),
+            Ok("127.0.0.1:8081".parse().unwrap())
+        );
+        assert_eq!(listen_addr("[::1]:80"), Ok("[::1]:80".parse().unwrap()));
+        assert_eq!(
+            listen_addr("localhost:18181"),
+            Ok("127.0.0.1:18181".parse().unwrap())
+        );
+        assert_eq!(listen_addr(":8081"), Ok("0.0.0.0:8081".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_listen_address_without_a_port_says_what_it_should_be() {
+        assert!(listen_addr("localhost").unwrap_err().contains("HOST:PORT"));
+        assert!(listen_addr("localhost:http")
+            .unwrap_err()
+            .contains("is not a port"));
+        assert!(listen_addr("no-such-host.invalid:80")
+            .unwrap_err()
+            .contains("not an address or a host name"));
     }
 }

@@ -95,18 +95,12 @@ pub fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCod
     upstream_env::log(upstream);
     let traces = match traces {
         Ok(traces) => traces,
-        Err(error) => {
-            tracing::error!("{error}");
-            return ExitCode::FAILURE;
-        }
+        Err(error) => return fatal(error),
     };
     open_files::raise_to_hard_limit();
     let settings = match args.settings(upstream) {
         Ok(settings) => settings,
-        Err(error) => {
-            tracing::error!("{error}");
-            return ExitCode::FAILURE;
-        }
+        Err(error) => return fatal(error),
     };
     // Serving lane 0 and the housekeeping (HTTP, health probes, reload) share this thread; the
     // other lanes start their own (see `server::run`).
@@ -115,10 +109,7 @@ pub fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCod
         .build()
     {
         Ok(runtime) => runtime,
-        Err(error) => {
-            tracing::error!(%error, "cannot start the async runtime");
-            return ExitCode::FAILURE;
-        }
+        Err(error) => return fatal(format!("cannot start the async runtime: {error}")),
     };
     let result = runtime.block_on(async {
         let listeners = args.listeners.bind(&args.grpc_transport).await?;
@@ -130,11 +121,17 @@ pub fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCod
     }
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!("{error}");
-            ExitCode::FAILURE
-        }
+        Err(error) => fatal(error),
     }
+}
+
+/// Ends a start or a run that failed with exit 1: the reason as an error record and, whatever
+/// the log level lets through, as a line on stderr, so that no process exits 1 without a word
+/// (a crash loop with empty logs).
+fn fatal(error: impl std::fmt::Display) -> ExitCode {
+    tracing::error!("{error}");
+    eprintln!("error: {error}");
+    ExitCode::FAILURE
 }
 
 /// Completes on SIGTERM or SIGINT.

@@ -16,7 +16,7 @@ use crate::store::{DenyCacheSettings, FailureHealthSettings, RedisSettings};
 pub struct StoreArgs {
     /// Redis URL of a single server (`redis://[user:password@]host:port[/db]`, `rediss://` for
     /// TLS). Without it (or --redis-cluster, --redis-sentinel), counters live in this process only.
-    #[arg(long, env = "RATELIMITD_REDIS_URL", group = "redis_topology")]
+    #[arg(long, env = "RATELIMITD_REDIS_URL", group = "redis_topology", value_parser = redis_url)]
     redis_url: Option<String>,
     /// Redis Cluster seed nodes (any of its nodes; the others are discovered).
     #[arg(long, env = "RATELIMITD_REDIS_CLUSTER", value_name = "HOST:PORT[,HOST:PORT...]", group = "redis_topology", value_delimiter = ',', value_parser = HostPort::parse)]
@@ -282,6 +282,20 @@ impl RedisKeyArgs {
 /// `--redis-startup-wait`: how long, `None` for ever.
 #[derive(Debug, Clone, Copy)]
 struct StartupWait(Option<Duration>);
+
+/// A single server's URL, which names its scheme: envoyproxy/ratelimit's REDIS_URL form,
+/// `host:port`, is the slip this catches, with the URL it means. The rest is checked when the
+/// client is built (and never echoed: a URL may hold a password).
+fn redis_url(text: &str) -> Result<String, String> {
+    if text.contains("://") {
+        return Ok(text.to_owned());
+    }
+    let shown = crate::store::redis::redacted_url(&format!("redis://{text}"));
+    Err(format!(
+        "a Redis URL starts with its scheme: `{shown}` (`rediss://` for TLS, \
+         `redis+unix:///path` for a unix socket)"
+    ))
+}
 
 fn startup_wait(text: &str) -> Result<StartupWait, String> {
     if text.eq_ignore_ascii_case("forever") {

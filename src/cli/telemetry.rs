@@ -36,9 +36,10 @@ pub struct TelemetryArgs {
     )]
     log_format: LogFormat,
     /// Log level of ratelimitd's own lines (`debug`: one line per decision), the libraries
-    /// staying at `info` (or quieter, with `warn` or `error`); or a tracing-subscriber filter,
-    /// used as written (`debug,h2=trace`, `info,ratelimitd::decisions=debug`).
-    #[arg(long, env = "RATELIMITD_LOG_LEVEL", default_value = "info")]
+    /// staying at `info` (or quieter, with `warn` or `error`); logrus's names (`warning`,
+    /// `fatal`, `panic`) too. Or a tracing-subscriber filter of known targets
+    /// (`debug,h2=trace`, `info,ratelimitd::decisions=debug`); anything else is refused.
+    #[arg(long, env = "RATELIMITD_LOG_LEVEL", default_value = "info", value_name = "LEVEL|FILTER", value_parser = log_filter::directives)]
     log_level: String,
     /// Share of a limit's capacity above which admitted hits count as near the limit in the
     /// `ratelimitd_near_limit_total` metric (envoyproxy/ratelimit's NEAR_LIMIT_RATIO).
@@ -78,11 +79,11 @@ impl TelemetryArgs {
     }
 }
 
-/// Logs to stdout, one record per line ([`OneLine`]), through `level` (see
-/// [`log_filter::directives`]; `info`, and a warning naming it, when it does not parse), colours
-/// only on a terminal; the request spans go to `traces` only (see [`otel`]).
-pub fn init_logging(format: LogFormat, level: &str, traces: Option<&otel::Pipeline>) {
-    let (filter, refused) = match EnvFilter::try_new(log_filter::directives(level)) {
+/// Logs to stdout, one record per line ([`OneLine`]), through `directives` (checked by
+/// [`log_filter::directives`] when the flag was parsed; `info` should they still not parse),
+/// colours only on a terminal; the request spans go to `traces` only (see [`otel`]).
+fn init_logging(format: LogFormat, directives: &str, traces: Option<&otel::Pipeline>) {
+    let (filter, refused) = match EnvFilter::try_new(directives) {
         Ok(filter) => (filter, None),
         Err(error) => (EnvFilter::new("info"), Some(error)),
     };
@@ -99,7 +100,7 @@ pub fn init_logging(format: LogFormat, level: &str, traces: Option<&otel::Pipeli
         .init();
     if let Some(error) = refused {
         tracing::warn!(
-            "--log-level `{level}` is not a log level or filter ({error}); logging at info"
+            "--log-level `{directives}` is not a log level or filter ({error}); logging at info"
         );
     }
 }

@@ -78,7 +78,7 @@ impl StartupRetry {
                 .max_elapsed
                 .is_some_and(|max| started.elapsed() + pause > max);
             if out_of_time {
-                return Err(error);
+                return Err(self.gave_up(error, started.elapsed()));
             }
             tracing::warn!(
                 redis = target,
@@ -87,6 +87,33 @@ impl StartupRetry {
                 "redis not reachable at startup; retrying (--redis-startup-wait)"
             );
             tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+impl StartupRetry {
+    /// The last error of a start that stops trying, saying how to wait for Redis (longer): a
+    /// Redis that comes up after ratelimitd is the common case behind it.
+    fn gave_up(&self, error: StoreError, waited: Duration) -> StoreError {
+        let advice = if self.retries() {
+            format!(
+                "gave up after {} (--redis-startup-wait: a longer duration, or `forever`)",
+                humantime::format_duration(whole_ms(waited))
+            )
+        } else {
+            "startup does not wait for Redis unless --redis-startup-wait says how long \
+             (a duration, or `forever`)"
+                .to_owned()
+        };
+        match error {
+            StoreError::Unavailable(message) => {
+                StoreError::Unavailable(format!("{message}; {advice}"))
+            }
+            StoreError::Timeout(after) => StoreError::Unavailable(format!(
+                "no answer within {}; {advice}",
+                humantime::format_duration(whole_ms(after))
+            )),
+            protocol @ StoreError::Protocol(_) => protocol,
         }
     }
 }
@@ -137,7 +164,14 @@ mod tests {
                 async { Err(StoreError::Unavailable("refused".into())) }
             })
             .await;
-        assert_eq!(result, Err(StoreError::Unavailable("refused".into())));
+        assert_eq!(
+            result,
+            Err(StoreError::Unavailable(
+                "refused; gave up after 2s 500ms (--redis-startup-wait: a longer duration, or \
+                 `forever`)"
+                    .into()
+            ))
+        );
         // Waits of 1 s and 1.5 s fit in 4 s; a third (2 s) would end at 4.5 s.
         assert_eq!(attempts, 3);
     }
