@@ -363,6 +363,11 @@ pub async fn run(
     if settings.statsd.is_some() {
         metrics.keep_response_times();
     }
+    metrics.register_counter(
+        "ratelimitd_tracing_export_failures_total",
+        "Span exports that failed (collector down, unreachable or slow); each drops its batch.",
+        crate::otel::export_failures,
+    );
     let mut context = Context {
         rules,
         config: feed,

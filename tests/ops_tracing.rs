@@ -474,3 +474,51 @@ async fn the_redis_store_span_carries_the_script_call_batch() {
     assert_eq!(store.attribute("ratelimit.store.batch_requests"), Some("1"));
     assert_eq!(store.attribute("ratelimit.store.batch_checks"), Some("2"));
 }
+
+#[tokio::test]
+async fn a_collector_that_is_down_is_logged_once_a_minute_and_counted() {
+    let down = format!("http://127.0.0.1:{}", common::redis_server::free_port());
+    let config = config();
+    for protocol in ["grpc", "http/protobuf"] {
+        let server = Ratelimitd::start_with_env(
+            &[
+                "--config",
+                &config,
+                "--tracing",
+                "--tracing-protocol",
+                protocol,
+                "--tracing-endpoint",
+                &down,
+                "--tracing-timeout",
+                "500ms",
+            ],
+            &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
+        );
+        let mut client = server.client().await;
+        let mut failures = 0.0;
+        for _ in 0..100 {
+            rld::should(&mut client, known_request()).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let (_, metrics) = rld::http_get(server.http_addr(), "/metrics").await;
+            failures = metrics
+                .lines()
+                .find_map(|line| line.strip_prefix("ratelimitd_tracing_export_failures_total "))
+                .and_then(|value| value.parse::<f64>().ok())
+                .unwrap_or(0.0);
+            if failures >= 3.0 {
+                break;
+            }
+        }
+        assert!(
+            failures >= 3.0,
+            "{protocol}: {failures} failed exports counted"
+        );
+        let output = server.output();
+        let warnings = output
+            .lines()
+            .filter(|line| line.contains("WARN") && line.contains("spans could not be exported"))
+            .count();
+        assert_eq!(warnings, 1, "{protocol}: once a minute:\n{output}");
+        stop(server).await;
+    }
+}

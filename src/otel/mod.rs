@@ -24,6 +24,9 @@ pub mod settings;
 mod store_span;
 
 #[cfg(feature = "otel")]
+mod export_failures;
+
+#[cfg(feature = "otel")]
 mod b3;
 #[cfg(feature = "otel")]
 mod pipeline;
@@ -38,6 +41,15 @@ pub mod sampling;
 #[cfg(feature = "otel")]
 pub(crate) use pipeline::records_descriptor_values;
 pub use pipeline::Pipeline;
+
+/// Span exports that failed since the process started (a collector down, unreachable or slow);
+/// each failure drops its batch.
+static EXPORT_FAILURES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The number of span exports that failed (`ratelimitd_tracing_export_failures_total`).
+pub fn export_failures() -> u64 {
+    EXPORT_FAILURES.load(std::sync::atomic::Ordering::Relaxed)
+}
 pub use settings::{Protocol, TraceSettings};
 pub use store_span::StoreCallSpan;
 
