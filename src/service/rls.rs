@@ -280,6 +280,7 @@ impl<S: Store> RateLimitEdge<S> {
                 admitted,
                 remaining: 0,
                 reset_after_us: 0,
+                counted_when_vetoed: false,
             };
             checks
         ])
