@@ -501,3 +501,39 @@ async fn drop_in_mode_opens_no_port_before_the_first_configuration() {
     let mut client = forced.client().await;
     assert_eq!(limit_of(&mut client, "edge", "user").await, None);
 }
+
+/// A drop-in server still waiting for its first configuration stops on SIGTERM with exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_in_server_waiting_for_its_first_configuration_exits_on_sigterm() {
+    let plane = ControlPlane::start(None).await;
+    let redis = RedisServer::start();
+    let mut cmd = common::ratelimitd::command();
+    for (name, value) in upstream_xds_env(&plane, &redis, [0, 0, 0]) {
+        cmd.env(name, value);
+    }
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn ratelimitd");
+    plane.wait_for("a subscription", WAIT, |_| true).await;
+    let signalled = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(signalled.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no exit within 10 s of SIGTERM");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "exit status {status}");
+}
