@@ -546,8 +546,8 @@ async fn serve<S: Store>(
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    // Over xDS, the service starts before any configuration: health waits for one unless it
-    // may start without.
+    // Over xDS, the service starts before any configuration: health waits for one, and RLS
+    // answers UNAVAILABLE meanwhile, unless it may start without.
     let waits_for_xds =
         matches!(context.config, ConfigFeed::Xds { .. }) && !context.initial_config.force_start;
     let mut edge = RateLimitEdge::new(context.rules.clone(), store.clone());
