@@ -26,6 +26,7 @@ pub mod uds_mode;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -156,7 +157,7 @@ pub struct InitialConfig {
     pub healthy_only_when_loaded: bool,
 }
 
-/// The sockets [`run`] serves, bound by the caller (tests bind port 0).
+/// The sockets [`run`] serves, bound by the caller's binding future (tests bind port 0).
 pub struct Listeners {
     /// RLS, health and reflection: TCP or a unix socket.
     pub grpc: GrpcListener,
@@ -240,6 +241,12 @@ pub enum ServerError {
     Tls(#[from] TlsError),
 }
 
+/// The listeners [`serve`] takes: bound, or bound once the first configuration has arrived.
+enum Ports<'a> {
+    Bound(Listeners),
+    AfterFirstConfig(Pin<Box<dyn Future<Output = std::io::Result<Listeners>> + 'a>>),
+}
+
 /// Where the rules come from, and whether any have loaded.
 #[derive(Clone)]
 enum ConfigFeed {
@@ -258,6 +265,15 @@ impl ConfigFeed {
         match self {
             ConfigFeed::Files(reloader) => reloader.has_loaded(),
             ConfigFeed::Xds { config, .. } => config.has_loaded(),
+        }
+    }
+
+    /// Completes once a valid configuration has arrived over xDS; at once for files, which
+    /// load before serving starts (or were forced to start without).
+    async fn loaded(&self) {
+        match self {
+            ConfigFeed::Files(_) => {}
+            ConfigFeed::Xds { config, .. } => config.loaded().await,
         }
     }
 
@@ -314,14 +330,30 @@ struct Context {
     quota_demands: Demands,
 }
 
-/// Loads the TLS files and the configuration, builds the store and serves until `shutdown`
-/// completes. Then health turns NOT_SERVING, listeners close (a unix socket's file is removed),
-/// and in-flight calls finish before this returns.
-pub async fn run(
+/// Binds the listeners with `bind`, loads the TLS files and the configuration, builds the store
+/// and serves until `shutdown` completes. Then health turns NOT_SERVING, listeners close (a unix
+/// socket's file is removed), and in-flight calls finish before this returns.
+///
+/// `bind` runs first, so a busy port stops the start at once; but in drop-in mode over xDS
+/// without `--force-start-without-initial-config` it runs once the first configuration has
+/// arrived, as envoyproxy/ratelimit opens no port before its first configuration (a client meets
+/// a refused connection, not a server without limits).
+pub async fn run<'a>(
     settings: Settings,
-    listeners: Listeners,
+    bind: impl Future<Output = std::io::Result<Listeners>> + 'a,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    let listeners = match &settings.xds {
+        Some(options) if settings.drop_in.is_some() && !settings.initial_config.force_start => {
+            tracing::warn!(
+                server = %options.server,
+                "no port opens until the xDS server's first configuration arrives, as \
+                 envoyproxy/ratelimit (FORCE_START_WITHOUT_INITIAL_CONFIG=true opens them at once)"
+            );
+            Ports::AfterFirstConfig(Box::pin(bind))
+        }
+        _ => Ports::Bound(bind.await?),
+    };
     let transport = TransportOptions {
         tls: settings
             .grpc
@@ -506,15 +538,9 @@ pub async fn run(
 async fn serve<S: Store>(
     context: Context,
     store: Arc<S>,
-    listeners: Listeners,
+    listeners: Ports<'_>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let Listeners {
-        grpc,
-        http,
-        metrics: metrics_port,
-        debug: debug_port,
-    } = listeners;
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let health = Arc::new(Health::new(reporter).await);
     let reflection_v1 = tonic_reflection::server::Builder::configure()
@@ -525,7 +551,19 @@ async fn serve<S: Store>(
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    let edge = RateLimitEdge::new(context.rules.clone(), store.clone())
+    // Over xDS, the service starts before any configuration: health waits for one, and RLS
+    // answers UNAVAILABLE meanwhile, unless it may start without.
+    let waits_for_xds =
+        matches!(context.config, ConfigFeed::Xds { .. }) && !context.initial_config.force_start;
+    let mut edge = RateLimitEdge::new(context.rules.clone(), store.clone());
+    if waits_for_xds {
+        let config = context.config.clone();
+        edge = edge.with_initial_config(
+            Arc::new(move || config.has_loaded()),
+            "no configuration yet: waiting for the xDS server's first one",
+        );
+    }
+    let edge = edge
         .with_response_headers(context.headers)
         .with_metrics(context.metrics.clone())
         .with_store_error_policy(context.on_store_error)
@@ -558,10 +596,6 @@ async fn serve<S: Store>(
         }
     });
 
-    // Over xDS, the service starts before any configuration: health waits for one unless it
-    // may start without.
-    let waits_for_xds =
-        matches!(context.config, ConfigFeed::Xds { .. }) && !context.initial_config.force_start;
     let config_gate = ConfigGate {
         config: context.config.clone(),
         required: context.initial_config.healthy_only_when_loaded || waits_for_xds,
@@ -617,6 +651,25 @@ async fn serve<S: Store>(
         tokio::spawn(tls::watch(tls, TLS_RELOAD_INTERVAL, stopping.clone()));
     }
 
+    let listeners = match listeners {
+        Ports::Bound(listeners) => listeners,
+        Ports::AfterFirstConfig(bind) => {
+            tokio::select! {
+                () = context.config.loaded() => {}
+                () = stopping.cancelled() => {
+                    tracing::info!("shutting down before the first configuration");
+                    return Ok(());
+                }
+            }
+            bind.await?
+        }
+    };
+    let Listeners {
+        grpc,
+        http,
+        metrics: metrics_port,
+        debug: debug_port,
+    } = listeners;
     let grpc_address = grpc.address()?;
     let http_addr = http.local_addr()?;
     let limits = &context.limits;

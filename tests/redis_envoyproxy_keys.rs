@@ -446,8 +446,9 @@ async fn a_rolling_migration_shares_one_count() {
 
 /// The same requests (two descriptors: 4 and 100 per hour; some of 3 hits), once alternately
 /// through ratelimitd and an envoyproxy/ratelimit instance and once through envoyproxy/ratelimit
-/// alone: the same answers, and the same counts, denied requests included: by default every
-/// descriptor counts every hit; with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT a denied request
+/// alone: the same answers (codes and `limit_remaining`), and the same counts, denied requests
+/// included: by default every descriptor counts every hit, and the one that admitted a denied
+/// request reports them spent; with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT a denied request
 /// counts only where it is over the limit.
 #[tokio::test]
 async fn denied_requests_count_as_envoyproxy_ratelimit_counts_them() {
@@ -483,13 +484,16 @@ async fn denied_requests_count_as_envoyproxy_ratelimit_counts_them() {
                 let resp = should(&mut client, request_of(&mixed, hits as u32)).await;
                 resp.statuses
                     .iter()
-                    .map(|s| s.code == Code::OverLimit as i32)
+                    .map(|s| UpstreamStatus {
+                        over_limit: s.code == Code::OverLimit as i32,
+                        remaining: u64::from(s.limit_remaining),
+                    })
                     .collect()
             } else {
-                upstream_do_limit(&mut connection, "", &mixed, hits, 0, stop)
+                upstream_statuses(&mut connection, "", &mixed, hits, 0, stop)
             };
             mixed_answers.push(answer);
-            model_answers.push(upstream_do_limit(
+            model_answers.push(upstream_statuses(
                 &mut connection,
                 "",
                 &model,
@@ -500,7 +504,7 @@ async fn denied_requests_count_as_envoyproxy_ratelimit_counts_them() {
         }
         assert_eq!(
             mixed_answers, model_answers,
-            "stop {stop}: over-limit descriptors"
+            "stop {stop}: each descriptor's code and limit_remaining"
         );
         let mut count = |limited: &Limited| get_count(&mut connection, &limited.key());
         let mixed_counts = (count(&mixed[0]), count(&mixed[1]));

@@ -110,6 +110,7 @@ fn admitted(remaining: u32, reset_after_us: u64) -> Verdict {
         admitted: true,
         remaining,
         reset_after_us,
+        counted_when_vetoed: false,
     }
 }
 
@@ -118,6 +119,7 @@ fn denied(remaining: u32, reset_after_us: u64) -> Verdict {
         admitted: false,
         remaining,
         reset_after_us,
+        counted_when_vetoed: false,
     }
 }
 

@@ -107,6 +107,17 @@ async fn versions_apply_nacks_keep_the_running_config_and_reconnects_resubscribe
     );
     let mut health = server.health_client().await;
     assert_eq!(overall_health(&mut health).await, NOT_SERVING);
+    // Without a configuration nothing is decided: UNAVAILABLE, which Envoy's failure_mode_deny
+    // decides, as for a server it cannot reach.
+    let refused = client
+        .should_rate_limit(request("edge", &[&[("user", "x")]], 0))
+        .await
+        .expect_err("no answer before the first configuration");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert_eq!(
+        refused.message(),
+        "no configuration yet: waiting for the xDS server's first one"
+    );
 
     // Version 1.
     plane.push(
@@ -389,4 +400,140 @@ async fn upstream_variables_alone_run_the_same_scenario() {
         "{}",
         server.output()
     );
+}
+
+/// envoyproxy/ratelimit's environment for an xDS configuration from `plane`, Redis at `redis`,
+/// and the ports given (`GRPC_PORT`, `PORT`, `DEBUG_PORT` on 127.0.0.1).
+fn upstream_xds_env(
+    plane: &ControlPlane,
+    redis: &RedisServer,
+    ports: [u16; 3],
+) -> Vec<(String, String)> {
+    [
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW".to_string()),
+        ("CONFIG_GRPC_XDS_SERVER_URL", plane.addr().to_string()),
+        (
+            "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+            "200ms".to_string(),
+        ),
+        ("GRPC_HOST", "127.0.0.1".to_string()),
+        ("GRPC_PORT", ports[0].to_string()),
+        ("HOST", "127.0.0.1".to_string()),
+        ("PORT", ports[1].to_string()),
+        ("DEBUG_HOST", "127.0.0.1".to_string()),
+        ("DEBUG_PORT", ports[2].to_string()),
+        ("LOG_LEVEL", "info".to_string()),
+        ("USE_STATSD", "false".to_string()),
+        ("REDIS_SOCKET_TYPE", "tcp".to_string()),
+        ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_string(), value))
+    .collect()
+}
+
+/// Whether a TCP connection to 127.0.0.1:`port` is refused.
+async fn refused(port: u16) -> bool {
+    matches!(
+        tokio::net::TcpStream::connect(("127.0.0.1", port)).await,
+        Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused
+    )
+}
+
+/// envoyproxy/ratelimit opens no port before its first configuration: in drop-in mode neither
+/// does ratelimitd, so a client (Envoy, a probe, upstream's own test harness waiting for the
+/// port) never meets a server without limits. With FORCE_START_WITHOUT_INITIAL_CONFIG=true the
+/// ports open at once and every domain is unknown until the configuration arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_in_mode_opens_no_port_before_the_first_configuration() {
+    let plane = ControlPlane::start(None).await;
+    let redis = RedisServer::start();
+    let ports = [
+        common::redis_server::free_port(),
+        common::redis_server::free_port(),
+        common::redis_server::free_port(),
+    ];
+    let mut cmd = common::ratelimitd::command();
+    for (name, value) in upstream_xds_env(&plane, &redis, ports) {
+        cmd.env(name, value);
+    }
+    let starting = tokio::task::spawn_blocking(move || Ratelimitd::spawn(cmd));
+
+    // The process is up and subscribed, and waits: every port refuses connections.
+    plane.wait_for("a subscription", WAIT, |_| true).await;
+    for port in ports {
+        assert!(
+            refused(port).await,
+            "port {port} open before the first configuration"
+        );
+    }
+    plane.push(
+        "1",
+        vec![domain_config("edge-config", "edge", &[("user", 3)])],
+    );
+    let server = tokio::time::timeout(WAIT, starting)
+        .await
+        .expect("the ports open once the configuration arrived")
+        .expect("the server starts");
+    assert_eq!(server.grpc_addr().port(), ports[0]);
+    let mut client = server.client().await;
+    assert_eq!(
+        limit_of(&mut client, "edge", "user").await,
+        Some((3, Unit::Minute))
+    );
+    assert!(
+        server
+            .output()
+            .contains("no port opens until the xDS server's first configuration arrives"),
+        "{}",
+        server.output()
+    );
+
+    let other = ControlPlane::start(None).await;
+    let mut env = upstream_xds_env(&other, &redis, [0, 0, 0]);
+    env.push(("FORCE_START_WITHOUT_INITIAL_CONFIG".into(), "true".into()));
+    let mut cmd = common::ratelimitd::command();
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    let forced = Ratelimitd::spawn(cmd);
+    other.wait_for("a subscription", WAIT, |_| true).await;
+    let mut client = forced.client().await;
+    assert_eq!(limit_of(&mut client, "edge", "user").await, None);
+}
+
+/// A drop-in server still waiting for its first configuration stops on SIGTERM with exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_in_server_waiting_for_its_first_configuration_exits_on_sigterm() {
+    let plane = ControlPlane::start(None).await;
+    let redis = RedisServer::start();
+    let mut cmd = common::ratelimitd::command();
+    for (name, value) in upstream_xds_env(&plane, &redis, [0, 0, 0]) {
+        cmd.env(name, value);
+    }
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn ratelimitd");
+    plane.wait_for("a subscription", WAIT, |_| true).await;
+    let signalled = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(signalled.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no exit within 10 s of SIGTERM");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "exit status {status}");
 }

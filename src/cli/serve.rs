@@ -111,10 +111,11 @@ pub fn serve(args: ServeArgs, upstream: &envoyproxy_env::Translation) -> ExitCod
         Ok(runtime) => runtime,
         Err(error) => return fatal(format!("cannot start the async runtime: {error}")),
     };
-    let result = runtime.block_on(async {
-        let listeners = args.listeners.bind(&args.grpc_transport).await?;
-        server::run(settings, listeners, shutdown_signal()).await
-    });
+    let result = runtime.block_on(server::run(
+        settings,
+        args.listeners.bind(&args.grpc_transport),
+        shutdown_signal(),
+    ));
     runtime.shutdown_timeout(BLOCKING_WORK_GRACE);
     if let Some(traces) = traces {
         traces.shutdown();

@@ -310,8 +310,10 @@ pub struct Outcome {
 ///
 /// The request is over the limit iff an enforced descriptor is, and global shadow mode is off. A
 /// descriptor whose own check admitted, in a request denied by another descriptor, reports the
-/// remaining it still has: its hits were not consumed. A shadow or quota descriptor always
-/// reports OK, as envoyproxy/ratelimit does.
+/// remaining it still has: its hits were not consumed, unless the store counted them anyway
+/// ([`Verdict::counted_when_vetoed`], envoyproxy/ratelimit's counting), when it reports what
+/// remains after them, as envoyproxy/ratelimit does. A shadow or quota descriptor always reports
+/// OK, as envoyproxy/ratelimit does.
 pub fn outcome(plan: &Plan, verdicts: &[Verdict]) -> Outcome {
     let verdict = |check: usize| verdicts.get(check).copied();
     let vetoes = |enforcement: &Enforcement| {
@@ -373,6 +375,7 @@ pub fn outcome(plan: &Plan, verdicts: &[Verdict]) -> Outcome {
                     admitted: false,
                     remaining: 0,
                     reset_after_us: 0,
+                    counted_when_vetoed: false,
                 });
                 if !v.admitted {
                     // An OK status over the limit says 0 remaining, as envoyproxy/ratelimit's
@@ -389,7 +392,7 @@ pub fn outcome(plan: &Plan, verdicts: &[Verdict]) -> Outcome {
                     };
                 }
                 let hits = plan.checks.get(*check).map_or(0, |c| c.hits);
-                let remaining = if denied {
+                let remaining = if denied && !v.counted_when_vetoed {
                     let capacity = plan.checks.get(*check).map_or(0, |c| c.rate.burst());
                     (u64::from(v.remaining) + hits).min(u64::from(capacity)) as u32
                 } else {
@@ -574,6 +577,7 @@ mod tests {
             admitted: true,
             remaining,
             reset_after_us: 1,
+            counted_when_vetoed: false,
         }
     }
 
@@ -582,6 +586,7 @@ mod tests {
             admitted: false,
             remaining: 0,
             reset_after_us: 5,
+            counted_when_vetoed: false,
         }
     }
 
@@ -591,6 +596,7 @@ mod tests {
             admitted: false,
             remaining,
             reset_after_us: 5,
+            counted_when_vetoed: false,
         }
     }
 
@@ -729,6 +735,28 @@ mod tests {
         );
         assert_eq!(out.statuses[1].code, Code::OverLimit);
         assert_eq!(out.statuses[1].duration_until_reset_us, Some(5));
+    }
+
+    #[test]
+    fn hits_the_store_counted_in_a_denied_request_are_reported_spent() {
+        let plan = plan(
+            &rules(),
+            &request("d", vec![descriptor("b", "1"), descriptor("b", "2")]),
+        )
+        .expect("plan");
+        let counted = Verdict {
+            counted_when_vetoed: true,
+            ..admitted(8)
+        };
+        let out = outcome(&plan, &[counted, denied()]);
+        assert_eq!(out.overall, Code::OverLimit);
+        assert_eq!(out.statuses[0].code, Code::Ok);
+        assert_eq!(
+            out.statuses[0].limit_remaining, 8,
+            "its hit was counted, as envoyproxy/ratelimit counts it"
+        );
+        let admitted_request = outcome(&plan, &[counted, admitted(3)]);
+        assert_eq!(admitted_request.statuses[0].limit_remaining, 8);
     }
 
     #[test]

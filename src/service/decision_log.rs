@@ -289,11 +289,13 @@ mod tests {
                 admitted: false,
                 remaining: 0,
                 reset_after_us: 1,
+                counted_when_vetoed: false,
             },
             Verdict {
                 admitted: false,
                 remaining: 0,
                 reset_after_us: 1,
+                counted_when_vetoed: false,
             },
         ];
         assert_eq!(

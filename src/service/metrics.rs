@@ -1269,6 +1269,7 @@ mod tests {
                 admitted: admit,
                 remaining: if admit { check.rate.burst() - 1 } else { 0 },
                 reset_after_us: 0,
+                counted_when_vetoed: false,
             })
             .collect();
         let outcome = crate::limiter::outcome(&plan, &verdicts);

@@ -86,7 +86,13 @@ pub struct RateLimitEdge<S> {
     /// Store-error warnings are logged at most once per second, with the count of the others.
     warnings: WarnThrottle,
     unknown_domains: UnknownDomains,
+    /// Until it says a configuration has loaded, requests are answered `UNAVAILABLE` with the
+    /// message beside it (see [`RateLimitEdge::with_initial_config`]).
+    initial_config: Option<(ConfigLoaded, &'static str)>,
 }
+
+/// Whether a configuration has loaded yet.
+pub type ConfigLoaded = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl<S: Store> RateLimitEdge<S> {
     pub fn new(rules: Arc<ArcSwap<Rules>>, store: Arc<S>) -> RateLimitEdge<S> {
@@ -101,7 +107,20 @@ impl<S: Store> RateLimitEdge<S> {
             limits: RequestLimits::default(),
             warnings: WarnThrottle::new(),
             unknown_domains: UnknownDomains::default(),
+            initial_config: None,
         }
+    }
+
+    /// Answers every request `UNAVAILABLE` with `message` until `loaded` says a configuration
+    /// has loaded: a server that has none cannot decide, so Envoy applies its
+    /// `failure_mode_deny` as for a server it cannot reach, rather than meeting no limits.
+    pub fn with_initial_config(
+        mut self,
+        loaded: ConfigLoaded,
+        message: &'static str,
+    ) -> RateLimitEdge<S> {
+        self.initial_config = Some((loaded, message));
+        self
     }
 
     /// Global shadow mode (no limit denies) and quota mode (every limit in quota mode).
@@ -185,6 +204,11 @@ impl<S: Store> RateLimitEdge<S> {
         request: RateLimitRequest,
         call: &CallSpan,
     ) -> Result<RateLimitResponse, Status> {
+        if let Some((loaded, message)) = &self.initial_config {
+            if !loaded() {
+                return Err(Status::unavailable(*message));
+            }
+        }
         let logged = decision_log::enabled();
         let domain = logged.then(|| request.domain.clone());
         let request = request_from_proto(request, &self.limits).map_err(|refused| {
@@ -287,6 +311,7 @@ impl<S: Store> RateLimitEdge<S> {
                 admitted,
                 remaining: 0,
                 reset_after_us: 0,
+                counted_when_vetoed: false,
             };
             checks
         ])

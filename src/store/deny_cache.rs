@@ -275,6 +275,7 @@ impl<S> DenyCache<S> {
                 admitted: false,
                 remaining: 0,
                 reset_after_us: denied.reset_at_us.saturating_sub(now),
+                counted_when_vetoed: false,
             });
         }
         Some(verdicts)

@@ -63,7 +63,9 @@ pub trait Store: Send + Sync + 'static {
     /// that share its counter (same key, algorithm and window): those are evaluated with
     /// cumulative hits and committed once with their total. Nothing is written unless every non-shadow
     /// check admits; then every admitted check is committed, shadow ones included, and a
-    /// shadow check that does not admit is left unchanged (it never vetoes).
+    /// shadow check that does not admit is left unchanged (it never vetoes). The one exception,
+    /// envoyproxy/ratelimit's counters in drop-in mode, count as envoyproxy/ratelimit does, and
+    /// their verdicts say so ([`Verdict::counted_when_vetoed`]).
     fn decide(
         &self,
         checks: &[Check],

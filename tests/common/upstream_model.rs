@@ -83,6 +83,29 @@ pub fn upstream_do_limit(
     jitter_max_s: u64,
     stop: bool,
 ) -> Vec<bool> {
+    upstream_statuses(connection, prefix, descriptors, hits, jitter_max_s, stop)
+        .iter()
+        .map(|status| status.over_limit)
+        .collect()
+}
+
+/// What envoyproxy/ratelimit answers for one descriptor (`GetResponseDescriptorStatus`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpstreamStatus {
+    pub over_limit: bool,
+    /// The limit less the count after the INCRBY; 0 when over the limit.
+    pub remaining: u64,
+}
+
+/// [`upstream_do_limit`], with each descriptor's status as envoyproxy/ratelimit answers it.
+pub fn upstream_statuses(
+    connection: &mut redis::Connection,
+    prefix: &str,
+    descriptors: &[Limited],
+    hits: u64,
+    jitter_max_s: u64,
+    stop: bool,
+) -> Vec<UpstreamStatus> {
     let now = now_s();
     let keys: Vec<String> = descriptors
         .iter()
@@ -123,6 +146,9 @@ pub fn upstream_do_limit(
     afters
         .iter()
         .zip(descriptors)
-        .map(|(after, d)| *after > d.limit)
+        .map(|(&after, d)| UpstreamStatus {
+            over_limit: after > d.limit,
+            remaining: d.limit.saturating_sub(after),
+        })
         .collect()
 }

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
+use tokio::sync::Notify;
 
 pub use backoff::BackoffPolicy;
 pub use client::{run, XdsUpdate};
@@ -96,6 +97,8 @@ impl Default for NodeIdentity {
 pub struct XdsConfig {
     rules: Arc<ArcSwap<Rules>>,
     loaded: AtomicBool,
+    /// Wakes [`XdsConfig::loaded`] when the first configuration arrives.
+    arrived: Notify,
     version: Mutex<Option<String>>,
 }
 
@@ -115,6 +118,17 @@ impl XdsConfig {
         self.loaded.load(Ordering::Acquire)
     }
 
+    /// Completes once a valid configuration has arrived (at once if one has).
+    pub async fn loaded(&self) {
+        loop {
+            let arrived = self.arrived.notified();
+            if self.has_loaded() {
+                return;
+            }
+            arrived.await;
+        }
+    }
+
     /// The `version_info` of the configuration in force (ACKed last); `None` before the first.
     pub fn version(&self) -> Option<String> {
         self.version.lock().clone()
@@ -129,6 +143,7 @@ impl XdsConfig {
         }
         *self.version.lock() = Some(version.to_string());
         self.loaded.store(true, Ordering::Release);
+        self.arrived.notify_waiters();
         changed
     }
 }

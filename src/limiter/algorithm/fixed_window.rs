@@ -28,6 +28,7 @@ pub fn evaluate(rate: &Rate, state: Option<&FixedWindowState>, now_us: u64, hits
         admitted,
         remaining: limit.saturating_sub(after) as u32,
         reset_after_us: window_start + rate.window_us() - now_us,
+        counted_when_vetoed: false,
     }
 }
 
@@ -100,7 +101,8 @@ mod tests {
                 Verdict {
                     admitted: true,
                     remaining,
-                    reset_after_us: end - now
+                    reset_after_us: end - now,
+                    counted_when_vetoed: false,
                 }
             );
         }
@@ -110,7 +112,8 @@ mod tests {
             Verdict {
                 admitted: false,
                 remaining: 0,
-                reset_after_us: end - now
+                reset_after_us: end - now,
+                counted_when_vetoed: false,
             }
         );
         // Retry-after is exact: 1 µs before the boundary still denied, at the boundary admitted.

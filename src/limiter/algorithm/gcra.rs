@@ -20,6 +20,7 @@ pub fn evaluate(rate: &Rate, state: Option<&GcraState>, now_us: u64, hits: u64) 
             admitted: false,
             remaining: (capacity.saturating_sub(debt) / interval) as u32,
             reset_after_us: debt,
+            counted_when_vetoed: false,
         };
     }
     let new_debt = debt + hits * interval;
@@ -28,12 +29,14 @@ pub fn evaluate(rate: &Rate, state: Option<&GcraState>, now_us: u64, hits: u64) 
             admitted: true,
             remaining: ((capacity - new_debt) / interval) as u32,
             reset_after_us: new_debt,
+            counted_when_vetoed: false,
         }
     } else {
         Verdict {
             admitted: false,
             remaining: (capacity.saturating_sub(debt) / interval) as u32,
             reset_after_us: new_debt - capacity,
+            counted_when_vetoed: false,
         }
     }
 }
@@ -111,7 +114,8 @@ mod tests {
                 Verdict {
                     admitted: true,
                     remaining: (10 - taken) as u32,
-                    reset_after_us: taken * t
+                    reset_after_us: taken * t,
+                    counted_when_vetoed: false,
                 }
             );
         }
@@ -122,7 +126,8 @@ mod tests {
             Verdict {
                 admitted: false,
                 remaining: 0,
-                reset_after_us: t
+                reset_after_us: t,
+                counted_when_vetoed: false,
             }
         );
         assert_eq!(state, Some(full), "a denied request changes nothing");
@@ -166,7 +171,8 @@ mod tests {
             Verdict {
                 admitted: false,
                 remaining: 0,
-                reset_after_us: t
+                reset_after_us: t,
+                counted_when_vetoed: false,
             }
         );
         assert_retry_exact(&rate, &state.unwrap(), T0, 1);
@@ -197,7 +203,8 @@ mod tests {
             Verdict {
                 admitted: true,
                 remaining: 1,
-                reset_after_us: 850_000
+                reset_after_us: 850_000,
+                counted_when_vetoed: false,
             }
         );
         assert_eq!(
@@ -205,7 +212,8 @@ mod tests {
             Verdict {
                 admitted: true,
                 remaining: 0,
-                reset_after_us: 950_000
+                reset_after_us: 950_000,
+                counted_when_vetoed: false,
             }
         );
         assert_eq!(
@@ -213,7 +221,8 @@ mod tests {
             Verdict {
                 admitted: false,
                 remaining: 1,
-                reset_after_us: 50_000
+                reset_after_us: 50_000,
+                counted_when_vetoed: false,
             }
         );
         assert_retry_exact(&rate, &state, now, 2);
@@ -228,7 +237,8 @@ mod tests {
             Verdict {
                 admitted: true,
                 remaining: 2,
-                reset_after_us: 0
+                reset_after_us: 0,
+                counted_when_vetoed: false,
             }
         );
         assert_eq!(state, None);
@@ -251,7 +261,8 @@ mod tests {
                 Verdict {
                     admitted: false,
                     remaining: 4,
-                    reset_after_us: 0
+                    reset_after_us: 0,
+                    counted_when_vetoed: false,
                 }
             );
             assert!(!evaluate(&rate, None, T0, hits).admitted);
@@ -262,7 +273,8 @@ mod tests {
             Verdict {
                 admitted: false,
                 remaining: 1,
-                reset_after_us: 250_000
+                reset_after_us: 250_000,
+                counted_when_vetoed: false,
             }
         );
         // The largest burst and limit a rate allows.

@@ -37,6 +37,11 @@ pub struct Verdict {
     /// `duration_until_reset` in µs: when admitted, the time until the limit is fully
     /// replenished; when denied, the time after which the same request could be admitted.
     pub reset_after_us: u64,
+    /// Whether an admitted check's hits stay counted when another check of its request denies
+    /// the request. False for every algorithm here (a denied request consumes nothing); set by
+    /// the Redis store for envoyproxy/ratelimit's counters in its default counting (drop-in
+    /// mode), which count every descriptor's hits whatever the others decide.
+    pub counted_when_vetoed: bool,
 }
 
 /// Stored state of one counter, whatever its algorithm.

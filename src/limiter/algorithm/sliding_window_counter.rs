@@ -70,6 +70,7 @@ pub fn evaluate(
             admitted: true,
             remaining: (limit - after).floor().max(0.0) as u32,
             reset_after_us: window_end,
+            counted_when_vetoed: false,
         }
     } else {
         let reset_after_us = if hits > u64::from(rate.limit()) {
@@ -81,6 +82,7 @@ pub fn evaluate(
             admitted: false,
             remaining: (limit - est).floor().max(0.0) as u32,
             reset_after_us,
+            counted_when_vetoed: false,
         }
     }
 }
@@ -176,7 +178,8 @@ mod tests {
                 Verdict {
                     admitted: true,
                     remaining,
-                    reset_after_us: 5 * S
+                    reset_after_us: 5 * S,
+                    counted_when_vetoed: false,
                 }
             );
         }
@@ -195,7 +198,8 @@ mod tests {
             Verdict {
                 admitted: false,
                 remaining: 0,
-                reset_after_us: S
+                reset_after_us: S,
+                counted_when_vetoed: false,
             }
         );
         // est falls by 1 per second: 9 at 60 %, so one more is admitted exactly then.
@@ -297,7 +301,8 @@ mod tests {
             Verdict {
                 admitted: true,
                 remaining: 3,
-                reset_after_us: 800_000
+                reset_after_us: 800_000,
+                counted_when_vetoed: false,
             }
         );
         assert_eq!(state, None);

@@ -88,6 +88,7 @@ pub fn evaluate(
             admitted: true,
             remaining: (limit - count - hits) as u32,
             reset_after_us: oldest_leaves,
+            counted_when_vetoed: false,
         }
     } else {
         let keep = limit.saturating_sub(hits);
@@ -95,6 +96,7 @@ pub fn evaluate(
             admitted: false,
             remaining: limit.saturating_sub(count) as u32,
             reset_after_us: wait_until_at_most(rate, state, now_us, count, keep),
+            counted_when_vetoed: false,
         }
     }
 }
@@ -232,6 +234,7 @@ impl IndexedLog {
                 admitted: true,
                 remaining: (limit - count - hits) as u32,
                 reset_after_us: oldest_leaves,
+                counted_when_vetoed: false,
             }
         } else {
             let keep = limit.saturating_sub(hits);
@@ -246,6 +249,7 @@ impl IndexedLog {
                 admitted: false,
                 remaining: limit.saturating_sub(count) as u32,
                 reset_after_us,
+                counted_when_vetoed: false,
             }
         }
     }
@@ -387,7 +391,8 @@ mod tests {
             Verdict {
                 admitted: true,
                 remaining: 2,
-                reset_after_us: w
+                reset_after_us: w,
+                counted_when_vetoed: false,
             }
         );
         let second = decide(&rate, &mut state, T0 + 2 * S, 1);
@@ -405,7 +410,8 @@ mod tests {
             Verdict {
                 admitted: false,
                 remaining: 0,
-                reset_after_us: 4 * S
+                reset_after_us: 4 * S,
+                counted_when_vetoed: false,
             }
         );
         // The window is (now − W, now]: the hit of T0 still counts at T0 + W − 1 µs, not at T0 + W.
@@ -457,7 +463,8 @@ mod tests {
             Verdict {
                 admitted: false,
                 remaining: 4,
-                reset_after_us: 0
+                reset_after_us: 0,
+                counted_when_vetoed: false,
             }
         );
         assert_eq!(state, None);
@@ -482,7 +489,8 @@ mod tests {
             Verdict {
                 admitted: true,
                 remaining: 2,
-                reset_after_us: 0
+                reset_after_us: 0,
+                counted_when_vetoed: false,
             }
         );
         assert_eq!(state, None);

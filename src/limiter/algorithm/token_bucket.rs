@@ -46,6 +46,7 @@ pub fn evaluate(rate: &Rate, state: Option<&TokenBucketState>, now_us: u64, hits
             admitted: true,
             remaining: after.floor() as u32,
             reset_after_us: refill_time_us(rate, capacity - after),
+            counted_when_vetoed: false,
         }
     } else {
         let missing = if hits > u64::from(rate.burst()) {
@@ -57,6 +58,7 @@ pub fn evaluate(rate: &Rate, state: Option<&TokenBucketState>, now_us: u64, hits
             admitted: false,
             remaining: tokens.floor() as u32,
             reset_after_us: refill_time_us(rate, missing),
+            counted_when_vetoed: false,
         }
     }
 }
@@ -144,7 +146,8 @@ mod tests {
                 Verdict {
                     admitted: true,
                     remaining: (10 - taken) as u32,
-                    reset_after_us: taken * 100_000
+                    reset_after_us: taken * 100_000,
+                    counted_when_vetoed: false,
                 }
             );
         }
@@ -154,7 +157,8 @@ mod tests {
             Verdict {
                 admitted: false,
                 remaining: 0,
-                reset_after_us: 100_000
+                reset_after_us: 100_000,
+                counted_when_vetoed: false,
             }
         );
         assert_eq!(state, before, "a denied request changes nothing");
@@ -230,7 +234,8 @@ mod tests {
             Verdict {
                 admitted: true,
                 remaining: 1,
-                reset_after_us: 850_000
+                reset_after_us: 850_000,
+                counted_when_vetoed: false,
             }
         );
         assert_eq!(
@@ -238,7 +243,8 @@ mod tests {
             Verdict {
                 admitted: false,
                 remaining: 2,
-                reset_after_us: 50_000
+                reset_after_us: 50_000,
+                counted_when_vetoed: false,
             }
         );
         assert_eq!(tokens_at(&rate, Some(&empty), T0 + 100 * S), 10.0);
@@ -256,7 +262,8 @@ mod tests {
             Verdict {
                 admitted: true,
                 remaining: 2,
-                reset_after_us: 0
+                reset_after_us: 0,
+                counted_when_vetoed: false,
             }
         );
         assert_eq!(state, None);
@@ -278,7 +285,8 @@ mod tests {
                 Verdict {
                     admitted: false,
                     remaining: 4,
-                    reset_after_us: 0
+                    reset_after_us: 0,
+                    counted_when_vetoed: false,
                 }
             );
             assert!(!evaluate(&rate, None, T0, hits).admitted);
@@ -290,7 +298,8 @@ mod tests {
             Verdict {
                 admitted: false,
                 remaining: 1,
-                reset_after_us: 300_000
+                reset_after_us: 300_000,
+                counted_when_vetoed: false,
             }
         );
     }

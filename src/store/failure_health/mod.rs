@@ -225,6 +225,7 @@ mod tests {
                         admitted: true,
                         remaining: 1,
                         reset_after_us: 0,
+                        counted_when_vetoed: false,
                     })
                     .collect())
             }

@@ -238,8 +238,19 @@ impl Store for RedisStore {
         }
         let pinned = self.pinned_clock.as_ref().map(|clock| clock.now_us());
         let invocation = Invocation::laid_out(checks, pinned, &self.layout);
+        let counted_when_vetoed = invocation.counted_when_vetoed();
         let deadline = Instant::now() + self.settings.timeout;
-        self.locals.dispatcher().decide(invocation, deadline).await
+        let mut verdicts = self
+            .locals
+            .dispatcher()
+            .decide(invocation, deadline)
+            .await?;
+        if let Some(counted) = counted_when_vetoed {
+            for (verdict, counted) in verdicts.iter_mut().zip(counted) {
+                verdict.counted_when_vetoed = counted;
+            }
+        }
+        Ok(verdicts)
     }
 
     /// A `PING` through the calling thread's pool(s), the ones its requests use, so health and

@@ -239,6 +239,7 @@ fn decode_verdicts(
             admitted,
             remaining,
             reset_after_us,
+            counted_when_vetoed: false,
         });
     }
     Ok(verdicts)

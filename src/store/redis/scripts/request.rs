@@ -312,6 +312,17 @@ impl Invocation {
         self.checks.get(index).map(|check| check.counter)
     }
 
+    /// For each check, whether the script counts its hits even when another check denies the
+    /// request ([`CounterKind::counts_admitted_of_denied_requests`]); `None` when no check does
+    /// (ratelimitd's format, or `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+    pub fn counted_when_vetoed(&self) -> Option<Vec<bool>> {
+        let counted = |check: &CheckArgs| check.counter.counts_admitted_of_denied_requests();
+        self.checks
+            .iter()
+            .any(counted)
+            .then(|| self.checks.iter().map(counted).collect())
+    }
+
     /// The pinned time, if any (tests only).
     pub fn pinned_now_us(&self) -> Option<u64> {
         self.pinned_now_us
