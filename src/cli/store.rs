@@ -169,16 +169,24 @@ impl StoreArgs {
                 key: file(key, CLIENT_KEY_FLAG, "RATELIMITD_REDIS_TLS_CLIENT_KEY"),
             }),
             (None, None) => None,
-            (Some(_), None) => {
-                return Err(format!(
-                    "{CLIENT_CERT_FLAG} needs {CLIENT_KEY_FLAG} (RATELIMITD_REDIS_TLS_CLIENT_KEY): \
-                     a client certificate is presented with its private key"
-                ))
+            (cert, _) => {
+                let (given, missing, variable, why) = if cert.is_some() {
+                    (
+                        CLIENT_CERT_FLAG,
+                        CLIENT_KEY_FLAG,
+                        "RATELIMITD_REDIS_TLS_CLIENT_KEY",
+                        "a client certificate is presented with its private key",
+                    )
+                } else {
+                    (
+                        CLIENT_KEY_FLAG,
+                        CLIENT_CERT_FLAG,
+                        "RATELIMITD_REDIS_TLS_CLIENT_CERT",
+                        "a private key is presented with its client certificate",
+                    )
+                };
+                return Err(format!("{given} needs {missing} ({variable}): {why}"));
             }
-            (None, Some(_)) => return Err(format!(
-                "{CLIENT_KEY_FLAG} needs {CLIENT_CERT_FLAG} (RATELIMITD_REDIS_TLS_CLIENT_CERT): \
-                     a private key is presented with its client certificate"
-            )),
         };
         if self.redis_tls_system_roots && self.redis_tls_ca.is_none() {
             return Err(format!(
