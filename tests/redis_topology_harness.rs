@@ -363,7 +363,7 @@ fn sentinel_with_passwords_replaces_a_killed_master() {
     let options = SentinelOptions {
         password: Some("data-secret".to_string()),
         sentinel_password: Some("sentinel-secret".to_string()),
-        tls: None,
+        ..SentinelOptions::default()
     };
     let mut sentinel = RedisSentinel::start_with("guarded", &options);
     let [first, second] = sentinel.data_ports()[..] else {

@@ -17,7 +17,7 @@ use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
 use ratelimitd::proto::rls::rate_limit_response::Code;
 use ratelimitd::store::redis::scripts::keys::{redis_key, state_key};
-use ratelimitd::store::redis::RedisSettings;
+use ratelimitd::store::redis::{RedisSettings, RedisTlsSettings};
 use ratelimitd::store::{Check, RedisStore, Store, StoreError};
 
 fn check(value: &str, limit: u32) -> Check {
@@ -49,7 +49,7 @@ fn settings(url: String, tls_ca: Option<PathBuf>) -> RedisSettings {
     RedisSettings {
         // Loose: TLS handshakes in a debug build on a small machine.
         timeout: Duration::from_secs(2),
-        tls_ca,
+        tls: tls_ca.map(RedisTlsSettings::with_ca).unwrap_or_default(),
         ..RedisSettings::new(url)
     }
 }
@@ -264,7 +264,10 @@ async fn tls_ca_setting_errors_are_clear() {
         ))
         .await,
     );
-    assert!(message.contains("rediss://"), "{message}");
+    assert!(
+        message.contains("--redis-tls-ca: used by TLS connections only; use a rediss:// url"),
+        "{message}"
+    );
     // Missing file.
     let missing = tls.ca.with_file_name("missing.crt");
     let message = connect_error(
@@ -275,7 +278,10 @@ async fn tls_ca_setting_errors_are_clear() {
         .await,
     );
     assert!(
-        message.contains("cannot read") && message.contains(missing.to_str().unwrap()),
+        message.contains(&format!(
+            "--redis-tls-ca {}: cannot read",
+            missing.display()
+        )),
         "{message}"
     );
     // A file without any certificate (a key is not a CA).

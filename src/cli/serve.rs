@@ -51,7 +51,7 @@ impl ServeArgs {
         &self,
         upstream: &envoyproxy_env::Translation,
     ) -> Result<server::Settings, String> {
-        let (redis, redis_keys) = self.store.redis()?;
+        let (redis, redis_keys) = self.store.redis(upstream)?;
         let xds = self.xds.options(&self.config.config)?;
         Ok(server::Settings {
             config_paths: self.config.config.clone(),

@@ -1,13 +1,18 @@
 //! The store: Redis (one server, a Cluster or Sentinel) or, without one, this process's memory;
 //! the keys written there, the deny cache in front, and what a store failure answers.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::failure_health::FailureHealthArgs;
+use crate::envoyproxy_env::Translation;
 use crate::server;
 use crate::service::rls::StoreErrorPolicy;
-use crate::store::redis::{HostPort, KeyFormat, KeyLayout, ServerAuth, StartupRetry, Topology};
+use crate::store::redis::settings::tls::{CA_FLAG, CLIENT_CERT_FLAG, CLIENT_KEY_FLAG};
+use crate::store::redis::{
+    ClientIdentityFiles, HostPort, KeyFormat, KeyLayout, RedisTlsSettings, ServerAuth,
+    StartupRetry, TlsFile, Topology,
+};
 use crate::store::{DenyCacheSettings, FailureHealthSettings, RedisSettings};
 
 /// Which Redis, how it is reached, and how the limiter uses it.
@@ -66,10 +71,21 @@ pub struct StoreArgs {
     /// Redis connections kept open (each one multiplexes concurrent requests).
     #[arg(long, env = "RATELIMITD_REDIS_POOL_SIZE", default_value_t = RedisSettings::DEFAULT_POOL_SIZE, value_parser = clap::value_parser!(u32).range(1..))]
     redis_pool_size: u32,
-    /// PEM file of the CA certificate(s) that signed the Redis server's certificate, for
-    /// `rediss://` URLs of self-signed or private-CA deployments (instead of the public roots).
+    /// PEM file of the certificate(s) TLS to Redis trusts instead of the system's certificate
+    /// store: a private CA, or the server's own self-signed certificate.
     #[arg(long, env = "RATELIMITD_REDIS_TLS_CA", value_name = "PATH")]
     redis_tls_ca: Option<PathBuf>,
+    /// With --redis-tls-ca: trust the system's certificate store as well (envoyproxy/ratelimit's
+    /// REDIS_TLS_CACERT adds to it).
+    #[arg(long, env = "RATELIMITD_REDIS_TLS_SYSTEM_ROOTS")]
+    redis_tls_system_roots: bool,
+    /// PEM client certificate (chain) presented to Redis servers that ask for one (mutual TLS:
+    /// `tls-auth-clients`), with --redis-tls-client-key.
+    #[arg(long, env = "RATELIMITD_REDIS_TLS_CLIENT_CERT", value_name = "PATH")]
+    redis_tls_client_cert: Option<PathBuf>,
+    /// PEM private key of --redis-tls-client-cert.
+    #[arg(long, env = "RATELIMITD_REDIS_TLS_CLIENT_KEY", value_name = "PATH")]
+    redis_tls_client_key: Option<PathBuf>,
     /// What to answer when the store fails or times out: unavailable (gRPC UNAVAILABLE, so
     /// Envoy's failure_mode_deny decides), allow (OK) or deny (OVER_LIMIT).
     #[arg(long, env = "RATELIMITD_ON_STORE_ERROR", default_value = "unavailable")]
@@ -102,9 +118,21 @@ pub struct StoreArgs {
 
 impl StoreArgs {
     /// The Redis settings, or `None` for the in-memory store, with the key layout; refuses flags
-    /// that do not fit together or would be ignored.
-    pub fn redis(&self) -> Result<(Option<RedisSettings>, KeyLayout), String> {
+    /// that do not fit together or would be ignored. `upstream` names the envoyproxy/ratelimit
+    /// variables files were read from, for errors about them.
+    pub fn redis(
+        &self,
+        upstream: &Translation,
+    ) -> Result<(Option<RedisSettings>, KeyLayout), String> {
         let topology = self.topology()?;
+        let tls = self.tls(upstream)?;
+        if topology.is_none() && tls != RedisTlsSettings::default() {
+            return Err(
+                "--redis-tls-ca/--redis-tls-client-cert/--redis-tls-client-key need a Redis \
+                 (--redis-url, --redis-cluster or --redis-sentinel)"
+                    .into(),
+            );
+        }
         let layout = self.keys.layout()?;
         if layout.format() == KeyFormat::Envoyproxy && topology.is_none() {
             return Err(server::ENVOYPROXY_KEYS_NEED_REDIS.into());
@@ -113,7 +141,7 @@ impl StoreArgs {
         let redis = topology.map(|topology| RedisSettings {
             timeout: self.redis_timeout,
             pool_size: self.redis_pool_size,
-            tls_ca: self.redis_tls_ca.clone(),
+            tls,
             wait_replicas: self.redis_wait_replicas,
             startup: StartupRetry {
                 initial_interval: self.redis_startup_initial_interval,
@@ -123,6 +151,57 @@ impl StoreArgs {
             ..RedisSettings::for_topology(topology)
         });
         Ok((redis, layout))
+    }
+
+    /// What TLS to Redis trusts and presents. A client certificate needs its key (and the key
+    /// its certificate), and --redis-tls-system-roots adds to --redis-tls-ca only.
+    fn tls(&self, upstream: &Translation) -> Result<RedisTlsSettings, String> {
+        let file = |path: &PathBuf, flag: &str, variable: &str| {
+            let given_as = upstream
+                .source_of(variable)
+                .filter(|assignment| Path::new(&assignment.value) == path)
+                .map_or_else(|| flag.to_owned(), |assignment| assignment.from.clone());
+            TlsFile::new(path.clone(), given_as)
+        };
+        let client_identity = match (&self.redis_tls_client_cert, &self.redis_tls_client_key) {
+            (Some(cert), Some(key)) => Some(ClientIdentityFiles {
+                cert: file(cert, CLIENT_CERT_FLAG, "RATELIMITD_REDIS_TLS_CLIENT_CERT"),
+                key: file(key, CLIENT_KEY_FLAG, "RATELIMITD_REDIS_TLS_CLIENT_KEY"),
+            }),
+            (None, None) => None,
+            (cert, _) => {
+                let (given, missing, variable, why) = if cert.is_some() {
+                    (
+                        CLIENT_CERT_FLAG,
+                        CLIENT_KEY_FLAG,
+                        "RATELIMITD_REDIS_TLS_CLIENT_KEY",
+                        "a client certificate is presented with its private key",
+                    )
+                } else {
+                    (
+                        CLIENT_KEY_FLAG,
+                        CLIENT_CERT_FLAG,
+                        "RATELIMITD_REDIS_TLS_CLIENT_CERT",
+                        "a private key is presented with its client certificate",
+                    )
+                };
+                return Err(format!("{given} needs {missing} ({variable}): {why}"));
+            }
+        };
+        if self.redis_tls_system_roots && self.redis_tls_ca.is_none() {
+            return Err(format!(
+                "--redis-tls-system-roots adds the system's certificate store to {CA_FLAG}; \
+                 without {CA_FLAG} the system's store is trusted already"
+            ));
+        }
+        Ok(RedisTlsSettings {
+            ca: self
+                .redis_tls_ca
+                .as_ref()
+                .map(|ca| file(ca, CA_FLAG, "RATELIMITD_REDIS_TLS_CA")),
+            ca_with_system_roots: self.redis_tls_system_roots,
+            client_identity,
+        })
     }
 
     /// What a store failure answers.

@@ -1006,6 +1006,40 @@ impl<'a> Reader<'a> {
         );
     }
 
+    /// `REDIS_TLS_CACERT`, trusted as upstream trusts it: beside the system's certificate store;
+    /// `REDIS_TLS_CLIENT_CERT` with `REDIS_TLS_CLIENT_KEY`, the client certificate. Upstream
+    /// ignores one of the two without the other; here that stops startup, naming both.
+    fn redis_tls_files(&mut self) {
+        if let Some(ca) = self.get("REDIS_TLS_CACERT") {
+            let ours = self.env.contains_key("RATELIMITD_REDIS_TLS_CA");
+            self.assign("RATELIMITD_REDIS_TLS_CA", ca.to_owned(), "REDIS_TLS_CACERT");
+            if !ours {
+                self.assign(
+                    "RATELIMITD_REDIS_TLS_SYSTEM_ROOTS",
+                    "true".into(),
+                    "REDIS_TLS_CACERT",
+                );
+            }
+        }
+        const CERT: &str = "REDIS_TLS_CLIENT_CERT";
+        const KEY: &str = "REDIS_TLS_CLIENT_KEY";
+        match (self.get(CERT), self.get(KEY)) {
+            (Some(cert), Some(key)) => {
+                self.assign("RATELIMITD_REDIS_TLS_CLIENT_CERT", cert.to_owned(), CERT);
+                self.assign("RATELIMITD_REDIS_TLS_CLIENT_KEY", key.to_owned(), KEY);
+            }
+            (Some(_), None) => self.fail(format!(
+                "{CERT} is set without {KEY}: a client certificate is presented with its private \
+                 key (set both, or neither)"
+            )),
+            (None, Some(_)) => self.fail(format!(
+                "{KEY} is set without {CERT}: a private key is presented with its client \
+                 certificate (set both, or neither)"
+            )),
+            (None, None) => {}
+        }
+    }
+
     /// `REDIS_POOL_SIZE` and `REDIS_TIMEOUT`, upstream's defaults (10, 10 s) in drop-in mode.
     fn redis_pool(&mut self) {
         match self.get("REDIS_POOL_SIZE").map(parse_unsigned) {
@@ -1122,16 +1156,7 @@ impl<'a> Reader<'a> {
         };
         let tls = self.bool("REDIS_TLS", false);
         if tls {
-            if let Some(ca) = self.get("REDIS_TLS_CACERT") {
-                self.assign("RATELIMITD_REDIS_TLS_CA", ca.to_owned(), "REDIS_TLS_CACERT");
-            }
-            if self.is_set("REDIS_TLS_CLIENT_CERT") || self.is_set("REDIS_TLS_CLIENT_KEY") {
-                self.fail(
-                    "REDIS_TLS_CLIENT_CERT/REDIS_TLS_CLIENT_KEY: client certificates for Redis are \
-                     not supported yet; authenticate with REDIS_AUTH"
-                        .into(),
-                );
-            }
+            self.redis_tls_files();
         } else {
             self.unused(
                 &[

@@ -190,6 +190,7 @@ fn redis_topologies_and_credentials() {
         "rediss://app:p%40ss%3Aw%2Frd@10.0.0.1:6380#insecure"
     );
     assert_eq!(set["RATELIMITD_REDIS_TLS_CA"], "/ca.pem");
+    assert_eq!(set["RATELIMITD_REDIS_TLS_SYSTEM_ROOTS"], "true");
     assert!(single
         .assignments
         .iter()
@@ -224,6 +225,7 @@ fn redis_topologies_and_credentials() {
     assert_eq!(cluster["RATELIMITD_REDIS_PASSWORD"], "secret");
     assert_eq!(cluster["RATELIMITD_REDIS_TLS"], "true");
     assert!(!cluster.contains_key("RATELIMITD_REDIS_USER"));
+    assert!(!cluster.contains_key("RATELIMITD_REDIS_TLS_SYSTEM_ROOTS"));
 
     let sentinel = assigned(
         &translate(
@@ -243,6 +245,44 @@ fn redis_topologies_and_credentials() {
     );
     assert_eq!(sentinel["RATELIMITD_REDIS_SENTINEL_USER"], "watcher");
     assert_eq!(sentinel["RATELIMITD_REDIS_SENTINEL_PASSWORD"], "spw");
+}
+
+#[test]
+fn redis_client_certificates_and_a_ca_beside_the_system_store() {
+    let tls = [
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "redis:6380"),
+        ("REDIS_TLS", "true"),
+        ("REDIS_TLS_CLIENT_CERT", "/certs/client.crt"),
+        ("REDIS_TLS_CLIENT_KEY", "/certs/client.key"),
+        ("REDIS_TLS_CACERT", "/certs/ca.crt"),
+    ];
+    let translation = translate(&env(&tls), true).unwrap();
+    let set = assigned(&translation);
+    assert_eq!(set["RATELIMITD_REDIS_URL"], "rediss://redis:6380");
+    assert_eq!(set["RATELIMITD_REDIS_TLS_CLIENT_CERT"], "/certs/client.crt");
+    assert_eq!(set["RATELIMITD_REDIS_TLS_CLIENT_KEY"], "/certs/client.key");
+    assert_eq!(set["RATELIMITD_REDIS_TLS_CA"], "/certs/ca.crt");
+    assert_eq!(set["RATELIMITD_REDIS_TLS_SYSTEM_ROOTS"], "true");
+    assert_eq!(
+        translation
+            .source_of("RATELIMITD_REDIS_TLS_CLIENT_KEY")
+            .map(|assignment| assignment.from.as_str()),
+        Some("REDIS_TLS_CLIENT_KEY")
+    );
+
+    // A CA of ratelimitd's own keeps its meaning: only that CA.
+    let own_ca = [&tls[..], &[("RATELIMITD_REDIS_TLS_CA", "/own/ca.crt")]].concat();
+    let set = assigned(&translate(&env(&own_ca), true).unwrap());
+    assert!(!set.contains_key("RATELIMITD_REDIS_TLS_CA"));
+    assert!(!set.contains_key("RATELIMITD_REDIS_TLS_SYSTEM_ROOTS"));
+
+    // Without REDIS_TLS, as upstream, the files are not used.
+    let plain = translate(&env(&tls[..2]), true).unwrap();
+    let plain_with_files = translate(&env(&[&tls[..2], &tls[3..]].concat()), true).unwrap();
+    assert_eq!(assigned(&plain), assigned(&plain_with_files));
+    assert!(plain_with_files.notices.iter().any(|notice| notice.text
+        == "REDIS_TLS_CLIENT_CERT is not used: REDIS_TLS is not true (as upstream)"));
 }
 
 #[test]
@@ -282,7 +322,16 @@ fn what_cannot_be_honoured_is_refused_by_name() {
                 ("REDIS_TLS", "true"),
                 ("REDIS_TLS_CLIENT_CERT", "/c.pem"),
             ],
-            "REDIS_TLS_CLIENT_CERT/REDIS_TLS_CLIENT_KEY",
+            "REDIS_TLS_CLIENT_CERT is set without REDIS_TLS_CLIENT_KEY",
+        ),
+        (
+            vec![
+                ("REDIS_URL", "h:1"),
+                ("REDIS_SOCKET_TYPE", "tcp"),
+                ("REDIS_TLS", "true"),
+                ("REDIS_TLS_CLIENT_KEY", "/k.pem"),
+            ],
+            "REDIS_TLS_CLIENT_KEY is set without REDIS_TLS_CLIENT_CERT",
         ),
     ] {
         let errors = translate(&env(&pairs), false).unwrap_err();

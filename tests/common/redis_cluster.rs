@@ -754,7 +754,14 @@ impl RedisCluster {
         }
         command.arg("--no-auth-warning");
         if let Some(tls) = &self.options.tls {
-            command.arg("--tls").arg("--cacert").arg(&tls.ca);
+            command
+                .arg("--tls")
+                .arg("--cacert")
+                .arg(&tls.ca)
+                .arg("--cert")
+                .arg(&tls.cert)
+                .arg("--key")
+                .arg(&tls.key);
         }
         command
     }

@@ -57,6 +57,9 @@ pub struct SentinelOptions {
     /// `tls-replication yes` (replicas and Sentinels connect to data nodes, and Sentinels to
     /// each other, over TLS), using these files.
     pub tls: Option<TlsFiles>,
+    /// More options appended to every process's command line, data nodes and Sentinels
+    /// (`--tls-auth-clients yes`, ...).
+    pub extra: Vec<String>,
 }
 
 pub struct RedisSentinel {
@@ -88,6 +91,7 @@ impl RedisSentinel {
         if options.tls.is_some() {
             data_args.extend(["--tls-replication", "yes"].map(String::from));
         }
+        data_args.extend(options.extra.iter().cloned());
         let data_node = |config: String| {
             RedisServer::start_options(ServerOptions {
                 extra: data_args.clone(),
@@ -128,6 +132,7 @@ impl RedisSentinel {
         if options.tls.is_some() {
             sentinel_args.extend(["--tls-replication", "yes"].map(String::from));
         }
+        sentinel_args.extend(options.extra.iter().cloned());
         for _ in 0..3 {
             let sentinel = RedisServer::start_options(ServerOptions {
                 extra: sentinel_args.clone(),

@@ -585,11 +585,13 @@ fn tls_ping(tls: &TlsFiles, port: u16) -> bool {
 }
 
 /// A throwaway PKI made with the `openssl` CLI: a CA, and a server certificate it signs for
-/// `127.0.0.1` and `localhost`. The files live as long as any clone.
+/// `127.0.0.1` and `localhost` ([`TlsFiles::generate`]); or one self-signed certificate that is
+/// both ([`TlsFiles::self_signed`]). The files live as long as any clone.
 ///
 /// The certificate is good for client authentication too: nodes of a TLS cluster
 /// (`tls-cluster yes`) always ask each other for a client certificate on the cluster bus,
-/// whatever `tls-auth-clients` says, and present their own `tls-cert-file`.
+/// whatever `tls-auth-clients` says, and present their own `tls-cert-file`; the helpers' own
+/// clients present it as well, so servers started with `--tls-auth-clients yes` let them in.
 #[derive(Clone, Debug)]
 pub struct TlsFiles {
     /// The CA certificate (PEM).
@@ -599,6 +601,10 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// The server's private key (PEM).
     pub key: PathBuf,
+    /// The CA's private key (the server's, when self-signed).
+    ca_key: PathBuf,
+    /// `cert` is `ca` itself: a self-signed certificate marked as a CA.
+    self_signed: bool,
     _dir: std::sync::Arc<tempfile::TempDir>,
 }
 
@@ -623,7 +629,28 @@ extendedKeyUsage = serverAuth, clientAuth
 subjectAltName = IP:127.0.0.1, DNS:localhost
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
+
+[self_signed]
+basicConstraints = critical, CA:TRUE
+subjectAltName = IP:127.0.0.1, DNS:localhost
+subjectKeyIdentifier = hash
+
+[client]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature
+extendedKeyUsage = clientAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
 ";
+
+/// `openssl` arguments for a new P-256 key, unencrypted.
+const EC_KEY: [&str; 5] = [
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+    "-nodes",
+];
 
 impl TlsFiles {
     /// Generates a fresh CA and server certificate (ECDSA P-256, valid two days) in a temporary
@@ -638,17 +665,10 @@ impl TlsFiles {
             "/CN=ratelimitd test CA {}",
             dir.path().file_name().unwrap().to_string_lossy()
         );
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
         openssl(
             &[
                 &["req", "-x509", "-new", "-days", "2", "-sha256"][..],
-                &ec,
+                &EC_KEY,
                 &["-subj", &ca_subject, "-extensions", "ca"],
             ]
             .concat(),
@@ -659,7 +679,7 @@ impl TlsFiles {
             ],
         );
         openssl(
-            &[&["req", "-new"][..], &ec, &["-subj", "/CN=localhost"]].concat(),
+            &[&["req", "-new"][..], &EC_KEY, &["-subj", "/CN=localhost"]].concat(),
             &[
                 ("-config", &cnf),
                 ("-keyout", &path("server.key")),
@@ -690,20 +710,109 @@ impl TlsFiles {
             ca: path("ca.crt"),
             cert: path("server.crt"),
             key: path("server.key"),
+            ca_key: path("ca.key"),
+            self_signed: false,
             _dir: std::sync::Arc::new(dir),
         }
     }
 
-    /// A redis-rs client for `url` (`rediss://...`) that trusts only this CA.
+    /// One self-signed certificate (ECDSA P-256, valid two days) for IP 127.0.0.1 and DNS
+    /// localhost, marked as a CA (`basicConstraints CA:TRUE`, what `openssl req -x509` makes by
+    /// default): the server's certificate and its own CA at once, as envoyproxy/ratelimit's CI
+    /// makes its Redis certificate.
+    pub fn self_signed() -> TlsFiles {
+        let dir = tempfile::tempdir().expect("temporary directory for TLS files");
+        let path = |name: &str| dir.path().join(name);
+        std::fs::write(path("openssl.cnf"), OPENSSL_CNF).expect("write openssl.cnf");
+        let subject = format!(
+            "/CN=localhost/O=ratelimitd test {}",
+            dir.path().file_name().unwrap().to_string_lossy()
+        );
+        openssl(
+            &[
+                &["req", "-x509", "-new", "-days", "2", "-sha256"][..],
+                &EC_KEY,
+                &["-subj", &subject, "-extensions", "self_signed"],
+            ]
+            .concat(),
+            &[
+                ("-config", &path("openssl.cnf")),
+                ("-keyout", &path("server.key")),
+                ("-out", &path("server.crt")),
+            ],
+        );
+        TlsFiles {
+            ca: path("server.crt"),
+            cert: path("server.crt"),
+            key: path("server.key"),
+            ca_key: path("server.key"),
+            self_signed: true,
+            _dir: std::sync::Arc::new(dir),
+        }
+    }
+
+    /// A client certificate for `name` (extended key usage clientAuth only) that this CA issues:
+    /// its certificate and key files.
+    pub fn client_certificate(&self, name: &str) -> (PathBuf, PathBuf) {
+        let dir = self._dir.path();
+        let (cert, key, csr) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+            dir.join(format!("{name}.csr")),
+        );
+        let cnf = dir.join("openssl.cnf");
+        openssl(
+            &[
+                &["req", "-new"][..],
+                &EC_KEY,
+                &["-subj", &format!("/CN={name}")],
+            ]
+            .concat(),
+            &[("-config", &cnf), ("-keyout", &key), ("-out", &csr)],
+        );
+        openssl(
+            &[
+                "x509",
+                "-req",
+                "-days",
+                "2",
+                "-sha256",
+                "-set_serial",
+                "3",
+                "-extensions",
+                "client",
+            ],
+            &[
+                ("-in", &csr),
+                ("-CA", &self.ca),
+                ("-CAkey", &self.ca_key),
+                ("-extfile", &cnf),
+                ("-out", &cert),
+            ],
+        );
+        (cert, key)
+    }
+
+    /// A redis-rs client for `url` (`rediss://...`) that trusts only this CA and presents the
+    /// server's certificate as its client certificate. The redis crate refuses a CA certificate
+    /// as a server's, so the client of a [`TlsFiles::self_signed`] server checks nothing.
     pub fn client(&self, url: &str) -> redis::Client {
         // The test process needs a rustls crypto provider too; a second install is a no-op.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let ca = std::fs::read(&self.ca).expect("read the test CA");
+        let read = |path: &Path| std::fs::read(path).expect("read a test TLS file");
+        let url = if self.self_signed && !url.contains('#') {
+            format!("{url}#insecure")
+        } else {
+            url.to_owned()
+        };
         redis::Client::build_with_tls(
-            url,
+            url.as_str(),
             redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(ca),
+                client_tls: Some(redis::ClientTlsConfig {
+                    client_cert: read(&self.cert),
+                    client_key: read(&self.key),
+                }),
+                root_cert: Some(read(&self.ca)),
             },
         )
         .expect("TLS client for the test redis-server")

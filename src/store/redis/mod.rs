@@ -14,12 +14,14 @@
 //! - Connections: bb8 pools of multiplexed connections (see [`ConnectionMode`]): one per thread
 //!   that decides or probes health, and the startup pool. Over plain TCP each is the store's own
 //!   pipelined connection, whose script calls are encoded into its buffer and read in place
-//!   (see [`wire::pipe`]); TLS keeps the redis crate's multiplexed connection (see
-//!   [`wire::link`]). Broken connections are replaced in the background with backoff, so the
-//!   store recovers from a Redis restart by itself.
-//! - URLs: `redis://[user:password@]host[:port][/db]`, and `rediss://...` for TLS (rustls, with
-//!   the bundled Mozilla roots, or only the CA of [`RedisSettings::tls_ca`]; a `#insecure` fragment
-//!   skips certificate verification). See [`server::client::client`].
+//!   (see [`wire::pipe`]); over TLS the store makes the TLS connection ([`tls`]) and the redis
+//!   crate's multiplexed connection runs on it (see [`wire::link`]). Broken connections are
+//!   replaced in the background with backoff, so the store recovers from a Redis restart by
+//!   itself.
+//! - URLs: `redis://[user:password@]host[:port][/db]`, and `rediss://...` for TLS (rustls,
+//!   trusting the system's certificate store, or only the certificates of
+//!   [`RedisSettings::tls`]'s CA file, with a client certificate when given; a `#insecure`
+//!   fragment skips certificate verification). See [`server::client::client`] and [`tls`].
 //! - Every call is bounded by [`RedisSettings::timeout`]: [`StoreError::Timeout`] past it,
 //!   [`StoreError::Unavailable`] for connection failures, [`StoreError::Protocol`] for replies the
 //!   store does not understand.
@@ -33,6 +35,7 @@
 //! - [`server`]: one server's connections, pools and script calls;
 //! - [`scripts`]: the Lua scripts, their arguments and replies, and the keys they write;
 //! - [`wire`]: the RESP codec and the pipelined connection;
+//! - [`tls`]: TLS to the servers (whom to trust, the client certificate);
 //! - [`settings`]: what the command line configures.
 //!
 //! [`StoreError::Timeout`]: crate::store::StoreError::Timeout
@@ -46,6 +49,7 @@ pub mod scripts;
 pub mod server;
 pub mod settings;
 mod store;
+pub mod tls;
 pub mod topology;
 pub mod wire;
 
@@ -53,6 +57,7 @@ pub use self::quota_demands::RedisDemands;
 pub use self::scripts::key_layout::{KeyFormat, KeyLayout, KeyLayoutError};
 pub use self::scripts::side::SideScript;
 pub use self::settings::startup::StartupRetry;
+pub use self::settings::tls::{ClientIdentityFiles, RedisTlsSettings, TlsFile};
 pub use self::settings::topology::{HostPort, ServerAuth, Topology};
 pub use self::settings::url::redacted_url;
 pub use self::settings::{ConnectionMode, RedisSettings};

@@ -7,7 +7,8 @@
 //! dropped at its next check-out or return and a new one is opened in the background. A dead
 //! connection is rarely alone (a Redis restart kills them all, in every pool), so once one is
 //! found dead, every other one is pinged at its next check-out before it carries a command.
-//! The client a manager opens its connections with comes from [`super::client`].
+//! The client a manager opens its connections with comes from [`super::client`]; over TLS it
+//! connects with the deployment's [`RedisTls`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use parking_lot::Mutex;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError};
 
 use super::sentinel::MasterLocator;
+use crate::store::redis::tls::RedisTls;
 use crate::store::redis::wire::link::Link;
 use crate::store::StoreError;
 
@@ -148,6 +150,8 @@ impl Reachability {
 #[derive(Clone)]
 pub struct Manager {
     target: Target,
+    /// The deployment's TLS, when its connections speak TLS.
+    tls: Option<Arc<RedisTls>>,
     config: AsyncConnectionConfig,
     connect_timeout: Duration,
     reachability: Arc<Reachability>,
@@ -157,22 +161,32 @@ pub struct Manager {
 }
 
 impl Manager {
-    pub fn new(client: redis::Client, connect_timeout: Duration) -> Manager {
-        Manager::opening(Target::Fixed(Box::new(client)), connect_timeout)
+    /// A manager opening every connection to `client`'s server, with `tls` when it speaks TLS.
+    pub fn new(
+        client: redis::Client,
+        tls: Option<Arc<RedisTls>>,
+        connect_timeout: Duration,
+    ) -> Manager {
+        Manager::opening(Target::Fixed(Box::new(client)), tls, connect_timeout)
     }
 
     /// A manager opening every connection to the master that `locator` finds.
-    pub fn sentinel(locator: Arc<MasterLocator>, connect_timeout: Duration) -> Manager {
-        Manager::opening(Target::Sentinel(locator), connect_timeout)
+    pub fn sentinel(
+        locator: Arc<MasterLocator>,
+        tls: Option<Arc<RedisTls>>,
+        connect_timeout: Duration,
+    ) -> Manager {
+        Manager::opening(Target::Sentinel(locator), tls, connect_timeout)
     }
 
-    fn opening(target: Target, connect_timeout: Duration) -> Manager {
+    fn opening(target: Target, tls: Option<Arc<RedisTls>>, connect_timeout: Duration) -> Manager {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             // Every call is bounded by the store's own deadline instead.
             .set_response_timeout(None);
         Manager {
             target,
+            tls,
             config,
             connect_timeout,
             reachability: Arc::default(),
@@ -236,7 +250,8 @@ impl Manager {
 
     /// A connection to `client`'s server within the connect timeout.
     async fn open_to(&self, client: &redis::Client) -> Result<Link, RedisError> {
-        match tokio::time::timeout(self.connect_timeout, Link::open(client, &self.config)).await {
+        let open = Link::open(client, &self.config, self.tls.as_deref());
+        match tokio::time::timeout(self.connect_timeout, open).await {
             Ok(result) => result,
             Err(_) => Err(RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
@@ -325,11 +340,73 @@ pub fn is_connection_error(error: &RedisError) -> bool {
 pub fn connect_error(error: &RedisError) -> StoreError {
     let hint = if error.kind() == ErrorKind::AuthenticationFailed {
         " (wrong user or password in the redis url)"
-    } else if error.to_string().contains("invalid peer certificate") {
-        " (TLS: the server's certificate is not trusted; for a self-signed or private CA pass its \
-         certificate with --redis-tls-ca, or add #insecure to the url to skip verification)"
     } else {
-        ""
+        tls_hint(&error.to_string())
     };
     StoreError::Unavailable(format!("cannot connect to redis: {error}{hint}"))
+}
+
+/// What to do about a TLS failure, read from rustls's words in `error` ("" when it is none).
+fn tls_hint(error: &str) -> &'static str {
+    if error.contains("CaUsedAsEndEntity") {
+        " (TLS: the server presents a CA certificate as its own: it is accepted only when it is \
+         exactly one of the trusted certificates (--redis-tls-ca, or the system's certificate \
+         store), and never for Sentinel's lookups, which need a certificate issued by a CA)"
+    } else if error.contains("certificate not valid for name") {
+        " (TLS: the server's certificate does not carry the host connected to: use a name or \
+         address it names)"
+    } else if error.contains("invalid peer certificate") {
+        " (TLS: the server's certificate is not trusted; for a self-signed or private CA pass its \
+         certificate with --redis-tls-ca or add it to the system's certificate store, or add \
+         #insecure to the url to skip verification)"
+    } else if error.contains("CertificateRequired") {
+        " (TLS: the server requires a client certificate: --redis-tls-client-cert and \
+         --redis-tls-client-key)"
+    } else if ["UnknownCA", "BadCertificate", "CertificateUnknown"]
+        .iter()
+        .any(|alert| error.contains(&format!("received fatal alert: {alert}")))
+    {
+        " (TLS: the server refused the client certificate of --redis-tls-client-cert)"
+    } else {
+        ""
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tls_hint;
+
+    #[test]
+    fn tls_failures_say_what_to_do() {
+        for (error, expected) in [
+            (
+                "invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))",
+                "exactly one of the trusted certificates",
+            ),
+            (
+                "invalid peer certificate: UnknownIssuer",
+                "--redis-tls-ca or add it to the system's certificate store",
+            ),
+            (
+                "invalid peer certificate: certificate not valid for name \"redis\"; \
+                 certificate is only valid for DnsName(\"localhost\")",
+                "does not carry the host",
+            ),
+            (
+                "received fatal alert: CertificateRequired",
+                "requires a client certificate",
+            ),
+            (
+                "received fatal alert: UnknownCA",
+                "refused the client certificate",
+            ),
+        ] {
+            assert!(
+                tls_hint(error).contains(expected),
+                "{error}: {}",
+                tls_hint(error)
+            );
+        }
+        assert_eq!(tls_hint("Connection refused (os error 111)"), "");
+    }
 }

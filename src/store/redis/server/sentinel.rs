@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{ConnectionAddr, RedisError, TlsCertificates, TlsMode};
+use redis::{ConnectionAddr, RedisError, TlsMode};
 
 use crate::store::redis::settings::topology::{HostPort, ServerAuth};
+use crate::store::redis::tls::RedisTls;
 use crate::store::StoreError;
 
 /// Pause between attempts to (re)subscribe to the sentinels' announcements.
@@ -38,14 +39,16 @@ impl MasterLocator {
     }
 
     /// A locator asking `sentinels` (with `sentinel_auth`) for `master_name`, whose servers take
-    /// `auth`. TLS (`auth.tls`) applies to the sentinels and the servers alike, trusting only
-    /// `tls_ca` when given.
+    /// `auth`. TLS (`auth.tls`) applies to the sentinels and the servers alike, with the
+    /// deployment's trust and client certificate (`tls`, given with TLS). The sentinels and the
+    /// master's role check are reached by the redis crate's own TLS (see
+    /// [`RedisTls::crate_certificates`]).
     pub fn new(
         master_name: &str,
         sentinels: &[HostPort],
         auth: &ServerAuth,
         sentinel_auth: &ServerAuth,
-        tls_ca: Option<&std::path::Path>,
+        tls: Option<&RedisTls>,
     ) -> Result<MasterLocator, StoreError> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let invalid =
@@ -81,20 +84,11 @@ impl MasterLocator {
             builder = builder
                 .set_client_to_redis_tls_mode(TlsMode::Secure)
                 .set_client_to_sentinel_tls_mode(TlsMode::Secure);
-            if let Some(ca) = tls_ca {
-                let pem = super::client::read_ca(ca)?;
-                let certificates = || TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem.clone()),
-                };
+            if let Some(tls) = tls {
                 builder = builder
-                    .set_client_to_redis_certificates(certificates())
-                    .set_client_to_sentinel_certificates(certificates());
+                    .set_client_to_redis_certificates(tls.crate_certificates())
+                    .set_client_to_sentinel_certificates(tls.crate_certificates());
             }
-        } else if tls_ca.is_some() {
-            return Err(StoreError::Unavailable(
-                "a redis TLS CA file needs TLS (--redis-tls)".into(),
-            ));
         }
         Ok(MasterLocator {
             master_name: master_name.to_owned(),

@@ -1,16 +1,18 @@
-//! What the command line configures: the deployment to reach ([`topology`]), how startup waits
-//! for it ([`startup`]), the bound on calls and the pools ([`RedisSettings`]), and how script calls
-//! use the pooled connections ([`ConnectionMode`]).
+//! What the command line configures: the deployment to reach ([`topology`]), what TLS to it
+//! trusts and presents ([`tls`]), how startup waits for it ([`startup`]), the bound on calls and
+//! the pools ([`RedisSettings`]), and how script calls use the pooled connections
+//! ([`ConnectionMode`]).
 
 pub(super) mod startup;
+pub mod tls;
 pub mod topology;
 pub(super) mod url;
 
 use std::fmt;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use self::startup::StartupRetry;
+use self::tls::RedisTlsSettings;
 use self::topology::Topology;
 
 /// How to reach Redis.
@@ -23,10 +25,9 @@ pub struct RedisSettings {
     /// Connections kept open. Each one is multiplexed (see [`ConnectionMode::Multiplexed`]), so a
     /// few carry any number of concurrent requests.
     pub pool_size: u32,
-    /// PEM file of the CA certificate(s) to trust for TLS instead of the bundled public roots
-    /// (self-signed or private-CA deployments). Only valid with TLS (`rediss://`, or
-    /// [`topology::ServerAuth::tls`]).
-    pub tls_ca: Option<PathBuf>,
+    /// What TLS trusts and presents (see [`RedisTlsSettings`]). Files given are only valid with
+    /// TLS (`rediss://`, or [`topology::ServerAuth::tls`]).
+    pub tls: RedisTlsSettings,
     /// Replicas that must acknowledge each script call's writes (`WAIT`) before its requests are
     /// answered; 0 (the default) waits for none. A call whose writes fewer replicas acknowledged
     /// by the deadline is answered as a store failure: its admitted hits might not survive a
@@ -44,7 +45,7 @@ impl fmt::Debug for RedisSettings {
             .field("topology", &self.topology)
             .field("timeout", &self.timeout)
             .field("pool_size", &self.pool_size)
-            .field("tls_ca", &self.tls_ca)
+            .field("tls", &self.tls)
             .field("wait_replicas", &self.wait_replicas)
             .field("startup", &self.startup)
             .finish()
@@ -68,7 +69,7 @@ impl RedisSettings {
             topology,
             timeout: Self::DEFAULT_TIMEOUT,
             pool_size: Self::DEFAULT_POOL_SIZE,
-            tls_ca: None,
+            tls: RedisTlsSettings::default(),
             wait_replicas: 0,
             startup: StartupRetry::NONE,
         }

@@ -76,7 +76,7 @@ pub struct ServerAuth {
     /// ACL user (`AUTH user password`); without it, `AUTH password` (the `default` user).
     pub user: Option<String>,
     pub password: Option<String>,
-    /// TLS on every connection (the CA of `RedisSettings::tls_ca`, else the bundled roots).
+    /// TLS on every connection (trusting and presenting what `RedisSettings::tls` says).
     pub tls: bool,
 }
 

@@ -9,13 +9,14 @@ use super::cluster::lane::ClusterLane;
 use super::cluster::Cluster;
 use super::route::Route;
 use crate::store::redis::scripts::request::DECIDE;
-use crate::store::redis::server::client::client;
+use crate::store::redis::server::client::{client, uses_tls};
 use crate::store::redis::server::connection::Manager;
 use crate::store::redis::server::pool::PoolSettings;
 use crate::store::redis::server::sentinel::MasterLocator;
 use crate::store::redis::server::Server;
 use crate::store::redis::settings::topology::Topology;
 use crate::store::redis::settings::RedisSettings;
+use crate::store::redis::tls::RedisTls;
 use crate::store::StoreError;
 
 /// What the store's calls go to.
@@ -30,14 +31,13 @@ pub(in crate::store::redis) enum Backend {
 impl Backend {
     /// Opens a first connection to every master of `settings.topology` and loads the scripts
     /// there, retrying as `settings.startup` says, within `connect_timeout` per attempt; errors
-    /// name the address. With Sentinel, also the locator that follows the master, to keep alive
-    /// for the sentinels' announcements.
+    /// name the address. The TLS files are read once, before the first attempt. With Sentinel,
+    /// also the locator that follows the master, to keep alive for the sentinels' announcements.
     pub(in crate::store::redis) async fn connect(
         settings: &RedisSettings,
         pool_settings: &PoolSettings,
         connect_timeout: Duration,
     ) -> Result<(Backend, Option<Arc<MasterLocator>>), StoreError> {
-        let tls_ca = settings.tls_ca.as_deref();
         let address = settings.topology.address();
         let at_address = |error: StoreError| match error {
             StoreError::Timeout(limit) => StoreError::Unavailable(format!(
@@ -54,8 +54,9 @@ impl Backend {
         let mut locator = None;
         let backend = match &settings.topology {
             Topology::Single { url } => {
-                let manager =
-                    Manager::new(client(url, tls_ca).map_err(at_address)?, connect_timeout);
+                let client = client(url).map_err(at_address)?;
+                let tls = RedisTls::when_used(uses_tls(&client), &settings.tls)?;
+                let manager = Manager::new(client, tls, connect_timeout);
                 let server = retry
                     .run(&address, || server_start(&manager, pool_settings))
                     .await
@@ -68,15 +69,16 @@ impl Backend {
                 auth,
                 sentinel_auth,
             } => {
+                let tls = RedisTls::when_used(auth.tls, &settings.tls)?;
                 let found = Arc::new(MasterLocator::new(
                     master_name,
                     sentinels,
                     auth,
                     sentinel_auth,
-                    tls_ca,
+                    tls.as_deref(),
                 )?);
                 found.spawn_watch();
-                let manager = Manager::sentinel(found.clone(), connect_timeout);
+                let manager = Manager::sentinel(found.clone(), tls, connect_timeout);
                 locator = Some(found);
                 let server = retry
                     .run(&address, || server_start(&manager, pool_settings))
@@ -84,14 +86,23 @@ impl Backend {
                     .map_err(at_address)?;
                 Backend::Server(Box::new(server))
             }
-            Topology::Cluster { seeds, auth } => Backend::Cluster(
-                retry
-                    .run(&address, || {
-                        Cluster::connect(seeds, auth, tls_ca, pool_settings, connect_timeout)
-                    })
-                    .await
-                    .map_err(at_address)?,
-            ),
+            Topology::Cluster { seeds, auth } => {
+                let tls = RedisTls::when_used(auth.tls, &settings.tls)?;
+                Backend::Cluster(
+                    retry
+                        .run(&address, || {
+                            Cluster::connect(
+                                seeds,
+                                auth,
+                                tls.clone(),
+                                pool_settings,
+                                connect_timeout,
+                            )
+                        })
+                        .await
+                        .map_err(at_address)?,
+                )
+            }
         };
         Ok((backend, locator))
     }

@@ -1,12 +1,14 @@
 //! One connection to a server, whichever transport carries it: the store's own pipelined
 //! connection ([`Pipe`], plain TCP speaking RESP2: the script calls skip the redis crate's
-//! command and value types) or the redis crate's multiplexed connection (TLS, Unix sockets,
-//! RESP3). Both run any redis crate command ([`ConnectionLike`]).
+//! command and value types) or the redis crate's multiplexed connection (TLS, on a stream the
+//! store connects itself when it has the deployment's [`RedisTls`]; Unix sockets; RESP3). Both
+//! run any redis crate command ([`ConnectionLike`]).
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Cmd, RedisError, RedisFuture, Value};
+use redis::{AsyncConnectionConfig, Cmd, ConnectionAddr, RedisError, RedisFuture, Value};
 
 use super::pipe::Pipe;
+use crate::store::redis::tls::RedisTls;
 
 /// A connection handle; clones share the connection.
 #[derive(Clone)]
@@ -19,20 +21,42 @@ pub enum Link {
 
 impl Link {
     /// Opens a connection to `client`'s server: a [`Pipe`] when it [`serves`](Pipe::serves) the
-    /// address, else the redis crate's multiplexed connection.
+    /// address; over TLS, the redis crate's multiplexed connection on a stream `tls` connects;
+    /// else the crate's multiplexed connection as the crate connects it.
     pub async fn open(
         client: &redis::Client,
         config: &AsyncConnectionConfig,
+        tls: Option<&RedisTls>,
     ) -> Result<Link, RedisError> {
         let info = client.get_connection_info();
         if Pipe::serves(info) {
-            Pipe::connect(info, config).await.map(Link::Pipe)
-        } else {
-            client
-                .get_multiplexed_async_connection_with_config(config)
-                .await
-                .map(Link::Mux)
+            return Pipe::connect(info, config).await.map(Link::Pipe);
         }
+        if let (
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                ..
+            },
+            Some(tls),
+        ) = (info.addr(), tls)
+        {
+            let stream = tls.connect(host, *port, *insecure).await?;
+            let (connection, driver) = MultiplexedConnection::new_with_config(
+                info.redis_settings(),
+                stream,
+                config.clone(),
+            )
+            .await?;
+            // Ends once every clone of the connection is dropped, or the stream fails.
+            tokio::spawn(driver);
+            return Ok(Link::Mux(connection));
+        }
+        client
+            .get_multiplexed_async_connection_with_config(config)
+            .await
+            .map(Link::Mux)
     }
 }
 

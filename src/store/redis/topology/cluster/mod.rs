@@ -25,7 +25,6 @@ pub(in crate::store::redis) mod route;
 pub mod slots;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +43,7 @@ use crate::store::redis::server::errors::command_error;
 use crate::store::redis::server::pool::{PoolSettings, Shared};
 use crate::store::redis::server::Server;
 use crate::store::redis::settings::topology::{HostPort, ServerAuth};
+use crate::store::redis::tls::RedisTls;
 use crate::store::StoreError;
 
 /// The cluster as every thread of the store sees it: its slot map and a connection manager
@@ -51,7 +51,8 @@ use crate::store::StoreError;
 pub struct Cluster {
     seeds: Vec<HostPort>,
     auth: ServerAuth,
-    tls_ca: Option<PathBuf>,
+    /// The TLS of every node's connections, with `auth.tls`.
+    tls: Option<Arc<RedisTls>>,
     settings: PoolSettings,
     connect_timeout: Duration,
     slots: ArcSwap<SlotMap>,
@@ -71,14 +72,14 @@ impl Cluster {
     pub(in crate::store::redis) async fn connect(
         seeds: &[HostPort],
         auth: &ServerAuth,
-        tls_ca: Option<&std::path::Path>,
+        tls: Option<Arc<RedisTls>>,
         settings: &PoolSettings,
         connect_timeout: Duration,
     ) -> Result<Arc<Cluster>, StoreError> {
         let cluster = Arc::new(Cluster {
             seeds: seeds.to_vec(),
             auth: auth.clone(),
-            tls_ca: tls_ca.map(PathBuf::from),
+            tls,
             settings: settings.clone(),
             connect_timeout,
             slots: ArcSwap::default(),
@@ -138,8 +139,8 @@ impl Cluster {
         if let Some(server) = self.servers.lock().get(address) {
             return Ok(server.clone());
         }
-        let client = server_client(address, &self.auth, self.tls_ca.as_deref())?;
-        let manager = Manager::new(client, self.connect_timeout);
+        let client = server_client(address, &self.auth)?;
+        let manager = Manager::new(client, self.tls.clone(), self.connect_timeout);
         let server = Server::start(
             manager,
             &self.settings,
@@ -168,8 +169,9 @@ impl Cluster {
         if let Some(server) = self.servers.lock().get(address) {
             return Ok(server.clone());
         }
-        let client = server_client(address, &self.auth, self.tls_ca.as_deref())?;
-        let manager = Manager::new(client, self.connect_timeout).driven_on(self.home.clone());
+        let client = server_client(address, &self.auth)?;
+        let manager = Manager::new(client, self.tls.clone(), self.connect_timeout)
+            .driven_on(self.home.clone());
         let server = Server {
             startup: Arc::new(Shared::new(manager.clone(), &self.settings, None)),
             manager: manager.driven_by_caller(),
