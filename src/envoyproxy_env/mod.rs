@@ -20,7 +20,7 @@
 //! in [`Translation::differences`]. With `--config`, upstream variables that are set are still
 //! read, but unset ones keep ratelimitd's defaults.
 
-mod go;
+pub(crate) mod go;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
