@@ -12,6 +12,7 @@ use crate::server::connection_age::ConnectionAge;
 use crate::server::tls::{ClientAuth, TlsSettings};
 use crate::server::uds_mode::UdsMode;
 use crate::server::{self, GrpcListener, GrpcOptions, Listeners};
+use crate::service::statsd_exporter::MapperSource;
 
 /// The listening addresses and the threads that serve them.
 #[derive(clap::Args)]
@@ -61,6 +62,10 @@ impl ListenerArgs {
                 Some(addr) => Some(bind(addr).await?),
                 None => None,
             },
+            envoyproxy_metrics: match self.ports.envoyproxy.envoyproxy_metrics_addr {
+                Some(addr) => Some(bind(addr).await?),
+                None => None,
+            },
         })
     }
 }
@@ -86,6 +91,43 @@ pub struct ExtraPortArgs {
     /// envoyproxy/ratelimit's debug port (DEBUG_HOST/DEBUG_PORT) is expected.
     #[arg(long, env = "RATELIMITD_DEBUG_ADDR")]
     debug_addr: Option<SocketAddr>,
+    #[command(flatten)]
+    pub envoyproxy: EnvoyproxyMetricsArgs,
+}
+
+/// envoyproxy/ratelimit's Prometheus port (its USE_PROMETHEUS): its metric names and labels.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Listeners")]
+pub struct EnvoyproxyMetricsArgs {
+    /// A port serving envoyproxy/ratelimit's Prometheus metrics (at --envoyproxy-metrics-path):
+    /// its statsd stats named by statsd_exporter's mapping, as its USE_PROMETHEUS serves them
+    /// (ratelimit_service_rate_limit_total_hits{domain,key1}, ...). ratelimitd's own metrics stay
+    /// at /metrics on the HTTP port.
+    #[arg(long, env = "RATELIMITD_ENVOYPROXY_METRICS_ADDR")]
+    pub envoyproxy_metrics_addr: Option<SocketAddr>,
+    /// Path of the metrics on the --envoyproxy-metrics-addr port.
+    #[arg(long, env = "RATELIMITD_ENVOYPROXY_METRICS_PATH", default_value = "/metrics", value_parser = parse::http_path, requires = "envoyproxy_metrics_addr")]
+    pub envoyproxy_metrics_path: String,
+    /// A statsd_exporter mapping file naming the metrics of --envoyproxy-metrics-addr
+    /// (envoyproxy/ratelimit's PROMETHEUS_MAPPER_YAML). Default: envoyproxy/ratelimit's
+    /// built-in mapping.
+    #[arg(
+        long,
+        env = "RATELIMITD_ENVOYPROXY_METRICS_MAPPER",
+        value_name = "PATH",
+        requires = "envoyproxy_metrics_addr"
+    )]
+    pub envoyproxy_metrics_mapper: Option<PathBuf>,
+    /// The built-in mapping's request-time histogram in milliseconds rather than seconds
+    /// (envoyproxy/ratelimit's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS; not with
+    /// --envoyproxy-metrics-mapper).
+    #[arg(
+        long,
+        env = "RATELIMITD_ENVOYPROXY_METRICS_RESPONSE_TIME_MS",
+        requires = "envoyproxy_metrics_addr",
+        conflicts_with = "envoyproxy_metrics_mapper"
+    )]
+    pub envoyproxy_metrics_response_time_ms: bool,
 }
 
 /// What the gRPC port speaks and how long its connections live.
@@ -125,6 +167,20 @@ pub struct GrpcTransportArgs {
     /// connection is closed. Default: as long as they take.
     #[arg(long, env = "RATELIMITD_GRPC_MAX_CONNECTION_AGE_GRACE", value_name = "DURATION", value_parser = humantime::parse_duration)]
     grpc_max_connection_age_grace: Option<Duration>,
+}
+
+impl EnvoyproxyMetricsArgs {
+    /// The mapping the flags name, and the path; `None` without --envoyproxy-metrics-addr.
+    pub fn source(&self) -> Option<(MapperSource, &str)> {
+        self.envoyproxy_metrics_addr?;
+        let source = match &self.envoyproxy_metrics_mapper {
+            Some(path) => MapperSource::File(path.clone()),
+            None => MapperSource::Builtin {
+                response_time_ms: self.envoyproxy_metrics_response_time_ms,
+            },
+        };
+        Some((source, &self.envoyproxy_metrics_path))
+    }
 }
 
 impl GrpcTransportArgs {

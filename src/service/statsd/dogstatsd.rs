@@ -379,7 +379,8 @@ mod tests {
 
     #[test]
     fn bad_definitions_name_the_variable() {
-        let cases: [(&str, &[(&str, &str)], &str); 6] = [
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+        let cases: [Case; 6] = [
             ("A", &[], "DOG_STATSD_MOGRIFIER_A_PATTERN is not set"),
             (
                 "A",

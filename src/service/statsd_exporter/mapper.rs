@@ -108,6 +108,17 @@ struct SummaryOptions {
     age_buckets: u32,
 }
 
+/// `summary_options` as written: unset fields are `None`, zero.
+#[derive(Debug, Clone, Default)]
+struct WrittenSummary {
+    quantiles: Option<Vec<(f64, f64)>>,
+    max_age: Duration,
+    age_buckets: u32,
+}
+
+/// A matched mapping, with its name and labels filled in.
+type Found<'m> = (&'m Mapping, String, Vec<(String, String)>);
+
 #[derive(Debug, Clone)]
 struct Defaults {
     observer: ObserverType,
@@ -279,7 +290,7 @@ impl Mapper {
         let mut legacy_quantiles: Option<Vec<(f64, f64)>> = None;
         let mut histogram_buckets: Option<Vec<f64>> = None;
         let mut histogram_options = false;
-        let mut summary: Option<(Option<Vec<(f64, f64)>>, Duration, u32)> = None;
+        let mut summary: Option<WrittenSummary> = None;
         let mut scale = None;
         for entry in &map.entries {
             let value = &entry.value;
@@ -352,10 +363,11 @@ impl Mapper {
         if observer == ObserverType::Unset {
             observer = self.defaults.observer;
         }
-        let (summary_quantiles, max_age, age_buckets) = match &summary {
-            Some((quantiles, max_age, age_buckets)) => (quantiles.clone(), *max_age, *age_buckets),
-            None => (None, Duration::ZERO, 0),
-        };
+        let WrittenSummary {
+            quantiles: summary_quantiles,
+            max_age,
+            age_buckets,
+        } = summary.clone().unwrap_or_default();
         if summary_quantiles.is_some() && legacy_quantiles.is_some() {
             return Err(at(node, format!("cannot use quantiles in both the top level and summary options at the same time in {pattern}")));
         }
@@ -474,11 +486,7 @@ impl Mapper {
 
     /// The glob mapping of `stat`: of every path through the tree that ends on a mapping at the
     /// last field, the one of lowest priority, with what its `*` took.
-    fn glob(
-        &self,
-        stat: &str,
-        stat_type: StatType,
-    ) -> Option<(&Mapping, String, Vec<(String, String)>)> {
+    fn glob(&self, stat: &str, stat_type: StatType) -> Option<Found<'_>> {
         if !self.has_globs {
             return None;
         }
@@ -538,11 +546,7 @@ impl Mapper {
         }
     }
 
-    fn regex(
-        &self,
-        stat: &str,
-        stat_type: StatType,
-    ) -> Option<(&Mapping, String, Vec<(String, String)>)> {
+    fn regex(&self, stat: &str, stat_type: StatType) -> Option<Found<'_>> {
         self.mappings.iter().find_map(|mapping| {
             let Matcher::Regex(regex) = &mapping.matcher else {
                 return None;
@@ -790,18 +794,18 @@ fn refuse_ttl(node: &Node) -> Result<(), MapperError> {
 fn read_summary_options(
     node: &Node,
     unknown: &mut Vec<String>,
-) -> Result<(Option<Vec<(f64, f64)>>, Duration, u32), MapperError> {
-    let mut options = (None, Duration::ZERO, 0);
+) -> Result<WrittenSummary, MapperError> {
+    let mut options = WrittenSummary::default();
     let Value::Map(map) = &node.value else {
         return Ok(options);
     };
     for entry in &map.entries {
         match key(entry)? {
-            "quantiles" => options.0 = Some(quantiles(&entry.value)?),
-            "max_age" => options.1 = duration(&entry.value, "max_age")?,
+            "quantiles" => options.quantiles = Some(quantiles(&entry.value)?),
+            "max_age" => options.max_age = duration(&entry.value, "max_age")?,
             "age_buckets" => {
                 let s = scalar(&entry.value, "age_buckets")?;
-                options.2 = s
+                options.age_buckets = s
                     .as_integer()
                     .and_then(|n| u32::try_from(n).ok())
                     .ok_or_else(|| at(&entry.value, "age_buckets: expected a whole number"))?;
@@ -881,19 +885,24 @@ fn read_defaults(node: &Node, unknown: &mut Vec<String>) -> Result<Defaults, Map
         check_buckets(&buckets).map_err(|error| at(node, error))?;
         defaults.buckets = buckets;
     }
-    let (quantiles, max_age, age_buckets) = summary.unwrap_or((None, Duration::ZERO, 0));
-    if let Some(quantiles) = quantiles.or(legacy_quantiles).filter(|q| !q.is_empty()) {
+    let summary = summary.unwrap_or_default();
+    if let Some(quantiles) = summary
+        .quantiles
+        .or(legacy_quantiles)
+        .filter(|q| !q.is_empty())
+    {
         defaults.summary.quantiles = quantiles;
     }
-    defaults.summary.max_age = max_age;
-    defaults.summary.age_buckets = age_buckets;
+    defaults.summary.max_age = summary.max_age;
+    defaults.summary.age_buckets = summary.age_buckets;
     Ok(defaults)
 }
 
 /// Histogram bounds must increase (client_golang refuses others); a last `+Inf` is implied.
 fn check_buckets(buckets: &[f64]) -> Result<(), String> {
     let finite = buckets.strip_suffix(&[f64::INFINITY]).unwrap_or(buckets);
-    if finite.windows(2).any(|pair| !(pair[0] < pair[1])) || finite.iter().any(|b| b.is_nan()) {
+    let increasing = finite.windows(2).all(|pair| pair[0] < pair[1]);
+    if !increasing || finite.iter().any(|b| b.is_nan()) {
         return Err(format!(
             "histogram buckets must be in increasing order: {buckets:?}"
         ));

@@ -94,7 +94,7 @@ pub fn load_mapper(source: &MapperSource) -> Result<(Mapper, Vec<String>), Strin
     }
 }
 
-/// Whether `path` names the built-in mapping's own file name (for messages).
+/// How `source` is named in the log.
 pub fn describe(source: &MapperSource) -> String {
     match source {
         MapperSource::Builtin {
