@@ -426,6 +426,13 @@ async fn use_prometheus_serves_upstreams_names_and_labels_on_its_port_and_path()
         "{own}"
     );
     assert!(!own.contains("ratelimit_service_"), "{own}");
+    assert!(
+        server
+            .output()
+            .contains("differs from envoyproxy/ratelimit: USE_PROMETHEUS=true: upstream's families are current at each scrape"),
+        "{}",
+        server.output()
+    );
 }
 
 #[tokio::test]

@@ -800,6 +800,12 @@ impl<'a> Reader<'a> {
                 "dogstatsd".into(),
                 "USE_DOG_STATSD",
             );
+            self.note(
+                Level::Warn,
+                "USE_DOG_STATSD=true: the lines carry no container field (datadog-go's origin \
+                 detection, `|c:`); DD_ENTITY_ID (the pod's UID) gives the agent the pod's tags"
+                    .into(),
+            );
             if let Some(list) = self.get("USE_DOG_STATSD_MOGRIFIERS") {
                 let env = self.env;
                 match Mogrifiers::from_env(list, |name| env.get(name).cloned()) {
@@ -864,6 +870,12 @@ impl<'a> Reader<'a> {
 
     /// `USE_PROMETHEUS=true`: upstream's Prometheus port, its names and labels.
     fn prometheus(&mut self) {
+        self.note(
+            Level::Warn,
+            "USE_PROMETHEUS=true: upstream's families are current at each scrape; the Go client's \
+             own (go_*, process_*, promhttp_*, statsd_exporter_*) are not served"
+                .into(),
+        );
         let (address, defaulted) = match self.get("PROMETHEUS_ADDR") {
             Some(address) => (address, false),
             None => (":9090", true),

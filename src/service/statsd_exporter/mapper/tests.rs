@@ -323,3 +323,41 @@ fn names_are_escaped_as_statsd_exporter_does() {
     assert_eq!(glob_template("${2}${1}", &["a", "b"], 2), "ba");
     assert_eq!(glob_template("x${", &["a"], 1), "x${");
 }
+
+#[test]
+fn statsd_exporters_own_glob_cases() {
+    // statsd_exporter v0.26.1 pkg/mapper/mapper_test.go: "Config with backtracking, the
+    // non-matched rule has star(s)", "Config with super sets, keeps ordering", "Config with bad
+    // regex reference".
+    let m = mapper(
+        "mappings:\n\
+         - match: '*.dummy.*'\n  name: metric_one\n  labels: {system: $1, attribute: $2}\n\
+         - match: 'full.name.*'\n  name: metric_two\n  labels: {system: static, attribute: $1}\n\
+         - match: order.*.*\n  name: testa\n  labels: {label: '${1}_foo'}\n\
+         - match: order.*.bbb\n  name: testb\n  labels: {label: '${1}_foo'}\n\
+         - match: test.*\n  name: name\n  labels: {label: $1_foo}\n",
+    );
+    let counter = StatType::Counter;
+    assert_eq!(
+        series(&m, "whatever.dummy.test", counter),
+        Some((
+            "metric_one".into(),
+            labels(&[("attribute", "test"), ("system", "whatever")])
+        ))
+    );
+    assert_eq!(
+        series(&m, "full.name.anothertest", counter),
+        Some((
+            "metric_two".into(),
+            labels(&[("attribute", "anothertest"), ("system", "static")])
+        ))
+    );
+    assert_eq!(
+        series(&m, "order.good.bbb", counter),
+        Some(("testa".into(), labels(&[("label", "good_foo")])))
+    );
+    assert_eq!(
+        series(&m, "test.a", counter),
+        Some(("name".into(), labels(&[("label", "")])))
+    );
+}
