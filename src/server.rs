@@ -59,6 +59,7 @@ use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use crate::service::rlqs::{self, QuotaRegistry, RlqsService, RlqsSettings};
 use crate::service::rls::StoreErrorPolicy;
 use crate::service::statsd::{self, StatsdSettings};
+use crate::service::statsd_exporter::{EnvoyproxyMetrics, EnvoyproxyMetricsSettings};
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
 use crate::store::redis::{KeyFormat, KeyLayout, RedisDemands};
 use crate::store::{
@@ -131,6 +132,8 @@ pub struct Settings {
     pub metrics_path: String,
     /// The statsd sink (envoyproxy/ratelimit's stats over UDP); `None`: off.
     pub statsd: Option<StatsdSettings>,
+    /// envoyproxy/ratelimit's Prometheus families on [`Listeners::envoyproxy_metrics`].
+    pub envoyproxy_metrics: Option<EnvoyproxyMetricsSettings>,
     /// The gRPC port's TLS and connection age.
     pub grpc: GrpcOptions,
     /// The rate limit quota service (RLQS).
@@ -169,6 +172,9 @@ pub struct Listeners {
     /// A second port serving what the HTTP port serves, where envoyproxy/ratelimit's debug
     /// port is expected (`/rlconfig` among them).
     pub debug: Option<TcpListener>,
+    /// envoyproxy/ratelimit's Prometheus families (its `USE_PROMETHEUS` port), at the path of
+    /// [`Settings::envoyproxy_metrics`].
+    pub envoyproxy_metrics: Option<TcpListener>,
 }
 
 impl Settings {
@@ -200,6 +206,7 @@ impl Settings {
             initial_config: InitialConfig::default(),
             metrics_path: DEFAULT_METRICS_PATH.to_owned(),
             statsd: None,
+            envoyproxy_metrics: None,
             grpc: GrpcOptions::default(),
             rlqs: RlqsSettings::default(),
         }
@@ -324,6 +331,8 @@ struct Context {
     initial_config: InitialConfig,
     metrics_path: String,
     statsd: Option<StatsdSettings>,
+    /// envoyproxy/ratelimit's Prometheus families and their path.
+    envoyproxy_metrics: Option<(Arc<EnvoyproxyMetrics>, String)>,
     transport: TransportOptions,
     rlqs: RlqsSettings,
     /// Where RLQS demands are shared: Redis when the store is Redis, else this process.
@@ -400,6 +409,12 @@ pub async fn run<'a>(
         "Span exports that failed (collector down, unreachable or slow); each drops its batch.",
         crate::otel::export_failures,
     );
+    let envoyproxy_metrics = settings.envoyproxy_metrics.as_ref().map(|envoyproxy| {
+        (
+            Arc::new(EnvoyproxyMetrics::new(envoyproxy, metrics.clone())),
+            envoyproxy.path.clone(),
+        )
+    });
     let mut context = Context {
         rules,
         config: feed,
@@ -419,6 +434,7 @@ pub async fn run<'a>(
         initial_config: settings.initial_config,
         metrics_path: settings.metrics_path.clone(),
         statsd: settings.statsd.clone(),
+        envoyproxy_metrics,
         transport,
         rlqs: RlqsSettings {
             never_deny: settings.modes.shadow_mode || settings.modes.quota_mode,
@@ -669,6 +685,7 @@ async fn serve<S: Store>(
         http,
         metrics: metrics_port,
         debug: debug_port,
+        envoyproxy_metrics: envoyproxy_metrics_port,
     } = listeners;
     let grpc_address = grpc.address()?;
     let http_addr = http.local_addr()?;
@@ -691,6 +708,7 @@ async fn serve<S: Store>(
             let quotas = quotas.clone();
             Arc::new(move || rlqs::json::assignments(&quotas.snapshot()))
         }),
+        envoyproxy_metrics: None,
     });
     let mut http_ports = vec![(http, http_state.clone())];
     let mut extra_ports = Vec::new();
@@ -704,8 +722,24 @@ async fn serve<S: Store>(
             metrics_path: context.metrics_path.clone(),
             xds: None,
             rlqs: None,
+            envoyproxy_metrics: None,
         };
         http_ports.push((listener, Arc::new(metrics_state)));
+    }
+    if let (Some(listener), Some((families, path))) =
+        (envoyproxy_metrics_port, context.envoyproxy_metrics.clone())
+    {
+        extra_ports.push(("envoyproxy_metrics", listener.local_addr()?));
+        tracing::info!(
+            path,
+            response_time = families.timer_kind(),
+            "serving envoyproxy/ratelimit's Prometheus metrics"
+        );
+        tokio::spawn(families.clone().run(stopping.clone()));
+        let mut state = HttpState::health_only(health.clone());
+        state.metrics_path = path;
+        state.envoyproxy_metrics = Some(families);
+        http_ports.push((listener, Arc::new(state)));
     }
     if let Some(listener) = debug_port {
         extra_ports.push(("debug", listener.local_addr()?));

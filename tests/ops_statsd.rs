@@ -614,3 +614,130 @@ fn bad_statsd_flags_are_refused_by_name() {
         assert!(stderr.contains(flag), "{args:?}: {stderr}");
     }
 }
+
+/// The address of the `envoyproxy_metrics` port, from its `serving HTTP` line.
+fn envoyproxy_metrics_port(server: &Ratelimitd) -> SocketAddr {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let output = server.output();
+        if let Some(addr) = output
+            .lines()
+            .filter(|line| line.contains("port=\"envoyproxy_metrics\""))
+            .find_map(|line| log_field(line, "addr"))
+        {
+            return addr;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no port in:\n{output}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn native_flags_serve_upstreams_prometheus_families_beside_dogstatsd() {
+    wait_for_window_room(3600, 30);
+    let statsd = StatsdServer::start();
+    let server = serve(
+        &statsd,
+        &fixture_path(),
+        &[
+            "--statsd-format",
+            "dogstatsd",
+            "--statsd-extra-tags",
+            "env:prod",
+            "--envoyproxy-metrics-addr",
+            "127.0.0.1:0",
+        ],
+    );
+    let mut c = server.client().await;
+    for _ in 0..2 {
+        expect(&mut c, in_domain(&[&[("key2", "a")]]), Code::Ok).await;
+    }
+    // The extra tags end every stat name here too, as upstream's gostats writes them before
+    // its Prometheus sink maps them: the built-in globs no longer match, the names are escaped,
+    // and the unmapped timer is a summary (statsd_exporter's default for timers).
+    let (status, body) = http_get(envoyproxy_metrics_port(&server), "/metrics").await;
+    assert_eq!(status, 200);
+    for line in [
+        "ratelimit_service_rate_limit_test_domain_key2_total_hits___env_prod 2\n",
+        "ratelimit_server_ShouldRateLimit_total_requests___env_prod 2\n",
+        "# TYPE ratelimit_server_ShouldRateLimit_response_time___env_prod summary\n",
+        "ratelimit_server_ShouldRateLimit_response_time___env_prod_count 2\n",
+    ] {
+        assert!(body.contains(line), "{line}{body}");
+    }
+    // The statsd sink speaks DogStatsD meanwhile: the tags as tags.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text: String = statsd
+            .datagrams
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|d| String::from_utf8_lossy(d).into_owned())
+            .collect();
+        if text.contains("ratelimit.service.rate_limit.test-domain.key2.total_hits:2|c|#env:prod\n")
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn dogstatsd_and_envoyproxy_metrics_flags_are_checked_by_name() {
+    let config = fixture_path();
+    for (args, expected) in [
+        (
+            &["--statsd-addr", "127.0.0.1:9", "--statsd-mogrifiers", "A"][..],
+            "--statsd-mogrifiers applies to DogStatsD: add --statsd-format dogstatsd",
+        ),
+        (
+            &[
+                "--statsd-addr",
+                "127.0.0.1:9",
+                "--statsd-format",
+                "dogstatsd",
+                "--statsd-mogrifiers",
+                "A",
+            ][..],
+            "--statsd-mogrifiers: DOG_STATSD_MOGRIFIER_A_PATTERN is not set",
+        ),
+        (&["--statsd-format", "dogstatsd"][..], "--statsd-addr"),
+        (
+            &["--envoyproxy-metrics-mapper", "/m.yaml"][..],
+            "--envoyproxy-metrics-addr",
+        ),
+        (
+            &[
+                "--envoyproxy-metrics-addr",
+                "127.0.0.1:0",
+                "--envoyproxy-metrics-mapper",
+                "/m.yaml",
+                "--envoyproxy-metrics-response-time-ms",
+            ][..],
+            "--envoyproxy-metrics-response-time-ms",
+        ),
+        (
+            &[
+                "--envoyproxy-metrics-addr",
+                "127.0.0.1:0",
+                "--envoyproxy-metrics-mapper",
+                "/nonexistent/m.yaml",
+            ][..],
+            "--envoyproxy-metrics-mapper: /nonexistent/m.yaml:",
+        ),
+    ] {
+        let mut cmd = command();
+        cmd.args(["serve", "--config", &config]).args(args);
+        let (status, stdout, stderr) = run_to_end(cmd, Duration::from_secs(10));
+        assert_eq!(status.code(), Some(1), "{args:?}: {stdout}{stderr}");
+        assert!(
+            stdout.contains(expected) || stderr.contains(expected),
+            "{args:?}: {stdout}{stderr}"
+        );
+    }
+}

@@ -12,6 +12,7 @@ use crate::server::connection_age::ConnectionAge;
 use crate::server::tls::{ClientAuth, TlsSettings};
 use crate::server::uds_mode::UdsMode;
 use crate::server::{self, GrpcListener, GrpcOptions, Listeners};
+use crate::service::statsd_exporter::MapperSource;
 
 /// The listening addresses and the threads that serve them.
 #[derive(clap::Args)]
@@ -61,6 +62,10 @@ impl ListenerArgs {
                 Some(addr) => Some(bind(Port::Debug, addr).await?),
                 None => None,
             },
+            envoyproxy_metrics: match self.ports.envoyproxy.envoyproxy_metrics_addr {
+                Some(addr) => Some(bind(Port::EnvoyproxyMetrics, addr).await?),
+                None => None,
+            },
         })
     }
 }
@@ -72,23 +77,29 @@ enum Port {
     Http,
     Metrics,
     Debug,
+    EnvoyproxyMetrics,
 }
 
 impl Port {
     /// The flag, its variable and envoyproxy/ratelimit's variables (drop-in mode) of the port.
-    fn settings(self) -> (&'static str, &'static str, &'static str) {
+    fn settings(self) -> (&'static str, &'static str, Option<&'static str>) {
         match self {
-            Port::Grpc => ("--grpc-addr", "RATELIMITD_GRPC_ADDR", "GRPC_HOST/GRPC_PORT"),
-            Port::Http => ("--http-addr", "RATELIMITD_HTTP_ADDR", "HOST/PORT"),
-            Port::Metrics => (
-                "--metrics-addr",
-                "RATELIMITD_METRICS_ADDR",
-                "PROMETHEUS_ADDR",
+            Port::Grpc => (
+                "--grpc-addr",
+                "RATELIMITD_GRPC_ADDR",
+                Some("GRPC_HOST/GRPC_PORT"),
             ),
+            Port::Http => ("--http-addr", "RATELIMITD_HTTP_ADDR", Some("HOST/PORT")),
+            Port::Metrics => ("--metrics-addr", "RATELIMITD_METRICS_ADDR", None),
             Port::Debug => (
                 "--debug-addr",
                 "RATELIMITD_DEBUG_ADDR",
-                "DEBUG_HOST/DEBUG_PORT",
+                Some("DEBUG_HOST/DEBUG_PORT"),
+            ),
+            Port::EnvoyproxyMetrics => (
+                "--envoyproxy-metrics-addr",
+                "RATELIMITD_ENVOYPROXY_METRICS_ADDR",
+                Some("PROMETHEUS_ADDR"),
             ),
         }
     }
@@ -108,11 +119,12 @@ async fn bind(port: Port, addr: SocketAddr) -> std::io::Result<TcpListener> {
             }
             _ => String::new(),
         };
+        let upstream = upstream
+            .map(|names| format!("; envoyproxy/ratelimit's {names}"))
+            .unwrap_or_default();
         std::io::Error::new(
             error.kind(),
-            format!(
-                "cannot listen on {addr} ({flag}, {variable}; envoyproxy/ratelimit's {upstream}): {error}{advice}"
-            ),
+            format!("cannot listen on {addr} ({flag}, {variable}{upstream}): {error}{advice}"),
         )
     })
 }
@@ -132,6 +144,43 @@ pub struct ExtraPortArgs {
     /// envoyproxy/ratelimit's debug port (DEBUG_HOST/DEBUG_PORT) is expected.
     #[arg(long, env = "RATELIMITD_DEBUG_ADDR", value_name = "HOST:PORT", value_parser = parse::listen_addr)]
     debug_addr: Option<SocketAddr>,
+    #[command(flatten)]
+    pub envoyproxy: EnvoyproxyMetricsArgs,
+}
+
+/// envoyproxy/ratelimit's Prometheus port (its USE_PROMETHEUS): its metric names and labels.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Listeners")]
+pub struct EnvoyproxyMetricsArgs {
+    /// A port serving envoyproxy/ratelimit's Prometheus metrics (at --envoyproxy-metrics-path):
+    /// its statsd stats named by statsd_exporter's mapping, as its USE_PROMETHEUS serves them
+    /// (ratelimit_service_rate_limit_total_hits{domain,key1}, ...). ratelimitd's own metrics stay
+    /// at /metrics on the HTTP port.
+    #[arg(long, env = "RATELIMITD_ENVOYPROXY_METRICS_ADDR", value_name = "HOST:PORT", value_parser = parse::listen_addr)]
+    pub envoyproxy_metrics_addr: Option<SocketAddr>,
+    /// Path of the metrics on the --envoyproxy-metrics-addr port.
+    #[arg(long, env = "RATELIMITD_ENVOYPROXY_METRICS_PATH", default_value = "/metrics", value_parser = parse::http_path, requires = "envoyproxy_metrics_addr")]
+    pub envoyproxy_metrics_path: String,
+    /// A statsd_exporter mapping file naming the metrics of --envoyproxy-metrics-addr
+    /// (envoyproxy/ratelimit's PROMETHEUS_MAPPER_YAML). Default: envoyproxy/ratelimit's
+    /// built-in mapping.
+    #[arg(
+        long,
+        env = "RATELIMITD_ENVOYPROXY_METRICS_MAPPER",
+        value_name = "PATH",
+        requires = "envoyproxy_metrics_addr"
+    )]
+    pub envoyproxy_metrics_mapper: Option<PathBuf>,
+    /// The built-in mapping's request-time histogram in milliseconds rather than seconds
+    /// (envoyproxy/ratelimit's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS; not with
+    /// --envoyproxy-metrics-mapper).
+    #[arg(
+        long,
+        env = "RATELIMITD_ENVOYPROXY_METRICS_RESPONSE_TIME_MS",
+        requires = "envoyproxy_metrics_addr",
+        conflicts_with = "envoyproxy_metrics_mapper"
+    )]
+    pub envoyproxy_metrics_response_time_ms: bool,
 }
 
 /// What the gRPC port speaks and how long its connections live.
@@ -171,6 +220,20 @@ pub struct GrpcTransportArgs {
     /// connection is closed. Default: as long as they take.
     #[arg(long, env = "RATELIMITD_GRPC_MAX_CONNECTION_AGE_GRACE", value_name = "DURATION", value_parser = humantime::parse_duration)]
     grpc_max_connection_age_grace: Option<Duration>,
+}
+
+impl EnvoyproxyMetricsArgs {
+    /// The mapping the flags name, and the path; `None` without --envoyproxy-metrics-addr.
+    pub fn source(&self) -> Option<(MapperSource, &str)> {
+        self.envoyproxy_metrics_addr?;
+        let source = match &self.envoyproxy_metrics_mapper {
+            Some(path) => MapperSource::File(path.clone()),
+            None => MapperSource::Builtin {
+                response_time_ms: self.envoyproxy_metrics_response_time_ms,
+            },
+        };
+        Some((source, &self.envoyproxy_metrics_path))
+    }
 }
 
 impl GrpcTransportArgs {

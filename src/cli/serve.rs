@@ -2,6 +2,7 @@
 //! process around [`server::run`]: its runtime, its signals, its exit code.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::config_source::{ConfigSourceArgs, InitialConfigArgs, ReloadArgs};
@@ -15,9 +16,15 @@ use super::upstream_env;
 use super::xds::XdsArgs;
 use crate::envoyproxy_env;
 use crate::server::{self, open_files};
+use crate::service::statsd_exporter::{self, EnvoyproxyMetricsSettings};
 
 /// Every flag of `serve`, by group.
 #[derive(clap::Args)]
+#[command(group(
+    clap::ArgGroup::new("stats_sinks")
+        .args(["statsd_addr", "envoyproxy_metrics_addr"])
+        .multiple(true)
+))]
 pub struct ServeArgs {
     #[command(flatten)]
     config: ConfigSourceArgs,
@@ -78,10 +85,38 @@ impl ServeArgs {
             config_limits: self.config.limits.limits(),
             initial_config: self.initial_config.initial_config(),
             metrics_path: self.listeners.ports.metrics_path.clone(),
-            statsd: self.telemetry.statsd(),
+            statsd: self.telemetry.statsd()?,
+            envoyproxy_metrics: self.envoyproxy_metrics()?,
             grpc: self.grpc_transport.options()?,
             rlqs: self.rlqs.settings(),
         })
+    }
+}
+
+impl ServeArgs {
+    /// envoyproxy/ratelimit's Prometheus families, with their mapping read (a mapping that
+    /// cannot be used is an error naming the file and the place); keys statsd_exporter ignores
+    /// are logged.
+    fn envoyproxy_metrics(&self) -> Result<Option<EnvoyproxyMetricsSettings>, String> {
+        let Some((source, path)) = self.listeners.ports.envoyproxy.source() else {
+            return Ok(None);
+        };
+        let (mapper, unknown) = statsd_exporter::load_mapper(&source)
+            .map_err(|error| format!("--envoyproxy-metrics-mapper: {error}"))?;
+        for key in unknown {
+            tracing::warn!(
+                "--envoyproxy-metrics-mapper: {key}: not a statsd_exporter key, ignored"
+            );
+        }
+        tracing::info!(
+            mapping = statsd_exporter::describe(&source),
+            "envoyproxy/ratelimit's Prometheus metrics"
+        );
+        Ok(Some(EnvoyproxyMetricsSettings {
+            path: path.to_owned(),
+            mapper: Arc::new(mapper),
+            extra_tags: self.telemetry.extra_tags(),
+        }))
     }
 }
 

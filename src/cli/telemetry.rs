@@ -14,7 +14,9 @@ use super::parse;
 use super::traces::TracingArgs;
 use crate::otel;
 use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
-use crate::service::statsd::{ExtraTags, StatsdAddr, StatsdSettings};
+use crate::service::statsd::{
+    Dialect, DogStatsd, ExtraTags, Mogrifiers, StatsdAddr, StatsdSettings,
+};
 
 /// Log records as text lines or JSON objects.
 #[derive(Clone, Copy, ValueEnum)]
@@ -73,10 +75,25 @@ impl TelemetryArgs {
         self.near_limit_ratio
     }
 
-    /// The statsd sink, if asked for.
-    pub fn statsd(&self) -> Option<StatsdSettings> {
+    /// The statsd sink, if asked for; an error names the flag or variable at fault.
+    pub fn statsd(&self) -> Result<Option<StatsdSettings>, String> {
         self.statsd.settings()
     }
+
+    /// `--statsd-extra-tags`, which the envoyproxy-format metrics write into their stat names
+    /// too.
+    pub fn extra_tags(&self) -> ExtraTags {
+        self.statsd.statsd_extra_tags.clone().unwrap_or_default()
+    }
+}
+
+/// What the statsd sink speaks.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum StatsdFormat {
+    /// Plain statsd, tags written into the names (lyft/gostats).
+    Statsd,
+    /// DogStatsD: tags as tags (envoyproxy/ratelimit's USE_DOG_STATSD).
+    Dogstatsd,
 }
 
 /// Logs to stdout, one record per line ([`OneLine`]), through `directives` (checked by
@@ -117,17 +134,60 @@ struct StatsdArgs {
     #[arg(long, env = "RATELIMITD_STATSD_FLUSH_INTERVAL", default_value = "10s", value_parser = parse::positive_duration, requires = "statsd_addr")]
     statsd_flush_interval: Duration,
     /// Tags added to every stat, as envoyproxy/ratelimit's EXTRA_TAGS (written into the stat
-    /// names as `.__K=V`, as its statsd library does).
-    #[arg(long, env = "RATELIMITD_STATSD_EXTRA_TAGS", value_name = "K:V[,K:V...]", value_parser = ExtraTags::parse, requires = "statsd_addr")]
+    /// names as `.__K=V`, as its statsd library does; DogStatsD tags with --statsd-format
+    /// dogstatsd). Also in the stat names of --envoyproxy-metrics-addr.
+    #[arg(long, env = "RATELIMITD_STATSD_EXTRA_TAGS", value_name = "K:V[,K:V...]", value_parser = ExtraTags::parse, requires = "stats_sinks")]
     statsd_extra_tags: Option<ExtraTags>,
+    /// `statsd` (plain, as lyft/gostats) or `dogstatsd` (DogStatsD tags instead of tags in the
+    /// names, as envoyproxy/ratelimit's USE_DOG_STATSD).
+    #[arg(
+        long,
+        env = "RATELIMITD_STATSD_FORMAT",
+        value_enum,
+        default_value = "statsd",
+        requires = "statsd_addr"
+    )]
+    statsd_format: StatsdFormat,
+    /// DogStatsD mogrifiers, applied in this order (envoyproxy/ratelimit's
+    /// USE_DOG_STATSD_MOGRIFIERS): each NAME is defined by the variables
+    /// DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS.
+    #[arg(
+        long,
+        env = "RATELIMITD_STATSD_MOGRIFIERS",
+        value_name = "NAME[,NAME...]",
+        requires = "statsd_addr"
+    )]
+    statsd_mogrifiers: Option<String>,
 }
 
 impl StatsdArgs {
-    fn settings(&self) -> Option<StatsdSettings> {
-        self.statsd_addr.clone().map(|addr| StatsdSettings {
+    fn settings(&self) -> Result<Option<StatsdSettings>, String> {
+        let Some(addr) = self.statsd_addr.clone() else {
+            return Ok(None);
+        };
+        let environment = |name: &str| std::env::var(name).ok();
+        let dialect = match (self.statsd_format, &self.statsd_mogrifiers) {
+            (StatsdFormat::Statsd, None) => Dialect::Statsd,
+            (StatsdFormat::Statsd, Some(_)) => {
+                return Err(
+                    "--statsd-mogrifiers applies to DogStatsD: add --statsd-format dogstatsd"
+                        .into(),
+                )
+            }
+            (StatsdFormat::Dogstatsd, mogrifiers) => {
+                let mogrifiers = match mogrifiers {
+                    Some(list) => Mogrifiers::from_env(list, environment)
+                        .map_err(|error| format!("--statsd-mogrifiers: {error}"))?,
+                    None => Mogrifiers::default(),
+                };
+                Dialect::DogStatsd(DogStatsd::new(mogrifiers, environment))
+            }
+        };
+        Ok(Some(StatsdSettings {
             flush_interval: self.statsd_flush_interval,
             extra_tags: self.statsd_extra_tags.clone().unwrap_or_default(),
+            dialect,
             ..StatsdSettings::new(addr)
-        })
+        }))
     }
 }

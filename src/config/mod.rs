@@ -12,7 +12,7 @@ pub mod reload;
 mod schema;
 mod stats;
 pub mod xds;
-mod yaml;
+pub(crate) mod yaml;
 
 use std::collections::HashMap;
 use std::fs;

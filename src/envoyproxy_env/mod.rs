@@ -20,12 +20,14 @@
 //! in [`Translation::differences`]. With `--config`, upstream variables that are set are still
 //! read, but unset ones keep ratelimitd's defaults.
 
-mod go;
+pub(crate) mod go;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use go::{duration_flag, parse_bool, parse_duration, parse_unsigned};
+
+use crate::service::statsd::Mogrifiers;
 
 /// Every variable envoyproxy/ratelimit reads (its `settings.go`), in its order.
 pub const VARIABLES: [&str; 114] = [
@@ -723,99 +725,206 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// envoyproxy/ratelimit's stats sink: one of statsd (`USE_STATSD`, on by default),
+    /// DogStatsD (`USE_DOG_STATSD`) and Prometheus (`USE_PROMETHEUS`), or none
+    /// (`DISABLE_STATS`).
     fn stats(&mut self) {
-        if self.bool("USE_DOG_STATSD", false) {
-            self.fail(
-                "USE_DOG_STATSD=true: DogStatsD is not supported; use plain statsd (USE_STATSD) \
-                 or the Prometheus metrics (USE_PROMETHEUS, or /metrics on the HTTP port)"
-                    .into(),
-            );
-        }
-        self.unused(
-            &["USE_DOG_STATSD_MOGRIFIERS"],
-            "it applies to DogStatsD only",
-        );
         const STATSD: [&str; 4] = [
             "STATSD_HOST",
             "STATSD_PORT",
             "EXTRA_TAGS",
             "STATS_FLUSH_INTERVAL",
         ];
-        let disabled = self.bool("DISABLE_STATS", false);
-        let default_on = self.drop_in || self.is_set("STATSD_HOST") || self.is_set("STATSD_PORT");
-        let use_statsd = self.bool("USE_STATSD", default_on);
-        if disabled {
-            self.note(
-                Level::Info,
-                "DISABLE_STATS=true: no statsd; the Prometheus metrics stay at /metrics".into(),
-            );
-        }
-        if disabled || !use_statsd {
-            self.unused(&STATSD, "statsd is off");
-        } else if let Some(address) = self.statsd_address() {
-            self.assign(
-                "RATELIMITD_STATSD_ADDR",
-                address,
-                "USE_STATSD/STATSD_HOST/STATSD_PORT",
-            );
-            if let Some(tags) = self.get("EXTRA_TAGS") {
-                self.assign(
-                    "RATELIMITD_STATSD_EXTRA_TAGS",
-                    tags.to_owned(),
-                    "EXTRA_TAGS",
-                );
-            }
-            self.copy_duration(
-                "STATS_FLUSH_INTERVAL",
-                "RATELIMITD_STATSD_FLUSH_INTERVAL",
-                None,
-            );
-        }
-
         const PROMETHEUS: [&str; 4] = [
             "PROMETHEUS_ADDR",
             "PROMETHEUS_PATH",
             "PROMETHEUS_MAPPER_YAML",
             "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
         ];
-        if !self.bool("USE_PROMETHEUS", false) {
-            self.unused(&PROMETHEUS, "USE_PROMETHEUS is not true (as upstream)");
+        const MOGRIFIERS: [&str; 1] = ["USE_DOG_STATSD_MOGRIFIERS"];
+        let dog = self.bool("USE_DOG_STATSD", false);
+        let prometheus = self.bool("USE_PROMETHEUS", false);
+        let statsd_set = self.is_set("USE_STATSD");
+        let default_on = self.drop_in || self.is_set("STATSD_HOST") || self.is_set("STATSD_PORT");
+        let use_statsd = self.bool("USE_STATSD", default_on);
+        if self.bool("DISABLE_STATS", false) {
+            self.note(
+                Level::Info,
+                "DISABLE_STATS=true: no stats sink (statsd, DogStatsD or Prometheus), as \
+                 upstream; ratelimitd's metrics stay at /metrics"
+                    .into(),
+            );
+            let why = "DISABLE_STATS is true (as upstream)";
+            self.unused(&STATSD, why);
+            self.unused(&PROMETHEUS, why);
+            self.unused(&MOGRIFIERS, why);
             return;
         }
-        let address = self.get("PROMETHEUS_ADDR").unwrap_or(":9090");
+        let others: Vec<&str> = [("USE_DOG_STATSD", dog), ("USE_PROMETHEUS", prometheus)]
+            .iter()
+            .filter(|(_, on)| *on)
+            .map(|(name, _)| *name)
+            .collect();
+        let mut set_true = others.clone();
+        if statsd_set && use_statsd {
+            set_true.insert(0, "USE_STATSD");
+        }
+        if set_true.len() > 1 {
+            self.fail(format!(
+                "{}: one stats sink at a time, as envoyproxy/ratelimit; set one of USE_STATSD, \
+                 USE_DOG_STATSD, USE_PROMETHEUS to true and the others to false",
+                set_true
+                    .iter()
+                    .map(|name| format!("{name}=true"))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ));
+            return;
+        }
+        if let Some(other) = others.first() {
+            if default_on && !statsd_set {
+                self.note(
+                    Level::Info,
+                    format!(
+                        "USE_STATSD is unset: statsd is off, {other}=true is the stats sink \
+                         (envoyproxy/ratelimit refuses to start unless USE_STATSD=false)"
+                    ),
+                );
+            }
+        }
+        if dog {
+            self.unused(&PROMETHEUS, "USE_PROMETHEUS is not true (as upstream)");
+            self.statsd_sink("USE_DOG_STATSD");
+            self.assign(
+                "RATELIMITD_STATSD_FORMAT",
+                "dogstatsd".into(),
+                "USE_DOG_STATSD",
+            );
+            self.note(
+                Level::Warn,
+                "USE_DOG_STATSD=true: the lines carry no container field (datadog-go's origin \
+                 detection, `|c:`); DD_ENTITY_ID (the pod's UID) gives the agent the pod's tags"
+                    .into(),
+            );
+            if let Some(list) = self.get("USE_DOG_STATSD_MOGRIFIERS") {
+                let env = self.env;
+                match Mogrifiers::from_env(list, |name| env.get(name).cloned()) {
+                    Ok(_) => self.assign(
+                        "RATELIMITD_STATSD_MOGRIFIERS",
+                        list.to_owned(),
+                        "USE_DOG_STATSD_MOGRIFIERS",
+                    ),
+                    Err(error) => self.fail(format!("USE_DOG_STATSD_MOGRIFIERS: {error}")),
+                }
+            }
+        } else if prometheus {
+            self.unused(&MOGRIFIERS, "USE_DOG_STATSD is not true (as upstream)");
+            self.unused(
+                &["STATSD_HOST", "STATSD_PORT"],
+                "USE_PROMETHEUS=true is the stats sink (as upstream)",
+            );
+            self.unused(
+                &["STATS_FLUSH_INTERVAL"],
+                "the Prometheus metrics are current at each scrape",
+            );
+            self.prometheus();
+        } else {
+            self.unused(&MOGRIFIERS, "USE_DOG_STATSD is not true (as upstream)");
+            self.unused(&PROMETHEUS, "USE_PROMETHEUS is not true (as upstream)");
+            if use_statsd {
+                self.statsd_sink("USE_STATSD");
+            } else {
+                self.unused(&STATSD, "statsd is off");
+            }
+        }
+    }
+
+    /// The statsd sink's address, tags and interval (statsd and DogStatsD); `sink` is the
+    /// variable that turned it on.
+    fn statsd_sink(&mut self, sink: &str) {
+        let Some(address) = self.statsd_address() else {
+            return;
+        };
+        self.assign(
+            "RATELIMITD_STATSD_ADDR",
+            address,
+            &format!("{sink}/STATSD_HOST/STATSD_PORT"),
+        );
+        self.extra_tags();
+        self.copy_duration(
+            "STATS_FLUSH_INTERVAL",
+            "RATELIMITD_STATSD_FLUSH_INTERVAL",
+            None,
+        );
+    }
+
+    fn extra_tags(&mut self) {
+        if let Some(tags) = self.get("EXTRA_TAGS") {
+            self.assign(
+                "RATELIMITD_STATSD_EXTRA_TAGS",
+                tags.to_owned(),
+                "EXTRA_TAGS",
+            );
+        }
+    }
+
+    /// `USE_PROMETHEUS=true`: upstream's Prometheus port, its names and labels.
+    fn prometheus(&mut self) {
+        self.note(
+            Level::Warn,
+            "USE_PROMETHEUS=true: upstream's families are current at each scrape; the Go client's \
+             own (go_*, process_*, promhttp_*, statsd_exporter_*) are not served"
+                .into(),
+        );
+        let (address, defaulted) = match self.get("PROMETHEUS_ADDR") {
+            Some(address) => (address, false),
+            None => (":9090", true),
+        };
         match address
             .rsplit_once(':')
             .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
             .and_then(|(host, port)| listen_address(host, u64::from(port)))
         {
-            Some(address) => self.assign("RATELIMITD_METRICS_ADDR", address, "PROMETHEUS_ADDR"),
+            Some(address) if defaulted => self.assign_default(
+                "RATELIMITD_ENVOYPROXY_METRICS_ADDR",
+                address,
+                "USE_PROMETHEUS/PROMETHEUS_ADDR",
+            ),
+            Some(address) => self.assign(
+                "RATELIMITD_ENVOYPROXY_METRICS_ADDR",
+                address,
+                "USE_PROMETHEUS/PROMETHEUS_ADDR",
+            ),
             None => self.fail(format!(
                 "PROMETHEUS_ADDR: `{address}` is not an address to listen on (HOST:PORT or :PORT)"
             )),
         }
-        let path = self.get("PROMETHEUS_PATH").unwrap_or("/metrics");
-        self.assign(
-            "RATELIMITD_METRICS_PATH",
-            path.to_owned(),
-            "PROMETHEUS_PATH",
-        );
-        self.note(
-            Level::Warn,
-            "USE_PROMETHEUS=true: the metrics port serves ratelimitd's metrics (ratelimitd_*), not \
-             the statsd_exporter names of upstream's mapper; dashboards built on those read the \
-             statsd stats (USE_STATSD with statsd_exporter)"
-                .into(),
-        );
-        if self.is_set("PROMETHEUS_MAPPER_YAML") {
-            self.note(
-                Level::Warn,
-                "PROMETHEUS_MAPPER_YAML is not used: ratelimitd's metrics have fixed names".into(),
+        if let Some(path) = self.get("PROMETHEUS_PATH") {
+            self.assign(
+                "RATELIMITD_ENVOYPROXY_METRICS_PATH",
+                path.to_owned(),
+                "PROMETHEUS_PATH",
             );
         }
-        self.unused(
-            &["PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"],
-            "ratelimitd's latency histogram is in seconds, as Prometheus names units",
-        );
+        self.extra_tags();
+        match self.get("PROMETHEUS_MAPPER_YAML") {
+            Some(mapper) => {
+                self.assign(
+                    "RATELIMITD_ENVOYPROXY_METRICS_MAPPER",
+                    mapper.to_owned(),
+                    "PROMETHEUS_MAPPER_YAML",
+                );
+                self.bool("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false);
+                self.unused(
+                    &["PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"],
+                    "PROMETHEUS_MAPPER_YAML is set (as upstream)",
+                );
+            }
+            None => self.copy_bool(
+                "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+                "RATELIMITD_ENVOYPROXY_METRICS_RESPONSE_TIME_MS",
+            ),
+        }
     }
 
     fn statsd_address(&mut self) -> Option<String> {

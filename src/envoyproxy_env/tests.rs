@@ -289,7 +289,21 @@ fn redis_client_certificates_and_a_ca_beside_the_system_store() {
 fn what_cannot_be_honoured_is_refused_by_name() {
     for (pairs, expected) in [
         (vec![("BACKEND_TYPE", "memcache")], "BACKEND_TYPE=memcache"),
-        (vec![("USE_DOG_STATSD", "true")], "USE_DOG_STATSD=true"),
+        (
+            vec![("USE_DOG_STATSD", "true"), ("USE_PROMETHEUS", "true")],
+            "USE_DOG_STATSD=true and USE_PROMETHEUS=true: one stats sink at a time",
+        ),
+        (
+            vec![("USE_STATSD", "true"), ("USE_PROMETHEUS", "true")],
+            "USE_STATSD=true and USE_PROMETHEUS=true: one stats sink at a time",
+        ),
+        (
+            vec![
+                ("USE_DOG_STATSD", "true"),
+                ("USE_DOG_STATSD_MOGRIFIERS", "HITS"),
+            ],
+            "USE_DOG_STATSD_MOGRIFIERS: DOG_STATSD_MOGRIFIER_HITS_PATTERN is not set",
+        ),
         (vec![("CONFIG_TYPE", "REST")], "CONFIG_TYPE: `REST`"),
         (
             vec![("GRPC_SERVER_USE_TLS", "true")],
@@ -379,11 +393,118 @@ fn prometheus_and_headers() {
         )
         .unwrap(),
     );
-    assert_eq!(set["RATELIMITD_METRICS_ADDR"], "0.0.0.0:19090");
-    assert_eq!(set["RATELIMITD_METRICS_PATH"], "/stats/prometheus");
+    assert_eq!(set["RATELIMITD_ENVOYPROXY_METRICS_ADDR"], "0.0.0.0:19090");
+    assert_eq!(
+        set["RATELIMITD_ENVOYPROXY_METRICS_PATH"],
+        "/stats/prometheus"
+    );
+    assert!(
+        !set.contains_key("RATELIMITD_METRICS_ADDR"),
+        "ratelimitd's port stays its own"
+    );
     assert_eq!(set["RATELIMITD_RESPONSE_HEADERS"], "envoyproxy");
     assert_eq!(set["RATELIMITD_RESPONSE_HEADER_REMAINING"], "X-Left");
     assert!(!set.contains_key("RATELIMITD_RESPONSE_HEADER_LIMIT"));
+}
+
+#[test]
+fn one_stats_sink_as_upstream_with_statsd_off_when_another_is_asked_for() {
+    // Drop-in: USE_STATSD defaults to true, which upstream refuses beside another sink; here
+    // the other sink wins, and the log says so.
+    let prometheus = translate(
+        &env(&[
+            ("USE_PROMETHEUS", "true"),
+            ("EXTRA_TAGS", "env:prod"),
+            ("STATS_FLUSH_INTERVAL", "1s"),
+            ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "true"),
+        ]),
+        true,
+    )
+    .unwrap();
+    let set = assigned(&prometheus);
+    assert_eq!(set["RATELIMITD_ENVOYPROXY_METRICS_ADDR"], "0.0.0.0:9090");
+    assert!(prometheus
+        .source_of("RATELIMITD_ENVOYPROXY_METRICS_ADDR")
+        .is_some_and(|a| a.defaulted));
+    assert_eq!(set["RATELIMITD_STATSD_EXTRA_TAGS"], "env:prod");
+    assert_eq!(
+        set["RATELIMITD_ENVOYPROXY_METRICS_RESPONSE_TIME_MS"],
+        "true"
+    );
+    assert!(!set.contains_key("RATELIMITD_STATSD_ADDR"));
+    assert!(!set.contains_key("RATELIMITD_ENVOYPROXY_METRICS_PATH"));
+    let notes: Vec<&str> = prometheus.notices.iter().map(|n| n.text.as_str()).collect();
+    assert!(notes.contains(&"USE_STATSD is unset: statsd is off, USE_PROMETHEUS=true is the stats sink (envoyproxy/ratelimit refuses to start unless USE_STATSD=false)"), "{notes:?}");
+    assert!(
+        notes.contains(
+            &"STATS_FLUSH_INTERVAL is not used: the Prometheus metrics are current at each scrape"
+        ),
+        "{notes:?}"
+    );
+    assert!(
+        prometheus
+            .differences()
+            .iter()
+            .any(|d| d.starts_with("USE_PROMETHEUS=true: upstream's families are current")),
+        "{:?}",
+        prometheus.differences()
+    );
+
+    let mapper = assigned(
+        &translate(
+            &env(&[
+                ("USE_PROMETHEUS", "true"),
+                ("USE_STATSD", "false"),
+                ("PROMETHEUS_MAPPER_YAML", "/etc/mapper.yaml"),
+                ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "true"),
+            ]),
+            true,
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        set_or_none(&mapper, "RATELIMITD_ENVOYPROXY_METRICS_MAPPER"),
+        Some("/etc/mapper.yaml")
+    );
+    assert_eq!(
+        set_or_none(&mapper, "RATELIMITD_ENVOYPROXY_METRICS_RESPONSE_TIME_MS"),
+        None,
+        "ignored with a mapper, as upstream"
+    );
+
+    let dog = assigned(
+        &translate(
+            &env(&[
+                ("USE_DOG_STATSD", "true"),
+                ("STATSD_PORT", "9125"),
+                ("EXTRA_TAGS", "env:prod"),
+                ("USE_DOG_STATSD_MOGRIFIERS", "HITS"),
+                ("DOG_STATSD_MOGRIFIER_HITS_PATTERN", "^a\\.(.*)$"),
+                ("DOG_STATSD_MOGRIFIER_HITS_NAME", "a"),
+            ]),
+            true,
+        )
+        .unwrap(),
+    );
+    assert_eq!(dog["RATELIMITD_STATSD_ADDR"], "localhost:9125");
+    assert_eq!(dog["RATELIMITD_STATSD_FORMAT"], "dogstatsd");
+    assert_eq!(dog["RATELIMITD_STATSD_EXTRA_TAGS"], "env:prod");
+    assert_eq!(dog["RATELIMITD_STATSD_MOGRIFIERS"], "HITS");
+    assert!(!dog.contains_key("RATELIMITD_ENVOYPROXY_METRICS_ADDR"));
+
+    let disabled = assigned(
+        &translate(
+            &env(&[("USE_PROMETHEUS", "true"), ("DISABLE_STATS", "true")]),
+            true,
+        )
+        .unwrap(),
+    );
+    assert!(!disabled.contains_key("RATELIMITD_ENVOYPROXY_METRICS_ADDR"));
+    assert!(!disabled.contains_key("RATELIMITD_STATSD_ADDR"));
+}
+
+fn set_or_none<'a>(set: &'a BTreeMap<&'static str, String>, name: &str) -> Option<&'a str> {
+    set.get(name).map(String::as_str)
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The HTTP port:
 //!
 //! - `/healthcheck`: 200 `OK` while serving, 503 otherwise;
-//! - `/metrics`: Prometheus text (see [`super::metrics`]);
+//! - `/metrics`: Prometheus text (see [`super::metrics`]); on the envoyproxy-format metrics port,
+//!   envoyproxy/ratelimit's families instead (see [`super::statsd_exporter`]);
 //! - `/json`: envoyproxy/ratelimit's JSON endpoint: POST a proto3-JSON `RateLimitRequest`, get the
 //!   proto3-JSON `RateLimitResponse` with 200 (OK) or 429 (OVER_LIMIT); 400 with a message for a
 //!   body that is not a valid request, 413 for one over the size cap (at once when its declared
@@ -27,6 +28,7 @@ use super::json::{request_from_json, response_to_json};
 use super::limited::Limited;
 use super::metrics::Metrics;
 use super::rls::RateLimitEdge;
+use super::statsd_exporter::EnvoyproxyMetrics;
 use crate::config::xds::XdsConfig;
 use crate::limiter::{LimitKind, Rules};
 use crate::proto::rls::rate_limit_response::Code;
@@ -53,6 +55,9 @@ pub struct HttpState<S> {
     pub xds: Option<Arc<XdsConfig>>,
     /// `/rlqs`: the current RLQS assignments as JSON.
     pub rlqs: Option<RlqsView>,
+    /// Served at `metrics_path` instead of `metrics`: envoyproxy/ratelimit's families, as its
+    /// `USE_PROMETHEUS` port serves them.
+    pub envoyproxy_metrics: Option<Arc<EnvoyproxyMetrics>>,
 }
 
 /// Renders the current RLQS assignments (`/rlqs`).
@@ -69,6 +74,7 @@ impl<S> HttpState<S> {
             metrics_path: DEFAULT_METRICS_PATH.to_owned(),
             xds: None,
             rlqs: None,
+            envoyproxy_metrics: None,
         }
     }
 }
@@ -90,18 +96,22 @@ pub async fn respond<S: Store>(
 ) -> Response<Full<Bytes>> {
     let get = matches!(*request.method(), Method::GET | Method::HEAD);
     let path = request.uri().path();
-    if path == state.metrics_path && state.metrics.is_some() {
-        return match &state.metrics {
-            Some(metrics) if get => {
-                let mut response = text(StatusCode::OK, metrics.render());
-                response.headers_mut().insert(
-                    CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-                );
-                response
-            }
-            _ => method_not_allowed(),
+    let exposition = state.envoyproxy_metrics.is_some() || state.metrics.is_some();
+    if path == state.metrics_path && exposition {
+        if !get {
+            return method_not_allowed();
+        }
+        let body = match (&state.envoyproxy_metrics, &state.metrics) {
+            (Some(envoyproxy), _) => envoyproxy.render(),
+            (None, Some(metrics)) => metrics.render(),
+            (None, None) => String::new(),
         };
+        let mut response = text(StatusCode::OK, body);
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        );
+        return response;
     }
     match path {
         "/healthcheck" if get => {

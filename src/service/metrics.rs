@@ -232,12 +232,14 @@ impl std::ops::Deref for Slot<'_> {
     }
 }
 
-/// What changed since the previous [`Metrics::take_upstream_deltas`], as envoyproxy/ratelimit
-/// names and counts it: what its statsd stats are made of.
+/// envoyproxy/ratelimit's counters as it names and counts them: what its stats are made of.
+/// Either what they gained since the previous [`Metrics::take_upstream_deltas`] (the statsd
+/// sink's deltas) or their totals since start ([`Metrics::upstream_totals`], the
+/// envoyproxy-format Prometheus families).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct UpstreamDeltas {
-    /// Per stat key (`domain.key_value.key2`, unsanitized), the hits gained by total_hits,
-    /// within_limit, near_limit, over_limit and shadow_mode. Only keys that gained some;
+pub struct UpstreamCounts {
+    /// Per stat key (`domain.key_value.key2`, unsanitized), the hits of total_hits,
+    /// within_limit, near_limit, over_limit and shadow_mode. Only keys with some;
     /// unlimited rules are left out (envoyproxy/ratelimit counts nothing for them). A detailed
     /// rule's descriptors beyond the cap count under `<rule path>._other`, overridden ones
     /// under `<domain>._other`.
@@ -268,6 +270,28 @@ struct UpstreamTaken {
     invalid_requests: Taken,
     global_shadow_mode: Taken,
     requests: Taken,
+}
+
+/// Requests per whole millisecond they took since start (index `RESPONSE_TIME_MAX_MS`: that or
+/// more), and what the statsd reader took of them.
+#[derive(Debug)]
+struct ResponseTimes {
+    counts: Box<[AtomicU64]>,
+    taken: Box<[AtomicU64]>,
+}
+
+impl ResponseTimes {
+    fn new() -> ResponseTimes {
+        let zeros = || {
+            (0..=RESPONSE_TIME_MAX_MS)
+                .map(|_| AtomicU64::new(0))
+                .collect()
+        };
+        ResponseTimes {
+            counts: zeros(),
+            taken: zeros(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -345,9 +369,9 @@ pub struct Metrics {
     domains_not_found: RwLock<HashMap<String, Arc<Latched>>>,
     domains_not_found_overflow: Latched,
     global_shadow_mode: AtomicU64,
-    /// Requests per whole millisecond they took (index `RESPONSE_TIME_MAX_MS`: that or more),
-    /// kept only once [`Metrics::keep_response_times`] asked for them.
-    response_ms: OnceLock<Box<[AtomicU64]>>,
+    /// Requests per whole millisecond they took, kept only once
+    /// [`Metrics::keep_response_times`] asked for them.
+    response_ms: OnceLock<ResponseTimes>,
     upstream_taken: UpstreamTaken,
 }
 
@@ -564,9 +588,9 @@ impl Metrics {
     /// Records how long a request took and how it ended.
     pub fn record_request(&self, result: RequestResult, elapsed: Duration) {
         self.latency.observe(elapsed);
-        if let Some(per_ms) = self.response_ms.get() {
+        if let Some(times) = self.response_ms.get() {
             let ms = (elapsed.as_millis() as u64).min(RESPONSE_TIME_MAX_MS) as usize;
-            if let Some(count) = per_ms.get(ms) {
+            if let Some(count) = times.counts.get(ms) {
                 count.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -997,24 +1021,37 @@ impl Metrics {
     }
 
     /// Keeps each request's time per whole millisecond from now on, for
-    /// [`Metrics::take_response_times`] (the statsd sink's timer).
+    /// [`Metrics::take_response_times`] (the statsd sink's timer) and
+    /// [`Metrics::response_time_totals`].
     pub fn keep_response_times(&self) {
-        let _ = self.response_ms.set(
-            (0..=RESPONSE_TIME_MAX_MS)
-                .map(|_| AtomicU64::new(0))
-                .collect(),
-        );
+        let _ = self.response_ms.set(ResponseTimes::new());
     }
 
     /// Calls `each(milliseconds, requests)` for every whole-millisecond response time seen since
     /// the previous call (nothing unless [`Metrics::keep_response_times`] was called), in
-    /// increasing order; `RESPONSE_TIME_MAX_MS` stands for that or more.
+    /// increasing order; `RESPONSE_TIME_MAX_MS` stands for that or more. Meant for one reader.
     pub fn take_response_times(&self, mut each: impl FnMut(u64, u64)) {
-        let Some(per_ms) = self.response_ms.get() else {
+        let Some(times) = self.response_ms.get() else {
             return;
         };
-        for (ms, count) in per_ms.iter().enumerate() {
-            let requests = count.swap(0, Ordering::Relaxed);
+        for (ms, (count, taken)) in times.counts.iter().zip(times.taken.iter()).enumerate() {
+            let now = count.load(Ordering::Relaxed);
+            let requests = now.saturating_sub(taken.swap(now, Ordering::Relaxed));
+            if requests > 0 {
+                each(ms as u64, requests);
+            }
+        }
+    }
+
+    /// Calls `each(milliseconds, requests)` for every whole-millisecond response time seen since
+    /// [`Metrics::keep_response_times`], in increasing order, as
+    /// [`Metrics::take_response_times`] does but with totals, leaving its deltas alone.
+    pub fn response_time_totals(&self, mut each: impl FnMut(u64, u64)) {
+        let Some(times) = self.response_ms.get() else {
+            return;
+        };
+        for (ms, count) in times.counts.iter().enumerate() {
+            let requests = count.load(Ordering::Relaxed);
             if requests > 0 {
                 each(ms as u64, requests);
             }
@@ -1024,14 +1061,33 @@ impl Metrics {
     /// What every counter envoyproxy/ratelimit's stats are made of gained since the previous
     /// call. Meant for one reader (the statsd sink): each call takes what it returns, so two
     /// readers would each see part of the hits.
-    pub fn take_upstream_deltas(&self) -> UpstreamDeltas {
+    pub fn take_upstream_deltas(&self) -> UpstreamCounts {
+        self.upstream_counts(true)
+    }
+
+    /// Every counter envoyproxy/ratelimit's stats are made of, as totals since start (what
+    /// [`Metrics::take_upstream_deltas`] would add up to); reading them takes nothing.
+    pub fn upstream_totals(&self) -> UpstreamCounts {
+        self.upstream_counts(false)
+    }
+
+    /// The totals, or with `take` what they gained since the previous take.
+    fn upstream_counts(&self, take: bool) -> UpstreamCounts {
         fn changed(delta: &[u64; 5]) -> bool {
             delta.iter().any(|d| *d > 0)
         }
-        let mut deltas = UpstreamDeltas::default();
+        let read = |counters: &Counters| {
+            if take {
+                counters.take()
+            } else {
+                counters.read()
+            }
+        };
+        let since = |taken: &Taken, now: u64| if take { taken.delta(now) } else { now };
+        let mut counts = UpstreamCounts::default();
         let mut push = |key: &dyn Fn() -> String, delta: [u64; 5], counted: bool| {
             if counted && changed(&delta) {
-                deltas.rules.push((key(), delta));
+                counts.rules.push((key(), delta));
             }
         };
         for (domain, rules) in self.rules.read().iter() {
@@ -1039,54 +1095,53 @@ impl Metrics {
                 let counted = !stats.is_unlimited.load(Ordering::Relaxed);
                 push(
                     &|| path.clone(),
-                    stats.plain.take(),
+                    read(&stats.plain),
                     counted && path != OVERRIDE_RULE,
                 );
                 for (label, counters) in stats.detailed.by_label.read().iter() {
-                    push(&|| format!("{domain}.{label}"), counters.take(), counted);
+                    push(&|| format!("{domain}.{label}"), read(counters), counted);
                 }
                 push(
                     &|| format!("{path}.{OVERFLOW_LABEL}"),
-                    stats.detailed.overflow.take(),
+                    read(&stats.detailed.overflow),
                     counted,
                 );
                 for (label, counters) in stats.overridden.by_label.read().iter() {
-                    push(&|| format!("{domain}.{label}"), counters.take(), true);
+                    push(&|| format!("{domain}.{label}"), read(counters), true);
                 }
                 push(
                     &|| format!("{domain}.{OVERFLOW_LABEL}"),
-                    stats.overridden.overflow.take(),
+                    read(&stats.overridden.overflow),
                     true,
                 );
             }
         }
-        let mut take_domain = |domain: &str, counter: &Latched| {
-            let delta = counter.taken.delta(counter.value.load(Ordering::Relaxed));
-            if delta > 0 {
-                deltas.domains_not_found.push((domain.to_string(), delta));
+        let mut count_domain = |domain: &str, counter: &Latched| {
+            let count = since(&counter.taken, counter.value.load(Ordering::Relaxed));
+            if count > 0 {
+                counts.domains_not_found.push((domain.to_string(), count));
             }
         };
         for (domain, counter) in self.domains_not_found.read().iter() {
-            take_domain(domain, counter);
+            count_domain(domain, counter);
         }
-        take_domain(OVERFLOW_LABEL, &self.domains_not_found_overflow);
+        count_domain(OVERFLOW_LABEL, &self.domains_not_found_overflow);
 
         let taken = &self.upstream_taken;
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         let sum = |counters: &[AtomicU64]| counters.iter().map(load).sum::<u64>();
-        deltas.config_load_success = taken.config_load_success.delta(1 + load(&self.reloads_ok));
-        deltas.config_load_error = taken.config_load_error.delta(load(&self.reloads_failed));
-        deltas.store_errors = taken.store_errors.delta(sum(&self.store_errors));
+        counts.config_load_success = since(&taken.config_load_success, 1 + load(&self.reloads_ok));
+        counts.config_load_error = since(&taken.config_load_error, load(&self.reloads_failed));
+        counts.store_errors = since(&taken.store_errors, sum(&self.store_errors));
         let invalid = RequestResult::ALL
             .iter()
             .position(|r| *r == RequestResult::InvalidArgument)
             .map_or(0, |i| load(&self.requests[i]));
-        deltas.invalid_requests = taken.invalid_requests.delta(invalid);
-        deltas.global_shadow_mode = taken
-            .global_shadow_mode
-            .delta(load(&self.global_shadow_mode));
-        deltas.requests = taken.requests.delta(sum(&self.requests));
-        deltas
+        counts.invalid_requests = since(&taken.invalid_requests, invalid);
+        counts.global_shadow_mode =
+            since(&taken.global_shadow_mode, load(&self.global_shadow_mode));
+        counts.requests = since(&taken.requests, sum(&self.requests));
+        counts
     }
 }
 
@@ -1344,6 +1399,18 @@ mod tests {
         assert_eq!(again.config_load_success, 0);
         assert!(again.domains_not_found.is_empty());
 
+        // Totals add every take up, and reading them takes nothing.
+        for _ in 0..2 {
+            let mut totals = metrics.upstream_totals();
+            totals.rules.sort();
+            assert_eq!(
+                totals.rules[0],
+                ("d.nomatch_1".to_string(), [2, 2, 0, 0, 0])
+            );
+            assert_eq!(totals.domains_not_found, [("nope".to_string(), 2)]);
+            assert_eq!(totals.config_load_success, 1);
+        }
+
         // /metrics keeps showing overrides under the rule they matched, here `(override)`.
         let text = metrics.render();
         assert!(
@@ -1370,5 +1437,11 @@ mod tests {
         seen.clear();
         metrics.take_response_times(|ms, n| seen.push((ms, n)));
         assert!(seen.is_empty());
+        metrics.response_time_totals(|ms, n| seen.push((ms, n)));
+        assert_eq!(
+            seen,
+            [(0, 2), (2, 1), (RESPONSE_TIME_MAX_MS, 1)],
+            "totals stay"
+        );
     }
 }

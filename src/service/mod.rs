@@ -4,6 +4,7 @@
 pub mod call_span;
 pub mod convert;
 pub mod decision_log;
+pub mod go_regex;
 pub mod headers;
 pub mod health;
 pub mod http;
@@ -14,6 +15,7 @@ pub mod probe_transport;
 pub mod rlqs;
 pub mod rls;
 pub mod statsd;
+pub mod statsd_exporter;
 pub mod throttle;
 pub mod unknown_domains;
 

@@ -48,14 +48,17 @@ pub fn compat(name: &str) -> PathBuf {
 }
 
 /// A `Command` for the binary with an environment that cannot leak into the test: no
-/// `RATELIMITD_*` variables, none of envoyproxy/ratelimit's (`PORT`, `REDIS_URL`, ...), no
-/// OpenTelemetry `OTEL_*` ones and no `RUST_LOG` from the caller's shell, no colours.
+/// `RATELIMITD_*` variables, none of envoyproxy/ratelimit's (`PORT`, `REDIS_URL`,
+/// `DOG_STATSD_MOGRIFIER_*`, ...), no Datadog `DD_*` or OpenTelemetry `OTEL_*` ones and no
+/// `RUST_LOG` from the caller's shell, no colours.
 pub fn command() -> Command {
     let mut cmd = Command::new(BIN);
     for (name, _) in std::env::vars_os() {
         let name_str = name.to_string_lossy();
         if name_str.starts_with("RATELIMITD_")
             || name_str.starts_with("OTEL_")
+            || name_str.starts_with("DOG_STATSD_MOGRIFIER_")
+            || name_str.starts_with("DD_")
             || name_str == "RUST_LOG"
             || ratelimitd::envoyproxy_env::VARIABLES.contains(&name_str.as_ref())
         {

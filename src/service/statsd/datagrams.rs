@@ -39,6 +39,14 @@ impl Datagrams {
         self.push_line();
     }
 
+    /// A line of any format, written by `write` (without its ending `\n`).
+    pub fn line(&mut self, write: impl FnOnce(&mut String)) {
+        self.line.clear();
+        write(&mut self.line);
+        self.line.push('\n');
+        self.push_line();
+    }
+
     /// A line longer than a datagram goes alone in a larger one (gostats writes it through);
     /// one beyond the largest UDP payload is dropped and counted.
     fn push_line(&mut self) {

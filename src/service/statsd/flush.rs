@@ -4,74 +4,106 @@
 use std::collections::BTreeMap;
 
 use super::datagrams::Datagrams;
+use super::dogstatsd::DogStatsd;
 use super::names::{StatNames, RULE_STATS};
-use crate::service::metrics::Metrics;
+use crate::service::metrics::{Metrics, UpstreamCounts};
 
 /// Most `response_time` lines per flush. Beyond, each millisecond value is sent on
 /// proportionally fewer lines carrying a statsd sample rate (`|@rate`), which the server
 /// scales back.
 pub const MAX_TIMER_LINES: u64 = 10_000;
 
-/// Takes the deltas from `metrics` and writes them as lines: counters as gostats flushes them
-/// (the delta since the previous flush, nothing when it is zero; names that sanitize alike are
-/// added up), then one `response_time` line per request.
-pub fn compose(metrics: &Metrics, names: &StatNames) -> Datagrams {
-    let deltas = metrics.take_upstream_deltas();
+/// How the lines are written: plain statsd (gostats' UDP sink) or DogStatsD (upstream's
+/// `godogstats` sink over datadog-go).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Dialect {
+    #[default]
+    Statsd,
+    DogStatsd(DogStatsd),
+}
+
+/// Every counter stat of `counts` under its gostats name (extra tags appended), zero ones left
+/// out, the values of names that sanitize alike added up: what one flush sends, or with totals,
+/// what upstream's sinks have added up to.
+pub fn counter_stats(counts: &UpstreamCounts, names: &StatNames) -> BTreeMap<String, u64> {
     let mut counters: BTreeMap<String, u64> = BTreeMap::new();
     let mut count = |name: String, delta: u64| {
         if delta > 0 {
             *counters.entry(name).or_default() += delta;
         }
     };
-    for (key, values) in &deltas.rules {
+    for (key, values) in &counts.rules {
         for (stat, delta) in RULE_STATS.iter().zip(values) {
             if *delta > 0 {
                 count(names.rule(key, stat), *delta);
             }
         }
     }
-    for (domain, delta) in &deltas.domains_not_found {
+    for (domain, delta) in &counts.domains_not_found {
         count(names.domain_not_found(domain), *delta);
     }
     count(
         names.service("config_load_success"),
-        deltas.config_load_success,
+        counts.config_load_success,
     );
-    count(names.service("config_load_error"), deltas.config_load_error);
+    count(names.service("config_load_error"), counts.config_load_error);
     count(
         names.service("call.should_rate_limit.redis_error"),
-        deltas.store_errors,
+        counts.store_errors,
     );
     count(
         names.service("call.should_rate_limit.service_error"),
-        deltas.invalid_requests,
+        counts.invalid_requests,
     );
     count(
         names.service("global_shadow_mode"),
-        deltas.global_shadow_mode,
+        counts.global_shadow_mode,
     );
-    count(names.should_rate_limit("total_requests"), deltas.requests);
+    count(names.should_rate_limit("total_requests"), counts.requests);
+    counters
+}
 
+/// The gostats name of the response-time timer.
+pub fn response_time_stat(names: &StatNames) -> String {
+    names.should_rate_limit("response_time")
+}
+
+/// Takes the deltas from `metrics` and writes them as lines: counters as gostats flushes them
+/// (the delta since the previous flush, nothing when it is zero; names that sanitize alike are
+/// added up), then one `response_time` line per request.
+pub fn compose(metrics: &Metrics, names: &StatNames, dialect: &Dialect) -> Datagrams {
+    let counters = counter_stats(&metrics.take_upstream_deltas(), names);
     let mut datagrams = Datagrams::default();
     for (name, value) in &counters {
-        datagrams.counter(name, *value);
+        match dialect {
+            Dialect::Statsd => datagrams.counter(name, *value),
+            Dialect::DogStatsd(dog) => dog.counter(&mut datagrams, name, *value),
+        }
     }
 
     let mut times = Vec::new();
     metrics.take_response_times(|ms, requests| times.push((ms, requests)));
     let total: u64 = times.iter().map(|(_, requests)| requests).sum();
-    let name = names.should_rate_limit("response_time");
+    let name = response_time_stat(names);
+    let timer = match dialect {
+        Dialect::Statsd => None,
+        Dialect::DogStatsd(dog) => Some(dog.timer(&name)),
+    };
+    let mut line = |ms: u64, rate: Option<f64>| match &timer {
+        None => datagrams.timer(&name, ms, rate),
+        Some(timer) => timer.write(&mut datagrams, ms, rate),
+    };
     for (ms, requests) in times {
         if total <= MAX_TIMER_LINES {
             for _ in 0..requests {
-                datagrams.timer(&name, ms, None);
+                line(ms, None);
             }
         } else {
             let lines = (u128::from(requests) * u128::from(MAX_TIMER_LINES))
                 .div_ceil(u128::from(total)) as u64;
             let rate = lines as f64 / requests as f64;
             for _ in 0..lines {
-                datagrams.timer(&name, ms, Some(rate));
+                line(ms, Some(rate));
             }
         }
     }
@@ -88,7 +120,7 @@ mod tests {
 
     fn lines(metrics: &Metrics) -> Vec<String> {
         let names = StatNames::new(&ExtraTags::default());
-        let (datagrams, dropped) = compose(metrics, &names).finish();
+        let (datagrams, dropped) = compose(metrics, &names, &Dialect::Statsd).finish();
         assert_eq!(dropped, 0);
         datagrams
             .iter()

@@ -1,6 +1,7 @@
 //! The statsd sink: envoyproxy/ratelimit's stats under its names, sent over UDP the way its
 //! statsd library (lyft/gostats, plain statsd) sends them, for the statsd_exporter mappings and
-//! dashboards built on them.
+//! dashboards built on them; or as its DogStatsD sink sends them ([`Dialect::DogStatsd`]: tags
+//! instead of names, see [`dogstatsd`]).
 //!
 //! Nothing is counted here: every flush reads what [`Metrics`] counted since the previous one
 //! (the counters `/metrics` serves), so the request path pays nothing for the sink. Counters go
@@ -14,6 +15,7 @@
 
 mod address;
 mod datagrams;
+pub mod dogstatsd;
 mod flush;
 mod names;
 mod tags;
@@ -27,9 +29,11 @@ use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
 pub use self::address::StatsdAddr;
+pub use self::dogstatsd::{DogStatsd, Mogrifiers};
+pub use self::flush::{counter_stats, response_time_stat, Dialect};
+pub use self::names::StatNames;
 pub use self::tags::ExtraTags;
 
-use self::names::StatNames;
 use super::metrics::Metrics;
 use super::throttle::WarnThrottle;
 
@@ -45,6 +49,8 @@ pub struct StatsdSettings {
     pub flush_interval: Duration,
     /// envoyproxy/ratelimit's `EXTRA_TAGS`.
     pub extra_tags: ExtraTags,
+    /// Plain statsd, or DogStatsD (envoyproxy/ratelimit's `USE_DOG_STATSD`).
+    pub dialect: Dialect,
 }
 
 impl StatsdSettings {
@@ -57,6 +63,7 @@ impl StatsdSettings {
             addr,
             flush_interval: StatsdSettings::DEFAULT_FLUSH_INTERVAL,
             extra_tags: ExtraTags::default(),
+            dialect: Dialect::Statsd,
         }
     }
 }
@@ -87,6 +94,7 @@ pub async fn run(settings: StatsdSettings, metrics: Arc<Metrics>, stopping: Canc
     let every = settings.flush_interval.max(Duration::from_millis(1));
     let mut sink = Sink {
         names: Arc::new(StatNames::new(&settings.extra_tags)),
+        dialect: Arc::new(settings.dialect),
         addr: settings.addr,
         metrics,
         socket: None,
@@ -112,6 +120,7 @@ pub async fn run(settings: StatsdSettings, metrics: Arc<Metrics>, stopping: Canc
 struct Sink {
     addr: StatsdAddr,
     names: Arc<StatNames>,
+    dialect: Arc<Dialect>,
     metrics: Arc<Metrics>,
     /// Connected to the address last looked up; `None` until a lookup succeeds, and again after
     /// a failure.
@@ -162,8 +171,13 @@ impl Sink {
         let Some(socket) = &self.socket else {
             return;
         };
-        let (metrics, names) = (self.metrics.clone(), self.names.clone());
-        let composed = tokio::task::spawn_blocking(move || flush::compose(&metrics, &names)).await;
+        let (metrics, names, dialect) = (
+            self.metrics.clone(),
+            self.names.clone(),
+            self.dialect.clone(),
+        );
+        let composed =
+            tokio::task::spawn_blocking(move || flush::compose(&metrics, &names, &dialect)).await;
         let (datagrams, dropped) = match composed {
             Ok(datagrams) => datagrams.finish(),
             Err(error) => {

@@ -4,7 +4,7 @@
 
 use super::tags::ExtraTags;
 
-/// The per-rule stats, in the order of [`crate::service::metrics::UpstreamDeltas::rules`].
+/// The per-rule stats, in the order of [`crate::service::metrics::UpstreamCounts::rules`].
 pub const RULE_STATS: [&str; 5] = [
     "total_hits",
     "within_limit",
