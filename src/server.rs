@@ -705,8 +705,9 @@ async fn serve<S: Store>(
     });
     let rls =
         RateLimitServiceServer::from_arc(edge).max_decoding_message_size(limits.max_request_size);
+    let max_report = quotas.settings().max_report_bytes();
     let quota_service = RateLimitQuotaServiceServer::new(RlqsService::new(quotas))
-        .max_decoding_message_size(limits.max_request_size);
+        .max_decoding_message_size(max_report);
     let routes = Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -715,6 +716,7 @@ async fn serve<S: Store>(
     let transport = Arc::new(GrpcTransport::new(
         routes,
         limits,
+        max_report,
         context.transport.clone(),
     ));
     register_connection_counters(&metrics, &transport, &context.transport);
@@ -810,6 +812,13 @@ fn register_rlqs_metrics(metrics: &Metrics, quotas: &Arc<QuotaRegistry<Demands>>
                 .map(|(rule, allowed, _)| (rule, allowed))
                 .collect()
         },
+    );
+    let refused = quotas.clone();
+    metrics.register_labelled_counter(
+        "ratelimitd_rlqs_limited_total",
+        "RLQS streams refused or ended by an RLQS cap, by limit (docs/rlqs.md, Bounds and errors).",
+        "limit",
+        move || refused.refusals().counts(),
     );
     let denied = quotas.clone();
     metrics.register_labelled_counter(

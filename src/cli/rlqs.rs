@@ -39,6 +39,25 @@ pub struct RlqsArgs {
     /// RLQS streams open at once; one more is refused with RESOURCE_EXHAUSTED.
     #[arg(long, env = "RATELIMITD_RLQS_MAX_STREAMS", value_name = "N", default_value_t = RlqsSettings::DEFAULT_MAX_STREAMS, value_parser = parse::count)]
     rlqs_max_streams: usize,
+    /// Largest RLQS bucket: its id as the wire encodes it plus its report's domain. A report
+    /// naming a larger one ends the stream with INVALID_ARGUMENT. With
+    /// --rlqs-max-buckets-per-stream it sets the largest report accepted. Sizes take B, KiB,
+    /// MiB.
+    #[arg(long, env = "RATELIMITD_RLQS_MAX_BUCKET_ID_BYTES", value_name = "SIZE", default_value = "1KiB", value_parser = bucket_id_bytes)]
+    rlqs_max_bucket_id_bytes: usize,
+}
+
+/// The largest bucket id size accepted by the flag: what a report of one bucket may be.
+const MAX_BUCKET_ID_BYTES: usize = 1 << 20;
+
+/// A bucket id size of at most [`MAX_BUCKET_ID_BYTES`].
+fn bucket_id_bytes(text: &str) -> Result<usize, String> {
+    let size = parse::size(text)?;
+    if size <= MAX_BUCKET_ID_BYTES {
+        Ok(size)
+    } else {
+        Err(format!("`{text}` is above 1MiB"))
+    }
 }
 
 impl RlqsArgs {
@@ -52,6 +71,7 @@ impl RlqsArgs {
             idle_timeout: self.rlqs_idle_timeout,
             max_buckets_per_stream: self.rlqs_max_buckets_per_stream,
             max_streams: self.rlqs_max_streams,
+            max_bucket_id_bytes: self.rlqs_max_bucket_id_bytes,
             ..RlqsSettings::default()
         }
     }
@@ -87,6 +107,8 @@ mod tests {
             "3",
             "--rlqs-max-streams",
             "4",
+            "--rlqs-max-bucket-id-bytes",
+            "2KiB",
         ])
         .expect("valid flags");
         assert_eq!(settings.unmatched, BlanketRule::DenyAll);
@@ -95,6 +117,7 @@ mod tests {
             (settings.max_buckets_per_stream, settings.max_streams),
             (3, 4)
         );
+        assert_eq!(settings.max_bucket_id_bytes, 2048);
     }
 
     #[test]
@@ -103,6 +126,14 @@ mod tests {
             (["--rlqs-unmatched", "maybe"], "--rlqs-unmatched"),
             (["--rlqs-idle-timeout", "0s"], "--rlqs-idle-timeout"),
             (["--rlqs-max-streams", "0"], "--rlqs-max-streams"),
+            (
+                ["--rlqs-max-bucket-id-bytes", "2MiB"],
+                "--rlqs-max-bucket-id-bytes",
+            ),
+            (
+                ["--rlqs-max-bucket-id-bytes", "0"],
+                "--rlqs-max-bucket-id-bytes",
+            ),
         ] {
             let error = parse(&args).expect_err("refused");
             assert!(error.contains(flag), "{error}");

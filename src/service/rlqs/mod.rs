@@ -4,6 +4,7 @@
 
 pub mod convert;
 pub mod json;
+pub mod refusals;
 pub mod registry;
 pub mod settings;
 pub mod stream;

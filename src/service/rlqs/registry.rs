@@ -22,6 +22,7 @@ use tokio::sync::Notify;
 use tonic::Status;
 
 use super::convert::{self, Action, Assignment};
+use super::refusals::{Refusals, RlqsLimit};
 use super::settings::RlqsSettings;
 use crate::limiter::quota::{
     assignment_ttl, fair_shares, find_quota, should_abandon, token_bucket, BlanketRule, BucketId,
@@ -254,6 +255,7 @@ pub struct QuotaRegistry<D> {
     computations: AtomicU64,
     ttl: Duration,
     store_errors: WarnThrottle,
+    refusals: Refusals,
 }
 
 impl<D: QuotaDemands> QuotaRegistry<D> {
@@ -268,7 +270,13 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             computations: AtomicU64::new(0),
             ttl: assignment_ttl(settings.report_period, DEFAULT_TTL_PERIODS),
             store_errors: WarnThrottle::new(),
+            refusals: Refusals::default(),
         }
+    }
+
+    /// What the RLQS caps refused so far.
+    pub fn refusals(&self) -> &Refusals {
+        &self.refusals
     }
 
     pub fn settings(&self) -> &RlqsSettings {
@@ -279,6 +287,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
     pub fn open(&self) -> Result<(u64, Arc<Outbox>), Status> {
         let mut state = self.state.lock();
         if state.streams.len() >= self.settings.max_streams {
+            self.refusals.record(RlqsLimit::Streams);
             return Err(Status::resource_exhausted(format!(
                 "the server holds its {} RLQS streams (--rlqs-max-streams)",
                 self.settings.max_streams
@@ -316,15 +325,53 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
         (rule, strategy)
     }
 
+    /// INVALID_ARGUMENT when the domain of `reports`, or one of its buckets with the domain,
+    /// takes more than `--rlqs-max-bucket-id-bytes` (a bucket's id counted as the wire encodes
+    /// it: what the server would hold of it).
+    fn oversized_bucket(&self, reports: &RateLimitQuotaUsageReports) -> Option<Status> {
+        let cap = self.settings.max_bucket_id_bytes;
+        let domain = reports.domain.len();
+        let refuse = |what: String, bytes: usize| {
+            Status::invalid_argument(format!(
+                "{what} takes {bytes} bytes; at most {cap} are accepted (--rlqs-max-bucket-id-bytes)"
+            ))
+        };
+        if domain > cap {
+            return Some(refuse("the report's domain".to_owned(), domain));
+        }
+        reports
+            .bucket_quota_usages
+            .iter()
+            .enumerate()
+            .find_map(|(index, usage)| {
+                let id = usage
+                    .bucket_id
+                    .as_ref()
+                    .map_or(0, prost::Message::encoded_len);
+                let bytes = domain.saturating_add(id);
+                (bytes > cap).then(|| {
+                    refuse(
+                        format!("bucket {index} of the report, with its domain,"),
+                        bytes,
+                    )
+                })
+            })
+    }
+
     /// Applies one usage report of `stream`: subscribes new buckets, updates demands, and
     /// answers each bucket with the stream's assignment, computing the bucket's shares first
-    /// when the last computation is a gap old. An error ends the stream (the bucket cap); the
-    /// buckets before the one beyond the cap are applied.
+    /// when the last computation is a gap old. An error ends the stream: a bucket beyond the
+    /// bucket cap (the buckets before it are applied), or one above the size cap (nothing of
+    /// the report is applied).
     pub async fn report(
         &self,
         stream: u64,
         reports: RateLimitQuotaUsageReports,
     ) -> Result<(), Status> {
+        if let Some(status) = self.oversized_bucket(&reports) {
+            self.refusals.record(RlqsLimit::BucketIdBytes);
+            return Err(status);
+        }
         let rules = self.rules.load_full();
         let known_domain = rules.domain(&reports.domain).is_some();
         let now = Instant::now();
@@ -378,6 +425,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 let key = bucket.key.clone();
                 if !bucket.members.contains_key(&stream) {
                     if entry.buckets.len() >= self.settings.max_buckets_per_stream {
+                        self.refusals.record(RlqsLimit::BucketsPerStream);
                         refused = Some(Status::resource_exhausted(format!(
                             "this stream reports more than {} buckets (--rlqs-max-buckets-per-stream)",
                             self.settings.max_buckets_per_stream

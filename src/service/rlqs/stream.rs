@@ -86,7 +86,8 @@ impl<D: QuotaDemands> RateLimitQuotaService for RlqsService<D> {
                                 status.message()
                             );
                         }
-                        break Ok(());
+                        // A refused message (its size, the memory budget) is the call's status.
+                        break Err(status);
                     }
                 }
             };
