@@ -93,7 +93,13 @@ pub async fn respond<S: Store>(
     if path == state.metrics_path && state.metrics.is_some() {
         return match &state.metrics {
             Some(metrics) if get => {
-                let mut response = text(StatusCode::OK, metrics.render());
+                // Off the serving thread: its RLS calls go on while a large text is built.
+                let metrics = metrics.clone();
+                let rendered = tokio::task::spawn_blocking(move || metrics.render()).await;
+                let Ok(rendered) = rendered else {
+                    return text(StatusCode::INTERNAL_SERVER_ERROR, "metrics not rendered");
+                };
+                let mut response = text(StatusCode::OK, rendered);
                 response.headers_mut().insert(
                     CONTENT_TYPE,
                     HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

@@ -750,7 +750,8 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
     }
 
     /// Applies changed rules: every bucket whose rule or share changed gets its new assignment
-    /// on every subscribed stream, without waiting for a report.
+    /// on every subscribed stream, without waiting for a report. The reported counts of rules
+    /// no longer configured are dropped.
     pub async fn rules_changed(&self) {
         let rules = self.rules.load_full();
         let keys: Vec<Arc<BucketKey>> = {
@@ -762,6 +763,14 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 bucket.strategy = strategy;
                 keys.push(key.clone());
             }
+            let configured: HashSet<String> = rules
+                .limits()
+                .iter()
+                .map(|limit| limit.path.clone())
+                .collect();
+            state
+                .reported
+                .retain(|rule, _| rule == UNMATCHED || configured.contains(rule));
             keys
         };
         for key in keys {
@@ -960,6 +969,23 @@ mod tests {
         assert_eq!(told(&outbox_a), Some(10.0), "released at the tick");
         registry.rebalance_due().await;
         assert_eq!(told(&outbox_a), None, "nothing due, nothing sent");
+    }
+
+    #[tokio::test]
+    async fn reported_counts_of_rules_no_longer_configured_are_dropped() {
+        let registry = registry(Duration::ZERO);
+        let (a, _outbox) = registry.open().expect("a stream");
+        registry.report(a, report(7, 5)).await.expect("applied");
+        assert_eq!(registry.reported(), vec![("d.name".to_owned(), 7, 0)]);
+        let renamed = CONFIG.replace("key: name", "key: other");
+        let domain = parse_domain(Path::new("quota.yaml"), &renamed).expect("valid");
+        registry.rules.store(Arc::new(Rules {
+            domains: [("d".to_owned(), domain)].into_iter().collect(),
+        }));
+        registry.rules_changed().await;
+        assert_eq!(registry.reported(), vec![]);
+        registry.report(a, report(3, 5)).await.expect("applied");
+        assert_eq!(registry.reported(), vec![(UNMATCHED.to_owned(), 3, 0)]);
     }
 
     #[tokio::test]
