@@ -619,7 +619,11 @@ async fn serve<S: Store>(
     let caps = limits.connection_caps(open_files);
     let metrics = context.metrics.clone();
     let budget = MemoryBudget::new(context.grpc_memory_budget);
-    tokio::spawn(memory_release::watch(budget.clone(), stopping.clone()));
+    let held = {
+        let (budget, quotas) = (budget.clone(), quotas.clone());
+        move || budget.held().saturating_add(quotas.budget().held())
+    };
+    tokio::spawn(memory_release::watch(held, stopping.clone()));
     let registry = Registry::new(caps.grpc, budget, metrics.clone());
     register_transport_gauges(&metrics, &registry);
     let http_state = Arc::new(HttpState {
@@ -787,6 +791,18 @@ fn register_rlqs_metrics(metrics: &Metrics, quotas: &Arc<QuotaRegistry<Demands>>
         "ratelimitd_rlqs_buckets",
         "RLQS buckets subscribed by at least one stream (per domain and bucket id).",
         move || buckets.buckets() as u64,
+    );
+    let budget = quotas.clone();
+    metrics.register_gauge(
+        "ratelimitd_rlqs_memory_budget_bytes",
+        "The memory budget of the RLQS streams' state (--rlqs-memory-budget).",
+        move || budget.budget().limit() as u64,
+    );
+    let held = quotas.clone();
+    metrics.register_gauge(
+        "ratelimitd_rlqs_memory_held_bytes",
+        "Bytes held against it: streams, their buckets and the buckets' ids.",
+        move || held.budget().held() as u64,
     );
     let sent = quotas.clone();
     metrics.register_counter(

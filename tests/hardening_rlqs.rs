@@ -119,3 +119,105 @@ async fn reports_are_sized_by_the_bucket_caps() {
         "{status:?}"
     );
 }
+
+/// VmRSS of the server, in MiB.
+fn rss_mib(server: &Ratelimitd) -> u64 {
+    common::hostile_config::memory_kib(server.pid()).0 / 1024
+}
+
+/// Subscribes `buckets` buckets of ids of about 1 000 bytes (within the default size cap), in
+/// reports of 50 (within the RLS request cap, as a hostile client would send them); the status
+/// that ended the stream, or `None` when every bucket was answered.
+async fn subscribe(envoy: &mut Envoy, stream: usize, buckets: usize) -> Option<tonic::Status> {
+    let ids: Vec<_> = (0..buckets)
+        .map(|i| bucket(&[("name", &format!("s{stream}b{i:05}{}", "x".repeat(960)))]))
+        .collect();
+    for chunk in ids.chunks(50) {
+        envoy
+            .report(
+                DOMAIN,
+                chunk.iter().map(|id| usage(id.clone(), 1, 0, 0)).collect(),
+            )
+            .await;
+    }
+    let wanted: HashSet<String> = ids.iter().map(key).collect();
+    let started = Instant::now();
+    while !wanted.iter().all(|id| envoy.latest.contains_key(id)) {
+        assert!(
+            started.elapsed() < ANSWER_WITHIN,
+            "stream {stream} answered in part"
+        );
+        if let Err(status) = envoy.next(ANSWER_WITHIN).await {
+            return Some(status);
+        }
+    }
+    None
+}
+
+/// Streams of 10 000 buckets with 1 000-byte ids each (about 17 MB of state each as the budget
+/// counts it) against `--rlqs-memory-budget 64MiB`: the streams that fit are answered whole,
+/// the next is ended with RESOURCE_EXHAUSTED naming the flag, resident memory stays within the
+/// budget's reach, and when the streams end the budget and the memory are given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlqs_state_is_bounded_in_bytes_and_given_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let server = Ratelimitd::start(&["--config", &config, "--rlqs-memory-budget", "64MiB"]);
+    let idle = rss_mib(&server);
+
+    let mut envoys = Vec::new();
+    let mut refused = None;
+    for stream in 0..6 {
+        let mut envoy = Envoy::connect(&server).await;
+        let ended = subscribe(&mut envoy, stream, 10_000).await;
+        envoys.push(envoy);
+        if let Some(status) = ended {
+            refused = Some((stream, status));
+            break;
+        }
+    }
+    let held = sample(&server, "ratelimitd_rlqs_memory_held_bytes").await;
+    let full = rss_mib(&server);
+    let (stream, status) = refused.expect("a stream past the budget is ended");
+    eprintln!(
+        "{stream} streams of 10000 1 KB buckets fit a 64 MiB budget; VmRSS {idle} -> {full} MiB, {held:?} bytes held"
+    );
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("--rlqs-memory-budget"),
+        "{status:?}"
+    );
+    assert!((3..=4).contains(&stream), "{stream} streams fit");
+    assert!(held.is_some_and(|held| held <= 64 << 20), "{held:?}");
+    assert!(
+        sample(
+            &server,
+            "ratelimitd_rlqs_limited_total{limit=\"memory_budget\"}"
+        )
+        .await
+            >= Some(1)
+    );
+    assert!(full < idle + 160, "VmRSS {idle} -> {full} MiB");
+
+    drop(envoys);
+    let started = Instant::now();
+    let released = loop {
+        let held = sample(&server, "ratelimitd_rlqs_memory_held_bytes").await;
+        let rss = rss_mib(&server);
+        if held == Some(0) && rss < idle + 24 {
+            break rss;
+        }
+        assert!(
+            started.elapsed() < ANSWER_WITHIN,
+            "held {held:?} bytes, VmRSS {rss} MiB (idle {idle} MiB) after the streams ended"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    eprintln!(
+        "streams ended: VmRSS {released} MiB after {:?}",
+        started.elapsed()
+    );
+
+    let mut envoy = Envoy::connect(&server).await;
+    assert_eq!(subscribe(&mut envoy, 9, 100).await.map(|s| s.code()), None);
+}

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use super::parse;
 use crate::limiter::quota::BlanketRule;
+use crate::server::memory_budget;
+use crate::service::rlqs::budget::STREAM_COST;
 use crate::service::rlqs::RlqsSettings;
 
 /// What a bucket no rule matches gets.
@@ -45,6 +47,25 @@ pub struct RlqsArgs {
     /// MiB.
     #[arg(long, env = "RATELIMITD_RLQS_MAX_BUCKET_ID_BYTES", value_name = "SIZE", default_value = "1KiB", value_parser = bucket_id_bytes)]
     rlqs_max_bucket_id_bytes: usize,
+    /// Most memory the RLQS streams' state may hold in all: 2 KiB per stream, 400 B per
+    /// bucket a stream reports, and each bucket's id and domain bytes plus 256 B. A stream past
+    /// it is refused, and a report naming a bucket past it ends its stream, with
+    /// RESOURCE_EXHAUSTED. Default: a quarter of the memory the process may use (its cgroup's
+    /// limit, else the machine's RAM), at least 32 MiB. Sizes take B, KiB, MiB, GiB.
+    #[arg(long, env = "RATELIMITD_RLQS_MEMORY_BUDGET", value_name = "SIZE", value_parser = state_budget)]
+    rlqs_memory_budget: Option<usize>,
+}
+
+/// A budget of at least one stream.
+fn state_budget(text: &str) -> Result<usize, String> {
+    let size = parse::size(text)?;
+    if size >= STREAM_COST {
+        Ok(size)
+    } else {
+        Err(format!(
+            "`{text}` is below one stream's {STREAM_COST} bytes (sizes take B, KiB, MiB, GiB)"
+        ))
+    }
 }
 
 /// The largest bucket id size accepted by the flag: what a report of one bucket may be.
@@ -72,6 +93,9 @@ impl RlqsArgs {
             max_buckets_per_stream: self.rlqs_max_buckets_per_stream,
             max_streams: self.rlqs_max_streams,
             max_bucket_id_bytes: self.rlqs_max_bucket_id_bytes,
+            memory_budget: self
+                .rlqs_memory_budget
+                .unwrap_or_else(memory_budget::default_bytes),
             ..RlqsSettings::default()
         }
     }
@@ -97,7 +121,13 @@ mod tests {
 
     #[test]
     fn defaults_and_values() {
-        assert_eq!(parse(&[]), Ok(RlqsSettings::default()));
+        assert_eq!(
+            parse(&[]),
+            Ok(RlqsSettings {
+                memory_budget: memory_budget::default_bytes(),
+                ..RlqsSettings::default()
+            })
+        );
         let settings = parse(&[
             "--rlqs-unmatched",
             "deny",
@@ -109,6 +139,8 @@ mod tests {
             "4",
             "--rlqs-max-bucket-id-bytes",
             "2KiB",
+            "--rlqs-memory-budget",
+            "64MiB",
         ])
         .expect("valid flags");
         assert_eq!(settings.unmatched, BlanketRule::DenyAll);
@@ -118,6 +150,7 @@ mod tests {
             (3, 4)
         );
         assert_eq!(settings.max_bucket_id_bytes, 2048);
+        assert_eq!(settings.memory_budget, 64 << 20);
     }
 
     #[test]
@@ -134,6 +167,7 @@ mod tests {
                 ["--rlqs-max-bucket-id-bytes", "0"],
                 "--rlqs-max-bucket-id-bytes",
             ),
+            (["--rlqs-memory-budget", "1KiB"], "--rlqs-memory-budget"),
         ] {
             let error = parse(&args).expect_err("refused");
             assert!(error.contains(flag), "{error}");

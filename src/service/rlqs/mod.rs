@@ -2,6 +2,7 @@
 //! `rate_limit_quota` filter: protocol at the edge, the quota domain in `crate::limiter::quota`.
 //! docs/rlqs.md is the reference.
 
+pub mod budget;
 pub mod convert;
 pub mod json;
 pub mod refusals;

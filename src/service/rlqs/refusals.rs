@@ -11,13 +11,16 @@ pub enum RlqsLimit {
     BucketsPerStream,
     /// A stream ended for reporting a bucket larger than `--rlqs-max-bucket-id-bytes`.
     BucketIdBytes,
+    /// A stream refused, or ended by a bucket, at `--rlqs-memory-budget`.
+    MemoryBudget,
 }
 
 impl RlqsLimit {
-    pub const ALL: [RlqsLimit; 3] = [
+    pub const ALL: [RlqsLimit; 4] = [
         RlqsLimit::Streams,
         RlqsLimit::BucketsPerStream,
         RlqsLimit::BucketIdBytes,
+        RlqsLimit::MemoryBudget,
     ];
 
     /// The `limit` label value.
@@ -26,6 +29,7 @@ impl RlqsLimit {
             RlqsLimit::Streams => "streams",
             RlqsLimit::BucketsPerStream => "buckets_per_stream",
             RlqsLimit::BucketIdBytes => "bucket_id_bytes",
+            RlqsLimit::MemoryBudget => "memory_budget",
         }
     }
 }

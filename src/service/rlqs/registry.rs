@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tonic::Status;
 
+use super::budget::{bucket_bytes, StateBudget, MEMBER_COST, STREAM_COST};
 use super::convert::{self, Action, Assignment};
 use super::refusals::{Refusals, RlqsLimit};
 use super::settings::RlqsSettings;
@@ -125,6 +126,26 @@ fn gap_for(gap: Duration, streams: usize) -> Duration {
     gap.mul_f64(scale).min(LONGEST_GAP.max(gap))
 }
 
+/// Gives back a map's spare room once it holds less than a quarter of it: a map keeps the room
+/// of its largest size otherwise, so the state of streams that ended would stay resident.
+fn shrink_map<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 64 && map.len() < map.capacity() / 4 {
+        map.shrink_to(map.len() * 2);
+    }
+}
+
+/// [`shrink_map`] for a set.
+fn shrink_set<K: Eq + std::hash::Hash>(set: &mut HashSet<K>) {
+    if set.capacity() > 64 && set.len() < set.capacity() / 4 {
+        set.shrink_to(set.len() * 2);
+    }
+}
+
+/// The size a response stops growing at: well within the 4 MiB a gRPC client accepts by
+/// default, whatever the number of a stream's buckets (10 000 buckets of 1 KiB ids make about
+/// ten responses).
+const RESPONSE_BYTES: usize = 1 << 20;
+
 /// What a stream is waiting to send, and whether it ends.
 #[derive(Debug, Default)]
 pub struct Outbox {
@@ -167,8 +188,9 @@ impl Outbox {
         self.notify.notify_one();
     }
 
-    /// The next message to send: every pending action in one response, then the end (`None`
-    /// after a clean end, the status after an error).
+    /// The next message to send: the pending actions, sorted by bucket, in responses of about
+    /// [`RESPONSE_BYTES`] at most, then the end (`None` after a clean end, the status after an
+    /// error).
     pub async fn next(&self) -> Option<Result<RateLimitQuotaResponse, Status>> {
         loop {
             {
@@ -176,14 +198,23 @@ impl Outbox {
                 if !pending.actions.is_empty() {
                     let mut actions: Vec<(Arc<BucketKey>, Action)> =
                         pending.actions.drain().collect();
-                    drop(pending);
                     actions.sort_by(|a, b| a.0.bucket.cmp(&b.0.bucket));
-                    return Some(Ok(RateLimitQuotaResponse {
-                        bucket_action: actions
-                            .iter()
-                            .map(|(key, action)| convert::bucket_action(&key.bucket, action))
-                            .collect(),
-                    }));
+                    let mut bytes = 0;
+                    let mut bucket_action = Vec::new();
+                    let mut rest = actions.into_iter();
+                    for (key, action) in rest.by_ref() {
+                        let proto = convert::bucket_action(&key.bucket, &action);
+                        bytes += prost::Message::encoded_len(&proto);
+                        bucket_action.push(proto);
+                        if bytes >= RESPONSE_BYTES {
+                            break;
+                        }
+                    }
+                    pending.actions.extend(rest);
+                    if pending.actions.is_empty() {
+                        pending.actions.shrink_to(0);
+                    }
+                    return Some(Ok(RateLimitQuotaResponse { bucket_action }));
                 }
                 match pending.end.take() {
                     Some(Ok(())) => return None,
@@ -256,6 +287,7 @@ pub struct QuotaRegistry<D> {
     ttl: Duration,
     store_errors: WarnThrottle,
     refusals: Refusals,
+    budget: StateBudget,
 }
 
 impl<D: QuotaDemands> QuotaRegistry<D> {
@@ -271,7 +303,13 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             ttl: assignment_ttl(settings.report_period, DEFAULT_TTL_PERIODS),
             store_errors: WarnThrottle::new(),
             refusals: Refusals::default(),
+            budget: StateBudget::new(settings.memory_budget),
         }
+    }
+
+    /// The memory budget of the streams' state (`--rlqs-memory-budget`).
+    pub fn budget(&self) -> &StateBudget {
+        &self.budget
     }
 
     /// What the RLQS caps refused so far.
@@ -292,6 +330,10 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 "the server holds its {} RLQS streams (--rlqs-max-streams)",
                 self.settings.max_streams
             )));
+        }
+        if self.budget.charge(STREAM_COST).is_err() {
+            self.refusals.record(RlqsLimit::MemoryBudget);
+            return Err(Status::resource_exhausted(self.budget.refusal()));
         }
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let outbox = Arc::new(Outbox::default());
@@ -404,7 +446,26 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                     domain: reports.domain.clone(),
                     bucket,
                 };
-                if !state.buckets.contains_key(&key) {
+                let held = state.buckets.get(&key);
+                let new_bucket = held.is_none();
+                let new_member = held.is_none_or(|bucket| !bucket.members.contains_key(&stream));
+                if new_member {
+                    if entry.buckets.len() >= self.settings.max_buckets_per_stream {
+                        self.refusals.record(RlqsLimit::BucketsPerStream);
+                        refused = Some(Status::resource_exhausted(format!(
+                            "this stream reports more than {} buckets (--rlqs-max-buckets-per-stream)",
+                            self.settings.max_buckets_per_stream
+                        )));
+                        break;
+                    }
+                    let cost = MEMBER_COST + if new_bucket { bucket_bytes(&key) } else { 0 };
+                    if self.budget.charge(cost).is_err() {
+                        self.refusals.record(RlqsLimit::MemoryBudget);
+                        refused = Some(Status::resource_exhausted(self.budget.refusal()));
+                        break;
+                    }
+                }
+                if new_bucket {
                     let (rule, strategy) = self.rule_of(&rules, &key);
                     let key = Arc::new(key.clone());
                     state.buckets.insert(
@@ -423,18 +484,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                     continue;
                 };
                 let key = bucket.key.clone();
-                if !bucket.members.contains_key(&stream) {
-                    if entry.buckets.len() >= self.settings.max_buckets_per_stream {
-                        self.refusals.record(RlqsLimit::BucketsPerStream);
-                        refused = Some(Status::resource_exhausted(format!(
-                            "this stream reports more than {} buckets (--rlqs-max-buckets-per-stream)",
-                            self.settings.max_buckets_per_stream
-                        )));
-                        if bucket.members.is_empty() {
-                            state.buckets.remove(&key);
-                        }
-                        break;
-                    }
+                if new_member {
                     entry.buckets.insert(key.clone());
                 }
                 let may_compute = bucket.may_compute(now, self.settings.rebalance_gap);
@@ -651,16 +701,24 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 let Some(bucket) = state.buckets.get_mut(&key) else {
                     continue;
                 };
-                bucket.members.remove(&stream);
+                if bucket.members.remove(&stream).is_some() {
+                    self.budget.release(MEMBER_COST);
+                }
                 if bucket.members.is_empty() {
                     state.buckets.remove(&key);
                     state.due.remove(&key);
+                    self.budget.release(bucket_bytes(&key));
                     emptied.push(key);
-                } else if !bucket.due {
-                    bucket.due = true;
-                    state.due.insert(key);
+                } else {
+                    shrink_map(&mut bucket.members);
+                    if !bucket.due {
+                        bucket.due = true;
+                        state.due.insert(key);
+                    }
                 }
             }
+            shrink_map(&mut state.buckets);
+            shrink_set(&mut state.due);
             emptied
         };
         if self.demands.shared() {
@@ -683,6 +741,8 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             let Some(entry) = state.streams.remove(&stream) else {
                 return;
             };
+            shrink_map(&mut state.streams);
+            self.budget.release(STREAM_COST);
             entry.buckets.into_iter().map(|key| (key, stream)).collect()
         };
         self.forget(left).await;
@@ -711,6 +771,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             for (key, id) in &left {
                 if let Some(entry) = state.streams.get_mut(id) {
                     entry.buckets.remove(key);
+                    shrink_set(&mut entry.buckets);
                     entry.outbox.push(key, Action::Abandon);
                 }
             }

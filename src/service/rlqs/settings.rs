@@ -22,6 +22,10 @@ pub struct RlqsSettings {
     /// (`--rlqs-max-bucket-id-bytes`); a report naming a larger one ends the stream with
     /// INVALID_ARGUMENT before any of it is applied.
     pub max_bucket_id_bytes: usize,
+    /// Bytes the streams' state may hold in all (`--rlqs-memory-budget`,
+    /// [`super::budget::StateBudget`]): one stream more is refused, a bucket more ends its
+    /// stream, with RESOURCE_EXHAUSTED.
+    pub memory_budget: usize,
     /// Envoy's report period (5 s in Envoy 1.40, whatever its `reporting_interval` says): the
     /// assignment time to live is a few of them.
     pub report_period: Duration,
@@ -41,6 +45,9 @@ impl RlqsSettings {
     /// The default of `--rlqs-max-bucket-id-bytes`: a few keys with values the length of a
     /// long URL path.
     pub const DEFAULT_MAX_BUCKET_ID_BYTES: usize = 1 << 10;
+    /// `--rlqs-memory-budget` when the command line does not size it from the process's
+    /// memory.
+    pub const DEFAULT_MEMORY_BUDGET: usize = 1 << 30;
 
     /// The largest usage report accepted (a gRPC message of the RLQS method), derived from the
     /// caps rather than set on its own: a report of `max_buckets_per_stream` buckets, each of
@@ -76,6 +83,7 @@ impl Default for RlqsSettings {
             max_buckets_per_stream: RlqsSettings::DEFAULT_MAX_BUCKETS_PER_STREAM,
             max_streams: RlqsSettings::DEFAULT_MAX_STREAMS,
             max_bucket_id_bytes: RlqsSettings::DEFAULT_MAX_BUCKET_ID_BYTES,
+            memory_budget: RlqsSettings::DEFAULT_MEMORY_BUDGET,
             report_period: DEFAULT_REPORT_PERIOD,
             rebalance_gap: super::REBALANCE_GAP,
             never_deny: false,
