@@ -55,7 +55,7 @@ use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::service::http::{HttpState, DEFAULT_METRICS_PATH};
 use crate::service::limited::Port;
 use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
-use crate::service::rlqs::{self, QuotaRegistry, RlqsService, RlqsSettings};
+use crate::service::rlqs::{QuotaRegistry, RlqsService, RlqsSettings};
 use crate::service::rls::StoreErrorPolicy;
 use crate::service::statsd::{self, StatsdSettings};
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
@@ -633,10 +633,7 @@ async fn serve<S: Store>(
         max_json_body: limits.max_request_size,
         metrics_path: DEFAULT_METRICS_PATH.to_owned(),
         xds: context.config.xds(),
-        rlqs: Some({
-            let quotas = quotas.clone();
-            Arc::new(move || rlqs::json::assignments(&quotas.snapshot()))
-        }),
+        rlqs: Some(quotas.clone()),
     });
     let mut http_ports = vec![(http, http_state.clone())];
     let mut extra_ports = Vec::new();

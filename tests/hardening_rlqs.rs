@@ -1,13 +1,16 @@
 //! The RLQS surface against a hostile or oversized Envoy, the real binary spoken to by the tests'
 //! own RLQS client: reports as large as the bucket cap allows are answered, larger buckets and
-//! reports are refused by name.
+//! reports are refused by name, the streams' state is bounded in bytes and given back, and
+//! `/rlqs` is read a bounded page at a time while RLS calls go on.
 
 mod common;
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::ratelimitd::{http_get, Ratelimitd};
+use common::ratelimitd::{http_get, request, should, Ratelimitd};
 use common::rlqs_client::{bucket, key, usage, Envoy};
 use tonic::Code;
 
@@ -220,4 +223,126 @@ async fn rlqs_state_is_bounded_in_bytes_and_given_back() {
 
     let mut envoy = Envoy::connect(&server).await;
     assert_eq!(subscribe(&mut envoy, 9, 100).await.map(|s| s.code()), None);
+}
+
+/// RLS calls made back to back on `connections` connections of their own until stopped, each
+/// call's time kept.
+struct RlsProbe {
+    stop: Arc<AtomicBool>,
+    times: Arc<Mutex<Vec<Duration>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl RlsProbe {
+    async fn start(server: &Ratelimitd, connections: usize) -> RlsProbe {
+        let stop = Arc::new(AtomicBool::new(false));
+        let times = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for _ in 0..connections {
+            let mut client = server.client().await;
+            let (stop, times) = (stop.clone(), times.clone());
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let started = Instant::now();
+                    should(&mut client, request(DOMAIN, &[&[("other", "x")]], 1)).await;
+                    times.lock().unwrap().push(started.elapsed());
+                }
+            }));
+        }
+        RlsProbe { stop, times, tasks }
+    }
+
+    /// Stops the calls; their count, p99 and longest time.
+    async fn finish(self) -> (usize, Duration, Duration) {
+        self.stop.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            task.await.expect("the probe ran");
+        }
+        let mut times = self.times.lock().unwrap().clone();
+        times.sort();
+        let p99 = times[times.len() * 99 / 100];
+        (times.len(), p99, *times.last().unwrap())
+    }
+}
+
+/// 100 streams reporting the same 1 000 buckets (100 000 stream entries): `/rlqs` answers a
+/// page of at most 1 000 stream entries, whose `next` cursors lead through every bucket once,
+/// without the server's memory growing with the registry, while RLS calls on other connections
+/// keep their pace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlqs_is_read_a_bounded_page_at_a_time_beside_rls() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let server = Ratelimitd::start(&["--config", &config]);
+    let ids: Vec<_> = (0..1000)
+        .map(|i| bucket(&[("name", &format!("b{i:04}"))]))
+        .collect();
+    let mut envoys = Vec::new();
+    for _ in 0..100 {
+        let envoy = Envoy::connect(&server).await;
+        envoy
+            .report(
+                DOMAIN,
+                ids.iter().map(|id| usage(id.clone(), 1, 0, 0)).collect(),
+            )
+            .await;
+        envoys.push(envoy);
+    }
+    let started = Instant::now();
+    while sample(&server, "ratelimitd_rlqs_memory_held_bytes").await < Some(100 * 1000 * 400) {
+        assert!(
+            started.elapsed() < ANSWER_WITHIN,
+            "the reports were not applied"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let rss_before = rss_mib(&server);
+
+    let probe = RlsProbe::start(&server, 4).await;
+    let walk = Instant::now();
+    let (mut pages, mut entries, mut largest) = (0, 0, 0);
+    let mut seen = HashSet::new();
+    let mut path = "/rlqs".to_owned();
+    loop {
+        let (code, body) = http_get(server.http_addr(), &path).await;
+        assert_eq!(code, 200, "{body:.200}");
+        pages += 1;
+        largest = largest.max(body.len());
+        let page: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        let mut on_page = 0;
+        for bucket in page["buckets"].as_array().expect("buckets") {
+            assert!(
+                seen.insert(bucket["bucket"]["name"].to_string()),
+                "twice: {bucket}"
+            );
+            on_page += bucket["streams"].as_array().map_or(0, Vec::len);
+        }
+        assert!(on_page <= 1000, "{on_page} stream entries on a page");
+        entries += on_page;
+        match page["next"].as_str() {
+            Some(next) => path = format!("/rlqs?after={next}"),
+            None => break,
+        }
+    }
+    let walked = walk.elapsed();
+    let rss_after = rss_mib(&server);
+    let (calls, p99, longest) = probe.finish().await;
+    eprintln!(
+        "/rlqs of 100 streams x 1000 buckets: {pages} pages, largest {largest} bytes, all read in {walked:?}; VmRSS {rss_before} -> {rss_after} MiB; meanwhile {calls} RLS calls, p99 {p99:?}, longest {longest:?}"
+    );
+    assert_eq!((seen.len(), entries), (1000, 100_000));
+    assert!(largest < 256 << 10, "a page of {largest} bytes");
+    assert!(
+        rss_after < rss_before + 32,
+        "VmRSS {rss_before} -> {rss_after} MiB"
+    );
+    assert!(
+        longest < Duration::from_secs(1),
+        "an RLS call took {longest:?}"
+    );
+
+    let (code, body) = http_get(server.http_addr(), "/rlqs?limit=0").await;
+    assert_eq!(code, 400, "{body}");
+    let (code, body) = http_get(server.http_addr(), "/rlqs?after=zz").await;
+    assert_eq!(code, 400, "{body}");
 }

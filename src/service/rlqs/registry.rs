@@ -11,6 +11,7 @@
 //! rule changing re-balance the others.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -239,8 +240,9 @@ struct StreamEntry {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Each bucket's key is shared with the streams' sets and outboxes, not copied.
-    buckets: HashMap<Arc<BucketKey>, BucketState>,
+    /// Each bucket's key is shared with the streams' sets and outboxes, not copied. Ordered,
+    /// so that `/rlqs` reads it a range at a time.
+    buckets: BTreeMap<Arc<BucketKey>, BucketState>,
     streams: HashMap<u64, StreamEntry>,
     /// Buckets whose shares wait for a computation: a report, a stream joining or leaving since
     /// the last one.
@@ -717,7 +719,6 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                     }
                 }
             }
-            shrink_map(&mut state.buckets);
             shrink_set(&mut state.due);
             emptied
         };
@@ -869,33 +870,43 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             .collect()
     }
 
-    /// Every bucket with its streams, sorted by domain and bucket.
-    pub fn snapshot(&self) -> Vec<BucketView> {
+    /// The buckets after `after` (from the first when `None`), sorted by domain and bucket,
+    /// with their streams: as many as hold at most `members` streams in all, and at least one.
+    /// The registry is held for these buckets only.
+    pub fn page(&self, after: Option<&BucketKey>, members: usize) -> Vec<BucketView> {
         let state = self.state.lock();
-        let mut views: Vec<BucketView> = state
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut views = Vec::new();
+        let mut taken = 0usize;
+        for (key, bucket) in state
             .buckets
-            .iter()
-            .map(|(key, bucket)| {
-                let mut streams: Vec<MemberView> = bucket
-                    .members
-                    .iter()
-                    .map(|(id, member)| MemberView {
-                        stream: *id,
-                        demand: member.demand.rate(),
-                        share: member.share,
-                        assignment: member.sent,
-                    })
-                    .collect();
-                streams.sort_unstable_by_key(|view| view.stream);
-                BucketView {
-                    key: BucketKey::clone(key),
-                    rule: bucket.rule.clone(),
-                    strategy: bucket.strategy,
-                    streams,
-                }
-            })
-            .collect();
-        views.sort_by(|a, b| a.key.cmp(&b.key));
+            .range::<BucketKey, _>((from, Bound::Unbounded))
+        {
+            if !views.is_empty() && taken.saturating_add(bucket.members.len()) > members {
+                break;
+            }
+            taken = taken.saturating_add(bucket.members.len());
+            let mut streams: Vec<MemberView> = bucket
+                .members
+                .iter()
+                .map(|(id, member)| MemberView {
+                    stream: *id,
+                    demand: member.demand.rate(),
+                    share: member.share,
+                    assignment: member.sent,
+                })
+                .collect();
+            streams.sort_unstable_by_key(|view| view.stream);
+            views.push(BucketView {
+                key: BucketKey::clone(key),
+                rule: bucket.rule.clone(),
+                strategy: bucket.strategy,
+                streams,
+            });
+            if taken >= members {
+                break;
+            }
+        }
         views
     }
 }
