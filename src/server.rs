@@ -20,6 +20,7 @@ pub mod memory_budget;
 pub mod memory_release;
 pub mod open_files;
 mod request_body;
+mod rlqs_thread;
 pub mod tls;
 pub mod uds_mode;
 
@@ -536,13 +537,13 @@ async fn serve<S: Store>(
     register_rlqs_metrics(&context.metrics, &quotas);
 
     let stopping = CancellationToken::new();
-    tokio::spawn(sweep_quotas(quotas.clone(), stopping.clone()));
+    let rlqs_work = rlqs_thread::start(stopping.clone())?;
+    rlqs_work.spawn(sweep_quotas(quotas.clone(), stopping.clone()));
     let on_rules_changed: Box<dyn Fn() + Send + Sync> = {
         let (previous, quotas) = (context.on_rules_changed, quotas.clone());
         Box::new(move || {
             previous();
-            let quotas = quotas.clone();
-            tokio::spawn(async move { quotas.rules_changed().await });
+            quotas.rules_changed();
         })
     };
     tokio::spawn({
@@ -707,7 +708,7 @@ async fn serve<S: Store>(
     let rls =
         RateLimitServiceServer::from_arc(edge).max_decoding_message_size(limits.max_request_size);
     let max_report = quotas.settings().max_report_bytes();
-    let quota_service = RateLimitQuotaServiceServer::new(RlqsService::new(quotas))
+    let quota_service = RateLimitQuotaServiceServer::new(RlqsService::new(quotas, rlqs_work))
         .max_decoding_message_size(max_report);
     let routes = Routes::new(health_service)
         .add_service(reflection_v1)
@@ -759,18 +760,21 @@ fn sweep_interval(idle_timeout: Duration) -> Duration {
     (idle_timeout / 10).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
 
-/// Until shutdown: computes the shares of RLQS buckets that wait for it, and abandons idle
-/// buckets.
+/// Until shutdown, on the RLQS thread: computes the shares of RLQS buckets that wait for it,
+/// abandons idle buckets and applies rule changes.
 async fn sweep_quotas(quotas: Arc<QuotaRegistry<Demands>>, stopping: CancellationToken) {
     let mut sweeps = tokio::time::interval(sweep_interval(quotas.settings().idle_timeout));
     sweeps.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut rebalances = tokio::time::interval(quotas.settings().rebalance_gap);
     rebalances.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let rule_changes = quotas.follow_rule_changes();
+    tokio::pin!(rule_changes);
     loop {
         tokio::select! {
             _ = stopping.cancelled() => return,
             _ = sweeps.tick() => quotas.sweep().await,
             _ = rebalances.tick() => quotas.rebalance_due().await,
+            () = &mut rule_changes => {}
         }
     }
 }

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::control_plane::{domain_config, ControlPlane};
 use common::ratelimitd::{http_get, request, should, Ratelimitd};
 use common::rlqs_client::{bucket, key, usage, Envoy};
 use tonic::Code;
@@ -225,6 +226,22 @@ async fn rlqs_state_is_bounded_in_bytes_and_given_back() {
     assert_eq!(subscribe(&mut envoy, 9, 100).await.map(|s| s.code()), None);
 }
 
+/// Waits until 100 streams' reports of the 1 000 buckets `b0000`.. of the domain are applied:
+/// the RLQS memory budget then holds, as `--rlqs-memory-budget` counts them, 100 streams of
+/// 2 KiB, 100 000 stream buckets of 400 B and 1 000 buckets of 256 B plus their 4-byte domain,
+/// 48 B and their 4-byte key and 5-byte value.
+async fn wait_applied(server: &Ratelimitd) {
+    let applied = 100 * 2048 + 100_000 * 400 + 1000 * (256 + 4 + 48 + 4 + 5);
+    let started = Instant::now();
+    while sample(server, "ratelimitd_rlqs_memory_held_bytes").await != Some(applied) {
+        assert!(
+            started.elapsed() < 3 * ANSWER_WITHIN,
+            "the reports were not applied"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// RLS calls made back to back on `connections` connections of their own until stopped, each
 /// call's time kept.
 struct RlsProbe {
@@ -288,14 +305,7 @@ async fn rlqs_is_read_a_bounded_page_at_a_time_beside_rls() {
             .await;
         envoys.push(envoy);
     }
-    let started = Instant::now();
-    while sample(&server, "ratelimitd_rlqs_memory_held_bytes").await < Some(100 * 1000 * 400) {
-        assert!(
-            started.elapsed() < ANSWER_WITHIN,
-            "the reports were not applied"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_applied(&server).await;
     let rss_before = rss_mib(&server);
 
     let probe = RlsProbe::start(&server, 4).await;
@@ -345,4 +355,78 @@ async fn rlqs_is_read_a_bounded_page_at_a_time_beside_rls() {
     assert_eq!(code, 400, "{body}");
     let (code, body) = http_get(server.http_addr(), "/rlqs?after=zz").await;
     assert_eq!(code, 400, "{body}");
+}
+
+/// 100 streams reporting the same 1 000 buckets, and a control plane changing their rule's limit
+/// ten times a second for two and a half seconds: the share recomputations those versions call
+/// for are coalesced and run off the serving threads, so RLS calls meanwhile keep their pace,
+/// and a stream joining afterwards is told its share of the last version's limit. (The streams
+/// do not read their assignments: a stream's pending ones are one per bucket whatever the
+/// number of versions.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_changes_meeting_rlqs_state_do_not_stall_rls() {
+    let plane = ControlPlane::start(None).await;
+    let server_addr = plane.addr().to_string();
+    let push = |version: u32| {
+        let per_minute = 6000 + 60 * version;
+        plane.push(
+            &version.to_string(),
+            vec![domain_config(DOMAIN, DOMAIN, &[("name", per_minute)])],
+        );
+    };
+    push(0);
+    let server = Ratelimitd::start(&["--config-source", "xds", "--xds-server", &server_addr]);
+    plane
+        .wait_for("the ACK of 0", ANSWER_WITHIN, |r| r.is_ack_of("0"))
+        .await;
+    let ids: Vec<_> = (0..1000)
+        .map(|i| bucket(&[("name", &format!("b{i:04}"))]))
+        .collect();
+    let mut envoys = Vec::new();
+    for _ in 0..100 {
+        let envoy = Envoy::connect(&server).await;
+        envoy
+            .report(
+                DOMAIN,
+                ids.iter().map(|id| usage(id.clone(), 1, 0, 0)).collect(),
+            )
+            .await;
+        envoys.push(envoy);
+    }
+    wait_applied(&server).await;
+
+    let before = sample(&server, "ratelimitd_rlqs_share_computations_total").await;
+    let probe = RlsProbe::start(&server, 4).await;
+    let pushing = Instant::now();
+    for version in 1..=25 {
+        push(version);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    plane
+        .wait_for("the ACK of 25", ANSWER_WITHIN, |r| r.is_ack_of("25"))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (calls, p99, longest) = probe.finish().await;
+    let after = sample(&server, "ratelimitd_rlqs_share_computations_total").await;
+    let computations = after.zip(before).map(|(after, before)| after - before);
+    eprintln!(
+        "25 versions in {:?} over 100 streams x 1000 buckets: {calls} RLS calls, p99 {p99:?}, longest {longest:?}; {computations:?} share computations",
+        pushing.elapsed()
+    );
+    assert!(p99 < Duration::from_millis(250), "RLS p99 {p99:?}");
+    assert!(
+        longest < Duration::from_secs(1),
+        "an RLS call took {longest:?}"
+    );
+
+    // The last version's limit, 7 500 per minute, shared with the 100 streams: at most
+    // 125 / 101 per second for a newcomer.
+    let mut envoy = Envoy::connect(&server).await;
+    envoy
+        .report(DOMAIN, vec![usage(ids[999].clone(), 1, 0, 0)])
+        .await;
+    let told = envoy.told(&ids[999], ANSWER_WITHIN).await;
+    let rate = told.rate();
+    assert!(rate > 0.0 && rate <= 125.0 / 101.0 + 0.01, "{told:?}");
+    drop(envoys);
 }

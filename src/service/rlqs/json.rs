@@ -127,9 +127,7 @@ pub fn page(
                 ),
             )),
             Step::Buckets { after, left: 0, .. } => {
-                let next = after.as_ref().map(cursor);
-                let end = format!("],\"next\":{}}}\n", json!(next));
-                Some((Bytes::from(end), (Step::Done, pages)))
+                Some((end_of_page(after.as_ref()), (Step::Done, pages)))
             }
             Step::Buckets {
                 after,
@@ -139,25 +137,37 @@ pub fn page(
                 let reader = pages.clone();
                 let chunk = tokio::task::spawn_blocking(move || {
                     let views = reader.page(after.as_ref(), left.min(CHUNK_MEMBERS));
+                    if views.is_empty() {
+                        return None;
+                    }
                     let mut text = String::new();
-                    for view in &views {
+                    let mut last = None;
+                    for view in views {
+                        // Only a page's first bucket may hold more streams than are left.
+                        if !first && view.streams.len() > left {
+                            left = 0;
+                            break;
+                        }
                         if !first {
                             text.push(',');
                         }
                         first = false;
-                        text.push_str(&bucket(view).to_string());
+                        text.push_str(&bucket(&view).to_string());
                         left = left.saturating_sub(view.streams.len());
+                        last = Some(view.key);
                     }
-                    let last = views.into_iter().next_back().map(|view| view.key);
-                    (text, last.or(after), left, first)
+                    Some((text, last.or(after), left, first))
                 })
                 .await;
                 match chunk {
-                    Ok((text, after, left, first)) if !text.is_empty() => Some((
+                    Ok(Some((text, after, _, _))) if text.is_empty() => {
+                        Some((end_of_page(after.as_ref()), (Step::Done, pages)))
+                    }
+                    Ok(Some((text, after, left, first))) => Some((
                         Bytes::from(text),
                         (Step::Buckets { after, left, first }, pages),
                     )),
-                    Ok(_) => Some((
+                    Ok(None) => Some((
                         Bytes::from_static(b"],\"next\":null}\n"),
                         (Step::Done, pages),
                     )),
@@ -167,6 +177,11 @@ pub fn page(
             Step::Done => None,
         }
     })
+}
+
+/// The end of a full page: the cursor of the next one, after `last`.
+fn end_of_page(last: Option<&BucketKey>) -> Bytes {
+    Bytes::from(format!("],\"next\":{}}}\n", json!(last.map(cursor))))
 }
 
 /// The cursor of the page after `key`: its domain and entries, each length-prefixed, in hex (so
@@ -324,6 +339,17 @@ mod tests {
         assert_eq!(reads, 3);
         let wanted: Vec<Value> = (0..700).map(|i| json!(format!("b{i:03}"))).collect();
         assert_eq!(seen, wanted);
+    }
+
+    #[tokio::test]
+    async fn a_page_never_holds_more_streams_than_its_limit_after_its_first_bucket() {
+        // Chunks of 256 streams: two buckets of 100, then the third does not fit the 250 asked.
+        let pages: Arc<dyn Pages> = Arc::new(Fixed::new(5, 100));
+        let document = read(&pages, None, 250).await;
+        assert_eq!(document["buckets"].as_array().map(Vec::len), Some(2));
+        let next = document["next"].as_str().expect("a next page");
+        let rest = read(&pages, Some(parse_cursor(next).expect("a cursor")), 250).await;
+        assert_eq!(rest["buckets"][0]["bucket"]["name"], "b002");
     }
 
     #[tokio::test]

@@ -8,11 +8,13 @@
 //! its demand counts at the next computation, due at most a gap later. So a report costs O(1) per bucket, and a bucket O(streams) per gap, however
 //! many Envoys report it. A computation sends the reporting stream its assignment in any case, and
 //! any other stream only when its assignment changed. A stream leaving, a bucket going idle and a
-//! rule changing re-balance the others.
+//! rule changing re-balance the others at the next tick. The streams a computation gives
+//! assignments are woken once per report or per [`WAKE_EVERY`] computations of a tick, so that
+//! their writers (on the serving threads) make one response of many actions, not one each.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -109,6 +111,13 @@ impl BucketState {
     }
 }
 
+/// Computations of a tick after which the streams given assignments are woken, and other
+/// RLQS work may run.
+const WAKE_EVERY: usize = 64;
+
+/// Buckets whose rule is looked up again under one hold of the registry after a change.
+const RULE_CHUNK: usize = 1024;
+
 /// Computations one report runs at once (each a round trip to a shared store).
 const CONCURRENT_COMPUTATIONS: usize = 16;
 
@@ -152,6 +161,8 @@ const RESPONSE_BYTES: usize = 1 << 20;
 pub struct Outbox {
     pending: Mutex<Pending>,
     notify: Notify,
+    /// Queued for a wake in [`QuotaRegistry::wake_queued`].
+    listed: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -162,10 +173,6 @@ struct Pending {
 }
 
 impl Outbox {
-    fn push(&self, bucket: &Arc<BucketKey>, action: Action) {
-        self.push_all(std::iter::once((bucket.clone(), action)));
-    }
-
     fn push_all(&self, actions: impl IntoIterator<Item = (Arc<BucketKey>, Action)>) {
         let mut pending = self.pending.lock();
         let mut pushed = false;
@@ -177,6 +184,19 @@ impl Outbox {
         if pushed {
             self.notify.notify_one();
         }
+    }
+
+    /// Adds `action` without waking the stream's writer; true when the outbox was not queued
+    /// for a wake yet (the caller lists it for [`QuotaRegistry::wake_queued`]).
+    fn queue(&self, bucket: &Arc<BucketKey>, action: Action) -> bool {
+        self.pending.lock().actions.insert(bucket.clone(), action);
+        !self.listed.swap(true, Ordering::AcqRel)
+    }
+
+    /// Wakes the stream's writer for what was queued.
+    fn wake(&self) {
+        self.listed.store(false, Ordering::Release);
+        self.notify.notify_one();
     }
 
     /// Ends the stream once what is pending is sent: with `status`, or cleanly.
@@ -290,6 +310,13 @@ pub struct QuotaRegistry<D> {
     store_errors: WarnThrottle,
     refusals: Refusals,
     budget: StateBudget,
+    /// Holds a permit while a change of the rules waits to be applied.
+    rules_dirty: Notify,
+    /// Outboxes given actions since their writers were last woken: a computation queues its
+    /// streams' assignments, and their writers are woken once for a report's or a tick's
+    /// computations, not once per bucket (each wake makes a response on the stream's serving
+    /// thread).
+    to_wake: Mutex<Vec<Arc<Outbox>>>,
 }
 
 impl<D: QuotaDemands> QuotaRegistry<D> {
@@ -306,6 +333,8 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             store_errors: WarnThrottle::new(),
             refusals: Refusals::default(),
             budget: StateBudget::new(settings.memory_budget),
+            rules_dirty: Notify::new(),
+            to_wake: Mutex::new(Vec::new()),
         }
     }
 
@@ -556,7 +585,16 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 self.compute(&key, reporter).await;
             })
             .await;
+        self.wake_queued();
         refused.map_or(Ok(()), Err)
+    }
+
+    /// Wakes the writers of the outboxes given actions since the last call.
+    fn wake_queued(&self) {
+        let queued = std::mem::take(&mut *self.to_wake.lock());
+        for outbox in queued {
+            outbox.wake();
+        }
     }
 
     fn assign(&self, assignment: Assignment) -> Action {
@@ -684,7 +722,9 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             };
             member.sent_raw = Some(assignment);
             member.sent = Some(to_send);
-            entry.outbox.push(key, self.assign(to_send));
+            if entry.outbox.queue(key, self.assign(to_send)) {
+                self.to_wake.lock().push(entry.outbox.clone());
+            }
             sent += 1;
         }
         self.assignments_sent.fetch_add(sent, Ordering::Relaxed);
@@ -773,7 +813,9 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 if let Some(entry) = state.streams.get_mut(id) {
                     entry.buckets.remove(key);
                     shrink_set(&mut entry.buckets);
-                    entry.outbox.push(key, Action::Abandon);
+                    if entry.outbox.queue(key, Action::Abandon) {
+                        self.to_wake.lock().push(entry.outbox.clone());
+                    }
                 }
             }
             left
@@ -806,37 +848,84 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 .cloned()
                 .collect()
         };
-        for key in keys {
-            self.compute(&key, None).await;
+        for (index, key) in keys.iter().enumerate() {
+            self.compute(key, None).await;
+            if index % WAKE_EVERY == WAKE_EVERY - 1 {
+                self.wake_queued();
+                tokio::task::yield_now().await;
+            }
+        }
+        self.wake_queued();
+    }
+
+    /// Notes that the rules changed: [`QuotaRegistry::follow_rule_changes`] applies them.
+    /// Changes noted while it applies one are applied together once it is done, so a burst of
+    /// versions costs one or two passes over the buckets, not one each.
+    pub fn rules_changed(&self) {
+        self.rules_dirty.notify_one();
+    }
+
+    /// Applies the rules in force each time [`QuotaRegistry::rules_changed`] is called (never
+    /// returns; run it where RLQS work runs, off the serving threads).
+    pub async fn follow_rule_changes(&self) {
+        loop {
+            self.rules_dirty.notified().await;
+            self.apply_rules().await;
         }
     }
 
-    /// Applies changed rules: every bucket whose rule or share changed gets its new assignment
-    /// on every subscribed stream, without waiting for a report. The reported counts of rules
-    /// no longer configured are dropped.
-    pub async fn rules_changed(&self) {
+    /// Applies the rules in force: every bucket whose rule or strategy changed is due for a
+    /// computation, which sends its streams their new assignments at the next tick without
+    /// waiting for a report; the others are left as they are. The registry is held for
+    /// [`RULE_CHUNK`] buckets at a time. The reported counts of rules no longer configured are
+    /// dropped.
+    pub async fn apply_rules(&self) {
         let rules = self.rules.load_full();
-        let keys: Vec<Arc<BucketKey>> = {
-            let mut state = self.state.lock();
-            let mut keys = Vec::with_capacity(state.buckets.len());
-            for (key, bucket) in state.buckets.iter_mut() {
-                let (rule, strategy) = self.rule_of(&rules, key);
-                bucket.rule = rule;
-                bucket.strategy = strategy;
-                keys.push(key.clone());
+        let configured: HashSet<String> = rules
+            .limits()
+            .iter()
+            .map(|limit| limit.path.clone())
+            .collect();
+        self.state
+            .lock()
+            .reported
+            .retain(|rule, _| rule == UNMATCHED || configured.contains(rule));
+        drop(configured);
+        let mut after: Option<Arc<BucketKey>> = None;
+        loop {
+            let done = {
+                let mut guard = self.state.lock();
+                let state = &mut *guard;
+                let from = after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+                let mut seen = 0;
+                let mut last = None;
+                let mut due = Vec::new();
+                for (key, bucket) in state
+                    .buckets
+                    .range_mut::<BucketKey, _>((from, Bound::Unbounded))
+                    .take(RULE_CHUNK)
+                {
+                    seen += 1;
+                    last = Some(key.clone());
+                    let (rule, strategy) = self.rule_of(&rules, key);
+                    if rule == bucket.rule && strategy == bucket.strategy {
+                        continue;
+                    }
+                    bucket.rule = rule;
+                    bucket.strategy = strategy;
+                    if !bucket.due {
+                        bucket.due = true;
+                        due.push(key.clone());
+                    }
+                }
+                state.due.extend(due);
+                after = last;
+                seen < RULE_CHUNK
+            };
+            if done {
+                return;
             }
-            let configured: HashSet<String> = rules
-                .limits()
-                .iter()
-                .map(|limit| limit.path.clone())
-                .collect();
-            state
-                .reported
-                .retain(|rule, _| rule == UNMATCHED || configured.contains(rule));
-            keys
-        };
-        for key in keys {
-            self.compute(&key, None).await;
+            tokio::task::yield_now().await;
         }
     }
 
@@ -1054,7 +1143,7 @@ mod tests {
         registry.rules.store(Arc::new(Rules {
             domains: [("d".to_owned(), domain)].into_iter().collect(),
         }));
-        registry.rules_changed().await;
+        registry.apply_rules().await;
         assert_eq!(registry.reported(), vec![]);
         registry.report(a, report(3, 5)).await.expect("applied");
         assert_eq!(registry.reported(), vec![(UNMATCHED.to_owned(), 3, 0)]);

@@ -1,10 +1,11 @@
-//! The gRPC method: one bidirectional stream per Envoy, its reports read on one task, its
-//! assignments sent as the registry queues them.
+//! The gRPC method: one bidirectional stream per Envoy, its reports read on one task of the
+//! RLQS runtime, its assignments sent as the registry queues them.
 
 use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
+use tokio::runtime::Handle;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::registry::QuotaRegistry;
@@ -17,6 +18,9 @@ use crate::store::QuotaDemands;
 pub struct RlqsService<D> {
     registry: Arc<QuotaRegistry<D>>,
     errors: Arc<StreamErrors>,
+    /// Where each stream's reports are read and applied: off the thread that serves its
+    /// connection, so that RLQS work never runs between that thread's RLS calls.
+    work: Handle,
 }
 
 /// One throttle per kind of stream error, so a flood of one kind does not hide another.
@@ -28,10 +32,12 @@ struct StreamErrors {
 }
 
 impl<D: QuotaDemands> RlqsService<D> {
-    pub fn new(registry: Arc<QuotaRegistry<D>>) -> RlqsService<D> {
+    /// The service over `registry`, its streams' reports applied on `work`'s runtime.
+    pub fn new(registry: Arc<QuotaRegistry<D>>, work: Handle) -> RlqsService<D> {
         RlqsService {
             registry,
             errors: Arc::default(),
+            work,
         }
     }
 }
@@ -59,7 +65,7 @@ impl<D: QuotaDemands> RateLimitQuotaService for RlqsService<D> {
         let registry = self.registry.clone();
         let errors = self.errors.clone();
         let reader_outbox = outbox.clone();
-        tokio::spawn(async move {
+        self.work.spawn(async move {
             let ended = loop {
                 match reports.message().await {
                     Ok(Some(report)) => {
