@@ -59,6 +59,7 @@ use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use crate::service::rlqs::{QuotaRegistry, RlqsService, RlqsSettings};
 use crate::service::rls::StoreErrorPolicy;
 use crate::service::statsd::{self, StatsdSettings};
+use crate::service::version_info::shown;
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
 use crate::store::redis::{KeyFormat, KeyLayout, RedisDemands};
 use crate::store::{
@@ -1116,15 +1117,20 @@ fn xds_updates(
             if changed {
                 metrics.register_rules(&config.rules().load_full());
                 on_rules_changed();
-                tracing::info!(%version, domains, limits, "xDS configuration applied");
+                tracing::info!(version = %shown(&version), domains, limits, "xDS configuration applied");
             } else {
-                tracing::info!(%version, domains, limits, "xDS configuration applied, no change");
+                tracing::info!(
+                    version = %shown(&version),
+                    domains,
+                    limits,
+                    "xDS configuration applied, no change"
+                );
             }
         }
         XdsUpdate::Rejected { version, errors } => {
             metrics.record_reload(false);
             tracing::error!(
-                %version,
+                version = %shown(&version),
                 errors = errors.len(),
                 "xDS configuration rejected (NACK); the running one stays: {}",
                 errors.one_line()

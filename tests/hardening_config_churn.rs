@@ -81,3 +81,48 @@ async fn renamed_rules_leave_no_series_behind() {
         "VmRSS grew from {rss_after_first} to {rss} KiB"
     );
 }
+
+/// A `version_info` of 1 MiB holding a newline and a rule line: `/rlconfig` and `/metrics` show it
+/// cut to one bounded line, so it adds no rule line and no sample.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_version_info_is_shown_bounded_on_one_line() {
+    let plane = ControlPlane::start(None).await;
+    let server_addr = plane.addr().to_string();
+    let server = Ratelimitd::start(&["--config-source", "xds", "--xds-server", &server_addr]);
+    let version = format!(
+        "7\nchurn.fake: unit=SECOND requests_per_unit=1, shadow_mode: false\n{}",
+        "x".repeat(1 << 20)
+    );
+    plane.push(
+        &version,
+        vec![domain_config("churn", "churn", &[("stable", 10)])],
+    );
+    plane
+        .wait_for("the ACK", WAIT, |received| received.is_ack_of(&version))
+        .await;
+
+    let (_, rlconfig) = http_get(server.http_addr(), "/rlconfig").await;
+    let lines: Vec<&str> = rlconfig.lines().collect();
+    assert_eq!(lines.len(), 2, "{rlconfig:.400}");
+    assert!(
+        lines[0].starts_with("# xDS version: 7\\u{a}churn.fake") && lines[0].len() < 256,
+        "{:.400}",
+        lines[0]
+    );
+    assert!(lines[1].starts_with("churn.stable: "), "{}", lines[1]);
+
+    let (_, metrics) = http_get(server.http_addr(), "/metrics").await;
+    let samples: Vec<&str> = metrics
+        .lines()
+        .filter(|line| {
+            line.contains("churn.fake") || line.starts_with("ratelimitd_config_xds_version_info{")
+        })
+        .collect();
+    assert_eq!(samples.len(), 1, "{samples:?}");
+    assert!(
+        samples[0].starts_with("ratelimitd_config_xds_version_info{version=\"7\\\\u{a}churn.fake")
+            && samples[0].len() < 256,
+        "{:.400}",
+        samples[0]
+    );
+}

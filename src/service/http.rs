@@ -131,7 +131,10 @@ pub async fn respond<S: Store>(
                         StatusCode::OK,
                         format!(
                             "# xDS version: {}\n{limits}",
-                            version.as_deref().unwrap_or("(none received yet)")
+                            version.as_deref().map_or_else(
+                                || "(none received yet)".to_owned(),
+                                super::version_info::shown
+                            )
                         ),
                     ),
                 }

@@ -833,7 +833,7 @@ impl Metrics {
                 let _ = writeln!(
                     out,
                     "ratelimitd_config_xds_version_info{{version=\"{}\"}} 1",
-                    escape(&version)
+                    escape(&super::version_info::shown(&version))
                 );
             }
         }

@@ -15,6 +15,7 @@ pub mod rlqs;
 pub mod rls;
 pub mod statsd;
 pub mod throttle;
+pub mod version_info;
 
 pub use headers::ResponseHeaders;
 pub use health::Health;
