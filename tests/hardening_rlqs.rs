@@ -430,3 +430,88 @@ async fn rule_changes_meeting_rlqs_state_do_not_stall_rls() {
     assert!(rate > 0.0 && rate <= 125.0 / 101.0 + 0.01, "{told:?}");
     drop(envoys);
 }
+
+/// `--rlqs-idle-timeout 1s --rlqs-max-streams-per-connection 2`: a third stream on one connection
+/// is refused naming the flag; streams that send no report are ended after the idle timeout and
+/// a report period (6 s) with DEADLINE_EXCEEDED naming the flag, which frees their places; a
+/// stream that keeps reporting stays.
+#[tokio::test]
+async fn idle_streams_are_ended_and_a_connection_holds_few() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let server = Ratelimitd::start(&[
+        "--config",
+        &config,
+        "--rlqs-idle-timeout",
+        "1s",
+        "--rlqs-max-streams-per-connection",
+        "2",
+    ]);
+    let channel = server.channel().await;
+    let mut silent = Envoy::connect_on(channel.clone()).await.expect("a stream");
+    let mut reporting = Envoy::connect_on(channel.clone()).await.expect("a stream");
+    let refused = Envoy::connect_on(channel.clone())
+        .await
+        .err()
+        .expect("a third stream on the connection is refused");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .contains("--rlqs-max-streams-per-connection"),
+        "{refused:?}"
+    );
+    let mut elsewhere = Envoy::connect(&server).await;
+
+    let started = Instant::now();
+    let id = bucket(&[("name", "kept")]);
+    let keep_reporting = tokio::spawn(async move {
+        for _ in 0..25 {
+            reporting
+                .report(DOMAIN, vec![usage(id.clone(), 1, 0, 0)])
+                .await;
+            reporting.drain(Duration::from_millis(300)).await;
+        }
+        reporting
+    });
+    let status = silent.ended(Duration::from_secs(10)).await;
+    let ended_after = started.elapsed();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(
+        status.message().contains("--rlqs-idle-timeout"),
+        "{status:?}"
+    );
+    assert!(
+        (Duration::from_millis(5900)..Duration::from_secs(9)).contains(&ended_after),
+        "ended after {ended_after:?}"
+    );
+    let status = elsewhere.ended(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    let again = Envoy::connect_on(channel.clone()).await;
+    assert!(again.is_ok(), "the place of the ended stream is free");
+    drop(again);
+
+    let mut reporting = keep_reporting.await.expect("the reports were sent");
+    assert!(started.elapsed() > Duration::from_secs(7));
+    reporting
+        .report(DOMAIN, vec![usage(bucket(&[("name", "kept")]), 1, 0, 0)])
+        .await;
+    reporting.drain(Duration::from_millis(300)).await;
+    assert_eq!(
+        sample(
+            &server,
+            "ratelimitd_rlqs_limited_total{limit=\"idle_streams\"}"
+        )
+        .await,
+        Some(2),
+        "the silent stream and the one opened elsewhere"
+    );
+    assert_eq!(
+        sample(
+            &server,
+            "ratelimitd_rlqs_limited_total{limit=\"streams_per_connection\"}"
+        )
+        .await,
+        Some(1)
+    );
+}

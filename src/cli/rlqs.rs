@@ -31,7 +31,9 @@ pub struct RlqsArgs {
     )]
     rlqs_unmatched: Unmatched,
     /// A stream's bucket whose reports counted no request for longer than this is abandoned
-    /// (the Envoy is told to forget it) and its share goes to the other Envoys.
+    /// (the Envoy is told to forget it) and its share goes to the other Envoys; a stream that
+    /// sends no report for this long and 5 s more (Envoy's report period) is ended with
+    /// DEADLINE_EXCEEDED.
     #[arg(long, env = "RATELIMITD_RLQS_IDLE_TIMEOUT", value_name = "DURATION", default_value = "60s", value_parser = parse::positive_duration)]
     rlqs_idle_timeout: Duration,
     /// Buckets one RLQS stream may report; a report naming one more ends the stream with
@@ -41,6 +43,10 @@ pub struct RlqsArgs {
     /// RLQS streams open at once; one more is refused with RESOURCE_EXHAUSTED.
     #[arg(long, env = "RATELIMITD_RLQS_MAX_STREAMS", value_name = "N", default_value_t = RlqsSettings::DEFAULT_MAX_STREAMS, value_parser = parse::count)]
     rlqs_max_streams: usize,
+    /// RLQS streams open at once on one connection; one more is refused with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "RATELIMITD_RLQS_MAX_STREAMS_PER_CONNECTION", value_name = "N", default_value_t = RlqsSettings::DEFAULT_MAX_STREAMS_PER_CONNECTION, value_parser = parse::count)]
+    rlqs_max_streams_per_connection: usize,
     /// Largest RLQS bucket: its id as the wire encodes it plus its report's domain. A report
     /// naming a larger one ends the stream with INVALID_ARGUMENT. With
     /// --rlqs-max-buckets-per-stream it sets the largest report accepted. Sizes take B, KiB,
@@ -92,6 +98,7 @@ impl RlqsArgs {
             idle_timeout: self.rlqs_idle_timeout,
             max_buckets_per_stream: self.rlqs_max_buckets_per_stream,
             max_streams: self.rlqs_max_streams,
+            max_streams_per_connection: self.rlqs_max_streams_per_connection,
             max_bucket_id_bytes: self.rlqs_max_bucket_id_bytes,
             memory_budget: self
                 .rlqs_memory_budget
@@ -141,6 +148,8 @@ mod tests {
             "2KiB",
             "--rlqs-memory-budget",
             "64MiB",
+            "--rlqs-max-streams-per-connection",
+            "2",
         ])
         .expect("valid flags");
         assert_eq!(settings.unmatched, BlanketRule::DenyAll);
@@ -151,6 +160,7 @@ mod tests {
         );
         assert_eq!(settings.max_bucket_id_bytes, 2048);
         assert_eq!(settings.memory_budget, 64 << 20);
+        assert_eq!(settings.max_streams_per_connection, 2);
     }
 
     #[test]

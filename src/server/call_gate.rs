@@ -191,6 +191,12 @@ impl hyper::service::Service<Request<Incoming>> for CallGate {
         } else {
             self.limits.body
         };
+        let mut request = request;
+        if reports {
+            request
+                .extensions_mut()
+                .insert(crate::service::rlqs::Connection(connection.id()));
+        }
         let request = request.map(|body| {
             tonic::body::Body::new(RequestBody::new(body, single, body_limits, &connection))
         });

@@ -181,6 +181,11 @@ impl ConnectionHandle {
     pub fn budget(&self) -> &Arc<MemoryBudget> {
         &self.registry.budget
     }
+
+    /// The connection's number, unique in the process.
+    pub fn id(&self) -> u64 {
+        self.connection.id
+    }
 }
 
 impl Registered {

@@ -11,6 +11,7 @@ use ratelimitd::proto::rlqs::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use ratelimitd::proto::rlqs::{BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 
 use super::ratelimitd::Ratelimitd;
@@ -110,18 +111,25 @@ pub struct Envoy {
 
 impl Envoy {
     pub async fn connect(server: &Ratelimitd) -> Envoy {
-        let mut client = RateLimitQuotaServiceClient::new(server.channel().await);
+        Envoy::connect_on(server.channel().await)
+            .await
+            .expect("the stream opens")
+    }
+
+    /// A stream on `channel` (streams on one channel share its connection), or the status that
+    /// refused it.
+    pub async fn connect_on(channel: Channel) -> Result<Envoy, Status> {
+        let mut client = RateLimitQuotaServiceClient::new(channel);
         let (reports, rx) = mpsc::channel(16);
         let answers = client
             .stream_rate_limit_quotas(ReceiverStream::new(rx))
-            .await
-            .expect("the stream opens")
+            .await?
             .into_inner();
-        Envoy {
+        Ok(Envoy {
             reports,
             answers,
             latest: HashMap::new(),
-        }
+        })
     }
 
     pub async fn report(&self, domain: &str, usages: Vec<BucketQuotaUsage>) {

@@ -20,3 +20,8 @@ pub const SERVICE_NAME: &str = "envoy.service.rate_limit_quota.v3.RateLimitQuota
 /// `:path` of the one method.
 pub const METHOD_PATH: &str =
     "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas";
+
+/// The transport's number of the connection an RLQS call came on, set in the call's extensions:
+/// what `--rlqs-max-streams-per-connection` counts by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Connection(pub u64);

@@ -13,14 +13,20 @@ pub enum RlqsLimit {
     BucketIdBytes,
     /// A stream refused, or ended by a bucket, at `--rlqs-memory-budget`.
     MemoryBudget,
+    /// A stream refused at `--rlqs-max-streams-per-connection`.
+    StreamsPerConnection,
+    /// A stream ended for sending no report within `--rlqs-idle-timeout`.
+    IdleStream,
 }
 
 impl RlqsLimit {
-    pub const ALL: [RlqsLimit; 4] = [
+    pub const ALL: [RlqsLimit; 6] = [
         RlqsLimit::Streams,
         RlqsLimit::BucketsPerStream,
         RlqsLimit::BucketIdBytes,
         RlqsLimit::MemoryBudget,
+        RlqsLimit::StreamsPerConnection,
+        RlqsLimit::IdleStream,
     ];
 
     /// The `limit` label value.
@@ -30,6 +36,8 @@ impl RlqsLimit {
             RlqsLimit::BucketsPerStream => "buckets_per_stream",
             RlqsLimit::BucketIdBytes => "bucket_id_bytes",
             RlqsLimit::MemoryBudget => "memory_budget",
+            RlqsLimit::StreamsPerConnection => "streams_per_connection",
+            RlqsLimit::IdleStream => "idle_streams",
         }
     }
 }

@@ -28,6 +28,7 @@ use super::budget::{bucket_bytes, StateBudget, MEMBER_COST, STREAM_COST};
 use super::convert::{self, Action, Assignment};
 use super::refusals::{Refusals, RlqsLimit};
 use super::settings::RlqsSettings;
+use super::Connection;
 use crate::limiter::quota::{
     assignment_ttl, fair_shares, find_quota, should_abandon, token_bucket, BlanketRule, BucketId,
     Demand, QuotaStrategy, DEFAULT_FLOOR_FRACTION, DEFAULT_HALF_LIFE, DEFAULT_MAX_FILL_INTERVAL,
@@ -256,6 +257,7 @@ struct StreamEntry {
     outbox: Arc<Outbox>,
     buckets: HashSet<Arc<BucketKey>>,
     unknown_domain_logged: bool,
+    connection: Option<Connection>,
 }
 
 #[derive(Debug, Default)]
@@ -269,6 +271,8 @@ struct State {
     due: HashSet<Arc<BucketKey>>,
     /// rule label -> (allowed, denied) reported.
     reported: BTreeMap<String, (u64, u64)>,
+    /// Open streams per connection they came on (connections with none are not kept).
+    per_connection: HashMap<Connection, usize>,
 }
 
 /// One stream's view of a bucket, for `/rlqs`.
@@ -352,9 +356,12 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
         &self.settings
     }
 
-    /// Opens a stream: its id and outbox; RESOURCE_EXHAUSTED at `--rlqs-max-streams`.
-    pub fn open(&self) -> Result<(u64, Arc<Outbox>), Status> {
-        let mut state = self.state.lock();
+    /// Opens a stream on `connection` (`None`: not known, not counted per connection): its id
+    /// and outbox; RESOURCE_EXHAUSTED at `--rlqs-max-streams`, at
+    /// `--rlqs-max-streams-per-connection` or when the memory budget cannot take it.
+    pub fn open(&self, connection: Option<Connection>) -> Result<(u64, Arc<Outbox>), Status> {
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
         if state.streams.len() >= self.settings.max_streams {
             self.refusals.record(RlqsLimit::Streams);
             return Err(Status::resource_exhausted(format!(
@@ -362,9 +369,22 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 self.settings.max_streams
             )));
         }
+        if let Some(connection) = connection {
+            let on_connection = state.per_connection.get(&connection).copied();
+            if on_connection.unwrap_or(0) >= self.settings.max_streams_per_connection {
+                self.refusals.record(RlqsLimit::StreamsPerConnection);
+                return Err(Status::resource_exhausted(format!(
+                    "this connection holds its {} RLQS streams (--rlqs-max-streams-per-connection)",
+                    self.settings.max_streams_per_connection
+                )));
+            }
+        }
         if self.budget.charge(STREAM_COST).is_err() {
             self.refusals.record(RlqsLimit::MemoryBudget);
             return Err(Status::resource_exhausted(self.budget.refusal()));
+        }
+        if let Some(connection) = connection {
+            *state.per_connection.entry(connection).or_default() += 1;
         }
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let outbox = Arc::new(Outbox::default());
@@ -374,9 +394,28 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 outbox: outbox.clone(),
                 buckets: HashSet::new(),
                 unknown_domain_logged: false,
+                connection,
             },
         );
         Ok((id, outbox))
+    }
+
+    /// How long a stream may send no report before it is ended: `--rlqs-idle-timeout` and one
+    /// report period, so that the buckets of a stream that stopped reporting are abandoned (and
+    /// the Envoy told so) first. Envoy reports every bucket it holds each period, counted or not:
+    /// a stream silent that long holds none, or is not an Envoy.
+    pub fn silence_limit(&self) -> Duration {
+        self.settings.idle_timeout + self.settings.report_period
+    }
+
+    /// Counts a stream that sent no report within [`QuotaRegistry::silence_limit`]; what ends
+    /// it.
+    pub fn idle_stream(&self) -> Status {
+        self.refusals.record(RlqsLimit::IdleStream);
+        Status::deadline_exceeded(format!(
+            "no usage report within {} (--rlqs-idle-timeout and a report period)",
+            humantime::format_duration(self.silence_limit())
+        ))
     }
 
     /// What `rules` make of `key`: the rule label and the strategy.
@@ -784,6 +823,15 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             };
             shrink_map(&mut state.streams);
             self.budget.release(STREAM_COST);
+            if let Some(connection) = entry.connection {
+                if let Some(open) = state.per_connection.get_mut(&connection) {
+                    *open -= 1;
+                    if *open == 0 {
+                        state.per_connection.remove(&connection);
+                        shrink_map(&mut state.per_connection);
+                    }
+                }
+            }
             entry.buckets.into_iter().map(|key| (key, stream)).collect()
         };
         self.forget(left).await;
@@ -1089,8 +1137,8 @@ mod tests {
     #[tokio::test]
     async fn reports_within_the_gap_are_answered_without_a_computation() {
         let registry = registry(Duration::from_secs(3600));
-        let (a, outbox_a) = registry.open().expect("a stream");
-        let (b, outbox_b) = registry.open().expect("a stream");
+        let (a, outbox_a) = registry.open(None).expect("a stream");
+        let (b, outbox_b) = registry.open(None).expect("a stream");
         registry.report(a, report(1, 0)).await.expect("applied");
         assert_eq!(told(&outbox_a), Some(10.0), "alone: all of L");
         assert_eq!(registry.computations(), 1);
@@ -1116,8 +1164,8 @@ mod tests {
     #[tokio::test]
     async fn the_next_computation_counts_what_the_gap_held() {
         let registry = registry(Duration::ZERO);
-        let (a, outbox_a) = registry.open().expect("a stream");
-        let (b, outbox_b) = registry.open().expect("a stream");
+        let (a, outbox_a) = registry.open(None).expect("a stream");
+        let (b, outbox_b) = registry.open(None).expect("a stream");
         registry.report(a, report(1, 0)).await.expect("applied");
         assert_eq!(told(&outbox_a), Some(10.0));
         registry.report(b, report(1, 0)).await.expect("applied");
@@ -1135,7 +1183,7 @@ mod tests {
     #[tokio::test]
     async fn reported_counts_of_rules_no_longer_configured_are_dropped() {
         let registry = registry(Duration::ZERO);
-        let (a, _outbox) = registry.open().expect("a stream");
+        let (a, _outbox) = registry.open(None).expect("a stream");
         registry.report(a, report(7, 5)).await.expect("applied");
         assert_eq!(registry.reported(), vec![("d.name".to_owned(), 7, 0)]);
         let renamed = CONFIG.replace("key: name", "key: other");
@@ -1155,7 +1203,7 @@ mod tests {
             never_deny: true,
             ..RlqsSettings::default()
         });
-        let (a, outbox) = registry.open().expect("a stream");
+        let (a, outbox) = registry.open(None).expect("a stream");
         registry.report(a, report(7, 5)).await.expect("applied");
         let actions: Vec<Action> = outbox
             .pending

@@ -10,7 +10,8 @@ pub struct RlqsSettings {
     /// What a bucket no rule matches gets (`--rlqs-unmatched`); also every bucket of a domain no
     /// configuration defines.
     pub unmatched: BlanketRule,
-    /// A bucket of a stream whose reports counted no request for longer than this is abandoned
+    /// A bucket of a stream whose reports counted no request for longer than this is abandoned,
+    /// and a stream that sends no report for this long and a report period is ended
     /// (`--rlqs-idle-timeout`).
     pub idle_timeout: Duration,
     /// Buckets one stream may subscribe (`--rlqs-max-buckets-per-stream`); a report beyond it ends
@@ -18,6 +19,9 @@ pub struct RlqsSettings {
     pub max_buckets_per_stream: usize,
     /// Streams open at once (`--rlqs-max-streams`); one more is refused with RESOURCE_EXHAUSTED.
     pub max_streams: usize,
+    /// Streams open at once on one connection (`--rlqs-max-streams-per-connection`); one more
+    /// is refused with RESOURCE_EXHAUSTED.
+    pub max_streams_per_connection: usize,
     /// Largest bucket, in bytes: its id as the wire encodes it plus its report's domain
     /// (`--rlqs-max-bucket-id-bytes`); a report naming a larger one ends the stream with
     /// INVALID_ARGUMENT before any of it is applied.
@@ -42,6 +46,9 @@ impl RlqsSettings {
     pub const DEFAULT_MAX_BUCKETS_PER_STREAM: usize = 10_000;
     /// The default of `--rlqs-max-streams`.
     pub const DEFAULT_MAX_STREAMS: usize = 10_000;
+    /// The default of `--rlqs-max-streams-per-connection`: an Envoy opens one stream per
+    /// `rate_limit_quota` filter configuration.
+    pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: usize = 16;
     /// The default of `--rlqs-max-bucket-id-bytes`: a few keys with values the length of a
     /// long URL path.
     pub const DEFAULT_MAX_BUCKET_ID_BYTES: usize = 1 << 10;
@@ -82,6 +89,7 @@ impl Default for RlqsSettings {
             idle_timeout: DEFAULT_IDLE_ABANDON,
             max_buckets_per_stream: RlqsSettings::DEFAULT_MAX_BUCKETS_PER_STREAM,
             max_streams: RlqsSettings::DEFAULT_MAX_STREAMS,
+            max_streams_per_connection: RlqsSettings::DEFAULT_MAX_STREAMS_PER_CONNECTION,
             max_bucket_id_bytes: RlqsSettings::DEFAULT_MAX_BUCKET_ID_BYTES,
             memory_budget: RlqsSettings::DEFAULT_MEMORY_BUDGET,
             report_period: DEFAULT_REPORT_PERIOD,

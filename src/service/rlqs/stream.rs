@@ -9,6 +9,7 @@ use tokio::runtime::Handle;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::registry::QuotaRegistry;
+use super::Connection;
 use crate::proto::rlqs::rate_limit_quota_service_server::RateLimitQuotaService;
 use crate::proto::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use crate::service::throttle::WarnThrottle;
@@ -52,7 +53,8 @@ impl<D: QuotaDemands> RateLimitQuotaService for RlqsService<D> {
         &self,
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Responses>, Status> {
-        let (stream, outbox) = match self.registry.open() {
+        let connection = request.extensions().get::<Connection>().copied();
+        let (stream, outbox) = match self.registry.open(connection) {
             Ok(opened) => opened,
             Err(status) => {
                 if let Some(suppressed) = self.errors.refused.admit() {
@@ -66,8 +68,21 @@ impl<D: QuotaDemands> RateLimitQuotaService for RlqsService<D> {
         let errors = self.errors.clone();
         let reader_outbox = outbox.clone();
         self.work.spawn(async move {
+            let idle = registry.silence_limit();
             let ended = loop {
-                match reports.message().await {
+                let Ok(next) = tokio::time::timeout(idle, reports.message()).await else {
+                    let status = registry.idle_stream();
+                    if let Some(suppressed) = errors.ended.admit() {
+                        tracing::warn!(
+                            stream,
+                            suppressed,
+                            "RLQS stream ended: {}",
+                            status.message()
+                        );
+                    }
+                    break Err(status);
+                };
+                match next {
                     Ok(Some(report)) => {
                         if let Err(status) = registry.report(stream, report).await {
                             if let Some(suppressed) = errors.ended.admit() {
