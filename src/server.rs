@@ -365,6 +365,11 @@ pub async fn run(
     if settings.statsd.is_some() {
         metrics.keep_response_times();
     }
+    metrics.register_counter(
+        "ratelimitd_tracing_export_failures_total",
+        "OTLP exports of a batch of spans that failed (collector down, refusing or slow); 0 with tracing off.",
+        crate::otel::export_failures::failures,
+    );
     let mut context = Context {
         rules,
         config: feed,

@@ -474,3 +474,51 @@ async fn the_redis_store_span_carries_the_script_call_batch() {
     assert_eq!(store.attribute("ratelimit.store.batch_requests"), Some("1"));
     assert_eq!(store.attribute("ratelimit.store.batch_checks"), Some("2"));
 }
+
+/// A collector that is not there (nothing listens on its port): every export of a batch fails,
+/// each failure is counted in `ratelimitd_tracing_export_failures_total`, and one line a minute
+/// says so, with the number held back.
+#[tokio::test]
+async fn export_failures_are_counted_and_logged_once_a_minute() {
+    let port = common::redis_server::free_port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let config = config();
+    let server = Ratelimitd::start_with_env(
+        &[
+            "--config",
+            &config,
+            "--tracing",
+            "--tracing-protocol",
+            "grpc",
+            "--tracing-endpoint",
+            &endpoint,
+        ],
+        &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
+    );
+    let mut client = server.client().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let failures = loop {
+        rld::should(&mut client, known_request()).await;
+        let (_, metrics) = rld::http_get(server.http_addr(), "/metrics").await;
+        let failures: u64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("ratelimitd_tracing_export_failures_total "))
+            .and_then(|v| v.parse().ok())
+            .expect("the failures counter");
+        if failures >= 3 {
+            break failures;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{failures} failures counted:\n{}",
+            server.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let lines = server
+        .output()
+        .lines()
+        .filter(|line| line.contains("OTLP export failed"))
+        .count();
+    assert_eq!(lines, 1, "{failures} failures:\n{}", server.output());
+}

@@ -20,6 +20,7 @@
 //! Built without the `otel` cargo feature, [`Pipeline::start`] refuses `--tracing` and the span
 //! types are empty: the request path carries no span code at all.
 
+pub mod export_failures;
 pub mod settings;
 mod store_span;
 

@@ -16,6 +16,7 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
+use super::export_failures::Counted;
 use super::sampling::{self, EdgeIdGenerator};
 use super::settings::{Protocol, TraceSettings};
 use super::SPAN_TARGET;
@@ -63,7 +64,7 @@ impl Pipeline {
         if let Some(size) = settings.queue_size {
             batch = batch.with_max_queue_size(size);
         }
-        let processor = BatchSpanProcessor::builder(exporter)
+        let processor = BatchSpanProcessor::builder(Counted { inner: exporter })
             .with_batch_config(batch.build())
             .build();
         // Calls are sampled at the edge (see `sampling`): what reaches the provider is kept.
