@@ -1,7 +1,8 @@
 //! The RLQS surface against a hostile or oversized Envoy, the real binary spoken to by the tests'
 //! own RLQS client: reports as large as the bucket cap allows are answered, larger buckets and
 //! reports are refused by name, the streams' state is bounded in bytes and given back, and
-//! `/rlqs` is read a bounded page at a time while RLS calls go on.
+//! `/rlqs` is read a bounded page at a time while RLS calls go on, silent streams are ended and
+//! RLS calls keep their pace beside rule changes and steady reporting.
 
 mod common;
 
@@ -514,4 +515,56 @@ async fn idle_streams_are_ended_and_a_connection_holds_few() {
         .await,
         Some(1)
     );
+}
+
+/// 100 streams reporting the same 1 000 buckets every second, as Envoys do (five times Envoy's
+/// rate): the reports are applied off the serving threads, so RLS calls on connections of their
+/// own keep their pace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steady_reporting_does_not_slow_rls() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let server = Ratelimitd::start(&["--config", &config]);
+    let ids: Vec<_> = (0..1000)
+        .map(|i| bucket(&[("name", &format!("b{i:04}"))]))
+        .collect();
+    let mut envoys = Vec::new();
+    for _ in 0..100 {
+        let envoy = Envoy::connect(&server).await;
+        envoy
+            .report(
+                DOMAIN,
+                ids.iter().map(|id| usage(id.clone(), 1, 0, 0)).collect(),
+            )
+            .await;
+        envoys.push(envoy);
+    }
+    wait_applied(&server).await;
+
+    let probe = RlsProbe::start(&server, 4).await;
+    let started = Instant::now();
+    for _ in 0..5 {
+        let second = Instant::now();
+        for envoy in &envoys {
+            envoy
+                .report(
+                    DOMAIN,
+                    ids.iter().map(|id| usage(id.clone(), 10, 0, 1)).collect(),
+                )
+                .await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(1).saturating_sub(second.elapsed())).await;
+    }
+    let (calls, p99, longest) = probe.finish().await;
+    eprintln!(
+        "100 streams x 1000 buckets reporting every second for {:?}: {calls} RLS calls, p99 {p99:?}, longest {longest:?}",
+        started.elapsed()
+    );
+    assert!(p99 < Duration::from_millis(250), "RLS p99 {p99:?}");
+    assert!(
+        longest < Duration::from_secs(1),
+        "an RLS call took {longest:?}"
+    );
+    drop(envoys);
 }
