@@ -20,6 +20,7 @@ pub mod memory_budget;
 pub mod memory_release;
 pub mod open_files;
 mod request_body;
+mod rlqs_thread;
 pub mod tls;
 pub mod uds_mode;
 
@@ -56,10 +57,11 @@ use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::service::http::{HttpState, DEFAULT_METRICS_PATH};
 use crate::service::limited::Port;
 use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
-use crate::service::rlqs::{self, QuotaRegistry, RlqsService, RlqsSettings};
+use crate::service::rlqs::{QuotaRegistry, RlqsService, RlqsSettings};
 use crate::service::rls::StoreErrorPolicy;
 use crate::service::statsd::{self, StatsdSettings};
 use crate::service::statsd_exporter::{EnvoyproxyMetrics, EnvoyproxyMetricsSettings};
+use crate::service::version_info::shown;
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
 use crate::store::redis::{KeyFormat, KeyLayout, RedisDemands};
 use crate::store::{
@@ -595,13 +597,13 @@ async fn serve<S: Store>(
     register_rlqs_metrics(&context.metrics, &quotas);
 
     let stopping = CancellationToken::new();
-    tokio::spawn(sweep_quotas(quotas.clone(), stopping.clone()));
+    let rlqs_work = rlqs_thread::start(stopping.clone())?;
+    rlqs_work.spawn(sweep_quotas(quotas.clone(), stopping.clone()));
     let on_rules_changed: Box<dyn Fn() + Send + Sync> = {
         let (previous, quotas) = (context.on_rules_changed, quotas.clone());
         Box::new(move || {
             previous();
-            let quotas = quotas.clone();
-            tokio::spawn(async move { quotas.rules_changed().await });
+            quotas.rules_changed();
         })
     };
     tokio::spawn({
@@ -694,7 +696,11 @@ async fn serve<S: Store>(
     let caps = limits.connection_caps(open_files);
     let metrics = context.metrics.clone();
     let budget = MemoryBudget::new(context.grpc_memory_budget);
-    tokio::spawn(memory_release::watch(budget.clone(), stopping.clone()));
+    let held = {
+        let (budget, quotas) = (budget.clone(), quotas.clone());
+        move || budget.held().saturating_add(quotas.budget().held())
+    };
+    tokio::spawn(memory_release::watch(held, stopping.clone()));
     let registry = Registry::new(caps.grpc, budget, metrics.clone());
     register_transport_gauges(&metrics, &registry);
     let http_state = Arc::new(HttpState {
@@ -704,10 +710,7 @@ async fn serve<S: Store>(
         max_json_body: limits.max_request_size,
         metrics_path: DEFAULT_METRICS_PATH.to_owned(),
         xds: context.config.xds(),
-        rlqs: Some({
-            let quotas = quotas.clone();
-            Arc::new(move || rlqs::json::assignments(&quotas.snapshot()))
-        }),
+        rlqs: Some(quotas.clone()),
         envoyproxy_metrics: None,
     });
     let mut http_ports = vec![(http, http_state.clone())];
@@ -797,8 +800,9 @@ async fn serve<S: Store>(
     });
     let rls =
         RateLimitServiceServer::from_arc(edge).max_decoding_message_size(limits.max_request_size);
-    let quota_service = RateLimitQuotaServiceServer::new(RlqsService::new(quotas))
-        .max_decoding_message_size(limits.max_request_size);
+    let max_report = quotas.settings().max_report_bytes();
+    let quota_service = RateLimitQuotaServiceServer::new(RlqsService::new(quotas, rlqs_work))
+        .max_decoding_message_size(max_report);
     let routes = Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -807,6 +811,7 @@ async fn serve<S: Store>(
     let transport = Arc::new(GrpcTransport::new(
         routes,
         limits,
+        max_report,
         context.transport.clone(),
     ));
     register_connection_counters(&metrics, &transport, &context.transport);
@@ -848,18 +853,21 @@ fn sweep_interval(idle_timeout: Duration) -> Duration {
     (idle_timeout / 10).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
 
-/// Until shutdown: computes the shares of RLQS buckets that wait for it, and abandons idle
-/// buckets.
+/// Until shutdown, on the RLQS thread: computes the shares of RLQS buckets that wait for it,
+/// abandons idle buckets and applies rule changes.
 async fn sweep_quotas(quotas: Arc<QuotaRegistry<Demands>>, stopping: CancellationToken) {
     let mut sweeps = tokio::time::interval(sweep_interval(quotas.settings().idle_timeout));
     sweeps.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut rebalances = tokio::time::interval(quotas.settings().rebalance_gap);
     rebalances.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let rule_changes = quotas.follow_rule_changes();
+    tokio::pin!(rule_changes);
     loop {
         tokio::select! {
             _ = stopping.cancelled() => return,
             _ = sweeps.tick() => quotas.sweep().await,
             _ = rebalances.tick() => quotas.rebalance_due().await,
+            () = &mut rule_changes => {}
         }
     }
 }
@@ -877,6 +885,18 @@ fn register_rlqs_metrics(metrics: &Metrics, quotas: &Arc<QuotaRegistry<Demands>>
         "ratelimitd_rlqs_buckets",
         "RLQS buckets subscribed by at least one stream (per domain and bucket id).",
         move || buckets.buckets() as u64,
+    );
+    let budget = quotas.clone();
+    metrics.register_gauge(
+        "ratelimitd_rlqs_memory_budget_bytes",
+        "The memory budget of the RLQS streams' state (--rlqs-memory-budget).",
+        move || budget.budget().limit() as u64,
+    );
+    let held = quotas.clone();
+    metrics.register_gauge(
+        "ratelimitd_rlqs_memory_held_bytes",
+        "Bytes held against it: streams, their buckets and the buckets' ids.",
+        move || held.budget().held() as u64,
     );
     let sent = quotas.clone();
     metrics.register_counter(
@@ -902,6 +922,13 @@ fn register_rlqs_metrics(metrics: &Metrics, quotas: &Arc<QuotaRegistry<Demands>>
                 .map(|(rule, allowed, _)| (rule, allowed))
                 .collect()
         },
+    );
+    let refused = quotas.clone();
+    metrics.register_labelled_counter(
+        "ratelimitd_rlqs_limited_total",
+        "RLQS streams refused or ended by an RLQS cap, by limit (docs/rlqs.md, Bounds and errors).",
+        "limit",
+        move || refused.refusals().counts(),
     );
     let denied = quotas.clone();
     metrics.register_labelled_counter(
@@ -1182,15 +1209,20 @@ fn xds_updates(
             if changed {
                 metrics.register_rules(&config.rules().load_full());
                 on_rules_changed();
-                tracing::info!(%version, domains, limits, "xDS configuration applied");
+                tracing::info!(version = %shown(&version), domains, limits, "xDS configuration applied");
             } else {
-                tracing::info!(%version, domains, limits, "xDS configuration applied, no change");
+                tracing::info!(
+                    version = %shown(&version),
+                    domains,
+                    limits,
+                    "xDS configuration applied, no change"
+                );
             }
         }
         XdsUpdate::Rejected { version, errors } => {
             metrics.record_reload(false);
             tracing::error!(
-                %version,
+                version = %shown(&version),
                 errors = errors.len(),
                 "xDS configuration rejected (NACK); the running one stays: {}",
                 errors.one_line()

@@ -44,6 +44,8 @@ const REFLECTION_PREFIXES: [&str; 2] = [
 #[derive(Debug, Clone, Copy)]
 pub struct GateLimits {
     pub body: BodyLimits,
+    /// RLQS calls' bodies: their usage reports have a cap of their own.
+    pub report_body: BodyLimits,
     pub max_concurrent_streams: u32,
     pub max_streaming_calls: usize,
     pub max_streaming_calls_per_connection: u32,
@@ -180,10 +182,21 @@ impl hyper::service::Service<Request<Incoming>> for CallGate {
         // Reflection and RLQS streams take any number of requests; every other method exactly
         // one.
         let path = request.uri().path();
-        let single = !is_reflection(path) && path != crate::service::rlqs::METHOD_PATH;
+        let reports = path == crate::service::rlqs::METHOD_PATH;
+        let single = !is_reflection(path) && !reports;
         let deadline = grpc_timeout::requested(request.headers());
         let connection = self.connection.clone();
-        let body_limits = self.limits.body;
+        let body_limits = if reports {
+            self.limits.report_body
+        } else {
+            self.limits.body
+        };
+        let mut request = request;
+        if reports {
+            request
+                .extensions_mut()
+                .insert(crate::service::rlqs::Connection(connection.id()));
+        }
         let request = request.map(|body| {
             tonic::body::Body::new(RequestBody::new(body, single, body_limits, &connection))
         });

@@ -42,7 +42,7 @@ pub struct Registry {
     next_id: AtomicU64,
     shedding: AtomicUsize,
     streaming_calls: AtomicUsize,
-    buffered: AtomicUsize,
+    buffered: [AtomicUsize; BufferPool::COUNT],
     budget: Arc<MemoryBudget>,
     metrics: Arc<Metrics>,
 }
@@ -54,7 +54,7 @@ pub struct Connection {
     streaming: AtomicU32,
     /// Milliseconds after the registry's origin when the last call ended (or it was accepted).
     idle_since_ms: AtomicU64,
-    buffered: AtomicUsize,
+    buffered: [AtomicUsize; BufferPool::COUNT],
     shed: Notify,
     shedding: AtomicBool,
     /// A call was opened on it: it completed the HTTP/2 handshake and is a real client.
@@ -76,7 +76,7 @@ impl Registry {
             next_id: AtomicU64::new(0),
             shedding: AtomicUsize::new(0),
             streaming_calls: AtomicUsize::new(0),
-            buffered: AtomicUsize::new(0),
+            buffered: Default::default(),
             budget,
             metrics,
         })
@@ -97,9 +97,12 @@ impl Registry {
         self.streaming_calls.load(Ordering::Relaxed)
     }
 
-    /// Bytes of partly received request messages on all connections.
+    /// Bytes of partly received request messages on all connections, both pools.
     pub fn buffered(&self) -> usize {
-        self.buffered.load(Ordering::Relaxed)
+        self.buffered
+            .iter()
+            .map(|pool| pool.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// The memory budget every call of every connection is charged to.
@@ -144,7 +147,7 @@ impl Registry {
             calls: AtomicU32::new(0),
             streaming: AtomicU32::new(0),
             idle_since_ms: AtomicU64::new(self.now_ms()),
-            buffered: AtomicUsize::new(0),
+            buffered: Default::default(),
             shed: Notify::new(),
             shedding: AtomicBool::new(false),
             used: AtomicBool::new(false),
@@ -177,6 +180,11 @@ impl ConnectionHandle {
 
     pub fn budget(&self) -> &Arc<MemoryBudget> {
         &self.registry.budget
+    }
+
+    /// The connection's number, unique in the process.
+    pub fn id(&self) -> u64 {
+        self.connection.id
     }
 }
 
@@ -321,11 +329,37 @@ pub enum BufferFull {
     Memory,
 }
 
+/// Which caps of partly received messages a call's messages count against. RLQS usage reports
+/// may be far larger than any other request (a report names every bucket of an Envoy), so they
+/// have caps of their own: a large report being received never takes the room of the small
+/// messages of the connection's other calls (Envoy may send its RLS calls on the same
+/// connection), nor theirs its room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufferPool {
+    /// Request messages of every method but RLQS (`--max-request-size` each).
+    Requests,
+    /// RLQS usage reports.
+    Reports,
+}
+
+impl BufferPool {
+    const COUNT: usize = 2;
+
+    fn index(self) -> usize {
+        match self {
+            BufferPool::Requests => 0,
+            BufferPool::Reports => 1,
+        }
+    }
+}
+
 /// Bytes of partly received request messages held by one call, charged to its connection's
-/// budget, the global one and the memory budget, and given back on drop.
+/// budget and the global one of its [`BufferPool`] and to the memory budget, and given back on
+/// drop.
 pub struct Buffered {
     registry: Arc<Registry>,
     connection: Arc<Connection>,
+    pool: usize,
     held: usize,
 }
 
@@ -335,10 +369,11 @@ impl Buffered {
         &self.registry.budget
     }
 
-    pub fn new(handle: &ConnectionHandle) -> Buffered {
+    pub fn new(handle: &ConnectionHandle, pool: BufferPool) -> Buffered {
         Buffered {
             registry: handle.registry.clone(),
             connection: handle.connection.clone(),
+            pool: pool.index(),
             held: 0,
         }
     }
@@ -352,27 +387,29 @@ impl Buffered {
         per_connection: usize,
         global: usize,
     ) -> Result<(), BufferFull> {
+        let connection = &self.connection.buffered[self.pool];
+        let all = &self.registry.buffered[self.pool];
         if bytes <= self.held {
             let back = self.held - bytes;
-            self.connection.buffered.fetch_sub(back, Ordering::AcqRel);
-            self.registry.buffered.fetch_sub(back, Ordering::AcqRel);
+            connection.fetch_sub(back, Ordering::AcqRel);
+            all.fetch_sub(back, Ordering::AcqRel);
             self.registry.budget.release(back);
             self.held = bytes;
             return Ok(());
         }
         let more = bytes - self.held;
-        if self.connection.buffered.fetch_add(more, Ordering::AcqRel) + more > per_connection {
-            self.connection.buffered.fetch_sub(more, Ordering::AcqRel);
+        if connection.fetch_add(more, Ordering::AcqRel) + more > per_connection {
+            connection.fetch_sub(more, Ordering::AcqRel);
             return Err(BufferFull::Connection);
         }
-        if self.registry.buffered.fetch_add(more, Ordering::AcqRel) + more > global {
-            self.registry.buffered.fetch_sub(more, Ordering::AcqRel);
-            self.connection.buffered.fetch_sub(more, Ordering::AcqRel);
+        if all.fetch_add(more, Ordering::AcqRel) + more > global {
+            all.fetch_sub(more, Ordering::AcqRel);
+            connection.fetch_sub(more, Ordering::AcqRel);
             return Err(BufferFull::Global);
         }
         if self.registry.budget.charge(more).is_err() {
-            self.registry.buffered.fetch_sub(more, Ordering::AcqRel);
-            self.connection.buffered.fetch_sub(more, Ordering::AcqRel);
+            all.fetch_sub(more, Ordering::AcqRel);
+            connection.fetch_sub(more, Ordering::AcqRel);
             return Err(BufferFull::Memory);
         }
         self.held = bytes;
@@ -383,12 +420,8 @@ impl Buffered {
 impl Drop for Buffered {
     fn drop(&mut self) {
         if self.held > 0 {
-            self.connection
-                .buffered
-                .fetch_sub(self.held, Ordering::AcqRel);
-            self.registry
-                .buffered
-                .fetch_sub(self.held, Ordering::AcqRel);
+            self.connection.buffered[self.pool].fetch_sub(self.held, Ordering::AcqRel);
+            self.registry.buffered[self.pool].fetch_sub(self.held, Ordering::AcqRel);
             self.registry.budget.release(self.held);
         }
     }
@@ -461,9 +494,9 @@ mod tests {
         let registry = registry(10);
         let a = registry.admit().unwrap();
         let b = registry.admit().unwrap();
-        let mut a1 = Buffered::new(&a.handle());
-        let mut a2 = Buffered::new(&a.handle());
-        let mut b1 = Buffered::new(&b.handle());
+        let mut a1 = Buffered::new(&a.handle(), BufferPool::Requests);
+        let mut a2 = Buffered::new(&a.handle(), BufferPool::Requests);
+        let mut b1 = Buffered::new(&b.handle(), BufferPool::Requests);
         assert_eq!(a1.hold(60, 100, 150), Ok(()));
         assert_eq!(a2.hold(50, 100, 150), Err(BufferFull::Connection));
         assert_eq!(a2.hold(40, 100, 150), Ok(()));
@@ -473,8 +506,26 @@ mod tests {
         assert_eq!(b1.hold(60, 100, 150), Ok(()));
         drop((a1, a2, b1));
         assert_eq!(registry.buffered(), 0);
-        assert_eq!(a.connection.buffered.load(Ordering::Relaxed), 0);
+        assert_eq!(a.connection.buffered[0].load(Ordering::Relaxed), 0);
         assert_eq!(registry.budget().held(), 0);
+    }
+
+    #[test]
+    fn reports_have_caps_of_their_own_and_share_the_memory_budget() {
+        let registry = registry_with_budget(10, 1000);
+        let a = registry.admit().unwrap();
+        let mut report = Buffered::new(&a.handle(), BufferPool::Reports);
+        let mut request = Buffered::new(&a.handle(), BufferPool::Requests);
+        assert_eq!(report.hold(500, 600, 600), Ok(()));
+        assert_eq!(
+            request.hold(90, 100, 100),
+            Ok(()),
+            "a report leaves the requests' room"
+        );
+        assert_eq!(registry.buffered(), 590);
+        assert_eq!(request.hold(600, 1000, 1000), Err(BufferFull::Memory));
+        drop((report, request));
+        assert_eq!((registry.buffered(), registry.budget().held()), (0, 0));
     }
 
     #[test]
@@ -484,8 +535,8 @@ mod tests {
         let b = registry.admit().unwrap();
         let call = registry.budget().clone();
         call.charge(50).unwrap();
-        let mut a1 = Buffered::new(&a.handle());
-        let mut b1 = Buffered::new(&b.handle());
+        let mut a1 = Buffered::new(&a.handle(), BufferPool::Requests);
+        let mut b1 = Buffered::new(&b.handle(), BufferPool::Requests);
         assert_eq!(a1.hold(90, 100, 1000), Ok(()));
         assert_eq!(b1.hold(20, 100, 1000), Err(BufferFull::Memory));
         assert_eq!((registry.buffered(), registry.budget().held()), (90, 140));

@@ -24,7 +24,7 @@ use tonic::service::Routes;
 
 use super::call_gate::{CallGate, GateLimits};
 use super::connection_age::ConnectionAge;
-use super::connections::{Registered, SHED_GRACE};
+use super::connections::{BufferPool, Registered, SHED_GRACE};
 use super::lanes::Accepted;
 use super::limits::Limits;
 use super::listener::AcceptedStream;
@@ -60,7 +60,14 @@ pub struct GrpcTransport {
 }
 
 impl GrpcTransport {
-    pub fn new(routes: Routes, limits: &Limits, options: TransportOptions) -> GrpcTransport {
+    /// `max_report` is the largest RLQS usage report accepted
+    /// ([`crate::service::rlqs::RlqsSettings::max_report_bytes`]).
+    pub fn new(
+        routes: Routes,
+        limits: &Limits,
+        max_report: usize,
+        options: TransportOptions,
+    ) -> GrpcTransport {
         let mut http2 = http2::Builder::new(TokioExecutor::new());
         http2
             .timer(TokioTimer::new())
@@ -73,12 +80,24 @@ impl GrpcTransport {
         // One message of the largest size always fits both budgets, or it could never arrive.
         let largest = limits.max_request_size.saturating_add(5);
         let per_connection = (limits.grpc_connection_window as usize).max(largest);
+        let body = BodyLimits {
+            max_message: limits.max_request_size,
+            max_message_flags: "--max-request-size",
+            pool: BufferPool::Requests,
+            per_connection,
+            global: limits.grpc_max_buffered_bytes.max(per_connection),
+            read_timeout: limits.grpc_read_timeout,
+        };
+        let report_per_connection = per_connection.max(max_report.saturating_add(5));
         let gate = GateLimits {
-            body: BodyLimits {
-                max_message: limits.max_request_size,
-                per_connection,
-                global: limits.grpc_max_buffered_bytes.max(per_connection),
-                read_timeout: limits.grpc_read_timeout,
+            body,
+            report_body: BodyLimits {
+                max_message: max_report,
+                max_message_flags: "--rlqs-max-buckets-per-stream × --rlqs-max-bucket-id-bytes",
+                pool: BufferPool::Reports,
+                per_connection: report_per_connection,
+                global: body.global.max(report_per_connection),
+                ..body
             },
             max_concurrent_streams: limits.grpc_max_concurrent_streams,
             max_streaming_calls: limits.grpc_max_streaming_calls,

@@ -9,16 +9,13 @@
 //! takes that back to a few MiB above the idle footprint.
 //!
 //! It runs when there is something to give back, not on a timer that costs when idle: once the
-//! bytes held against the gRPC memory budget have fallen [`RELEASE_STEP`] below their highest
-//! point since the last release and stopped falling, and after every configuration load
-//! (applied or rejected).
+//! bytes held against the memory budgets (the gRPC calls' and the RLQS streams' state) have
+//! fallen [`RELEASE_STEP`] below their highest point since the last release and stopped
+//! falling, and after every configuration load (applied or rejected).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-
-use super::memory_budget::MemoryBudget;
 
 /// How far the budget's held bytes must fall from their high-water mark before freed memory is
 /// given back.
@@ -38,9 +35,9 @@ pub fn give_back() {
     }
 }
 
-/// Watches `budget` until `stopping` and gives freed memory back after each burst (see the
-/// module docs).
-pub async fn watch(budget: Arc<MemoryBudget>, stopping: CancellationToken) {
+/// Watches the bytes `held` against the memory budgets (the gRPC calls' and the RLQS state's)
+/// until `stopping`, and gives freed memory back after each burst (see the module docs).
+pub async fn watch(held: impl Fn() -> usize, stopping: CancellationToken) {
     let mut ticks = tokio::time::interval(CHECK_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut bursts = Bursts::default();
@@ -49,7 +46,7 @@ pub async fn watch(budget: Arc<MemoryBudget>, stopping: CancellationToken) {
             _ = stopping.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        if bursts.observe(budget.held()) {
+        if bursts.observe(held()) {
             let _ = tokio::task::spawn_blocking(give_back).await;
         }
     }

@@ -27,7 +27,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::time::{Instant, Sleep};
 use tonic::Status;
 
-use super::connections::{BufferFull, Buffered, ConnectionHandle};
+use super::connections::{BufferFull, BufferPool, Buffered, ConnectionHandle};
 use crate::service::limited::Limited;
 use crate::service::Metrics;
 
@@ -39,6 +39,10 @@ const HEADER: usize = 5;
 pub struct BodyLimits {
     /// Largest message length accepted.
     pub max_message: usize,
+    /// The flags that set `max_message`, named when a message is refused.
+    pub max_message_flags: &'static str,
+    /// The caps of partly received messages the body counts against.
+    pub pool: BufferPool,
     /// Bytes of partly received messages one connection may hold (at their declared length).
     pub per_connection: usize,
     /// Bytes of partly received messages all connections may hold (likewise).
@@ -173,7 +177,7 @@ impl RequestBody {
             framing: Framing::default(),
             single,
             limits,
-            buffered: Buffered::new(connection),
+            buffered: Buffered::new(connection, limits.pool),
             deadline: single.then(|| Deadline::At(Instant::now() + limits.read_timeout)),
             metrics: connection.metrics().clone(),
             failed: false,
@@ -199,7 +203,8 @@ impl RequestBody {
                 return Err((
                     Limited::RequestSize,
                     Status::resource_exhausted(format!(
-                        "grpc: received message larger than max ({length} vs. {max})"
+                        "grpc: received message larger than max ({length} vs. {max}; {})",
+                        self.limits.max_message_flags
                     )),
                 ))
             }

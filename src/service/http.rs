@@ -8,18 +8,22 @@
 //!   body that is not a valid request, 413 for one over the size cap (at once when its declared
 //!   `Content-Length` is over it), 503 with a message when the store failed (and the
 //!   store-failure policy is `unavailable`);
-//! - `/rlqs`: the current RLQS assignments as JSON, per bucket and stream (docs/rlqs.md);
+//! - `/rlqs`: the current RLQS assignments as JSON, per bucket and stream, a bounded page at a
+//!   time (`?limit=N&after=CURSOR`, docs/rlqs.md);
 //! - `/rlconfig`: the loaded limits, one per line, in envoyproxy/ratelimit's format
 //!   (`edge.api_key_free.path: unit=SECOND requests_per_unit=10, shadow_mode: false`), sorted by
 //!   path, with this service's extensions appended when they differ from the defaults
 //!   (`, unit_multiplier: 5`, `, algorithm: gcra`, `, burst: 20`, `, unlimited: true`); with
 //!   configuration over xDS, headed by `# xDS version: <version_info in force>`.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Body, Incoming};
+use futures::StreamExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Body, Frame, Incoming};
 use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 
@@ -27,6 +31,7 @@ use super::health::Health;
 use super::json::{request_from_json, response_to_json};
 use super::limited::Limited;
 use super::metrics::Metrics;
+use super::rlqs;
 use super::rls::RateLimitEdge;
 use super::statsd_exporter::EnvoyproxyMetrics;
 use crate::config::xds::XdsConfig;
@@ -53,15 +58,12 @@ pub struct HttpState<S> {
     pub metrics_path: String,
     /// With configuration over xDS: its version in force heads `/rlconfig`.
     pub xds: Option<Arc<XdsConfig>>,
-    /// `/rlqs`: the current RLQS assignments as JSON.
-    pub rlqs: Option<RlqsView>,
+    /// `/rlqs`: the current RLQS assignments as JSON, a page at a time.
+    pub rlqs: Option<Arc<dyn rlqs::json::Pages>>,
     /// Served at `metrics_path` instead of `metrics`: envoyproxy/ratelimit's families, as its
     /// `USE_PROMETHEUS` port serves them.
     pub envoyproxy_metrics: Option<Arc<EnvoyproxyMetrics>>,
 }
-
-/// Renders the current RLQS assignments (`/rlqs`).
-pub type RlqsView = Arc<dyn Fn() -> String + Send + Sync>;
 
 impl<S> HttpState<S> {
     /// Only `/healthcheck`.
@@ -79,8 +81,11 @@ impl<S> HttpState<S> {
     }
 }
 
-fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(body.into()));
+/// The body of every answer of the HTTP port: whole, or (`/rlqs`) written as it is read.
+pub type HttpBody = UnsyncBoxBody<Bytes, Infallible>;
+
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<HttpBody> {
+    let mut response = Response::new(Full::new(body.into()).boxed_unsync());
     *response.status_mut() = status;
     response.headers_mut().insert(
         CONTENT_TYPE,
@@ -93,7 +98,7 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
 pub async fn respond<S: Store>(
     state: Arc<HttpState<S>>,
     request: Request<Incoming>,
-) -> Response<Full<Bytes>> {
+) -> Response<HttpBody> {
     let get = matches!(*request.method(), Method::GET | Method::HEAD);
     let path = request.uri().path();
     let exposition = state.envoyproxy_metrics.is_some() || state.metrics.is_some();
@@ -101,10 +106,17 @@ pub async fn respond<S: Store>(
         if !get {
             return method_not_allowed();
         }
-        let body = match (&state.envoyproxy_metrics, &state.metrics) {
+        let envoyproxy = state.envoyproxy_metrics.clone();
+        let metrics = state.metrics.clone();
+        // Off the serving thread: its RLS calls go on while a large text is built.
+        let rendered = tokio::task::spawn_blocking(move || match (envoyproxy, metrics) {
             (Some(envoyproxy), _) => envoyproxy.render(),
             (None, Some(metrics)) => metrics.render(),
             (None, None) => String::new(),
+        })
+        .await;
+        let Ok(body) = rendered else {
+            return text(StatusCode::INTERNAL_SERVER_ERROR, "metrics not rendered");
         };
         let mut response = text(StatusCode::OK, body);
         response.headers_mut().insert(
@@ -130,7 +142,10 @@ pub async fn respond<S: Store>(
                         StatusCode::OK,
                         format!(
                             "# xDS version: {}\n{limits}",
-                            version.as_deref().unwrap_or("(none received yet)")
+                            version.as_deref().map_or_else(
+                                || "(none received yet)".to_owned(),
+                                super::version_info::shown
+                            )
                         ),
                     ),
                 }
@@ -138,13 +153,7 @@ pub async fn respond<S: Store>(
             None => text(StatusCode::NOT_FOUND, "not found"),
         },
         "/rlqs" if get => match &state.rlqs {
-            Some(view) => {
-                let mut response = text(StatusCode::OK, view());
-                response
-                    .headers_mut()
-                    .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-                response
-            }
+            Some(pages) => rlqs_page(pages.clone(), request.uri().query()),
             None => text(StatusCode::NOT_FOUND, "not found"),
         },
         // Like envoyproxy/ratelimit, any method: the body is what matters.
@@ -157,7 +166,56 @@ pub async fn respond<S: Store>(
     }
 }
 
-fn method_not_allowed() -> Response<Full<Bytes>> {
+/// Streams on one page of `/rlqs` by default.
+pub const RLQS_PAGE: usize = 1000;
+/// Most streams on one page of `/rlqs`, whatever `limit` asks.
+pub const RLQS_MAX_PAGE: usize = 10_000;
+
+/// `GET /rlqs[?limit=N][&after=CURSOR]`: the buckets after the cursor, as many as hold at most
+/// `limit` streams (at least one bucket), written as they are read ([`rlqs::json::page`]); 400
+/// for a parameter it does not take or a value it cannot read.
+fn rlqs_page(pages: Arc<dyn rlqs::json::Pages>, query: Option<&str>) -> Response<HttpBody> {
+    let mut limit = RLQS_PAGE;
+    let mut after = None;
+    for pair in query
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+    {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "limit" => match value.parse::<usize>() {
+                Ok(n) if (1..=RLQS_MAX_PAGE).contains(&n) => limit = n,
+                _ => {
+                    return text(
+                        StatusCode::BAD_REQUEST,
+                        format!("`limit` takes 1 to {RLQS_MAX_PAGE} streams\n"),
+                    )
+                }
+            },
+            "after" => match rlqs::json::parse_cursor(value) {
+                Ok(key) => after = Some(key),
+                Err(message) => return text(StatusCode::BAD_REQUEST, format!("{message}\n")),
+            },
+            _ => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    "/rlqs takes `limit` and `after` only\n",
+                )
+            }
+        }
+    }
+    let body = StreamBody::new(
+        rlqs::json::page(pages, after, limit).map(|bytes| Ok::<_, Infallible>(Frame::data(bytes))),
+    );
+    let mut response = Response::new(body.boxed_unsync());
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn method_not_allowed() -> Response<HttpBody> {
     let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
     response
         .headers_mut()
@@ -169,7 +227,7 @@ async fn json<S: Store>(
     state: &HttpState<S>,
     edge: &RateLimitEdge<S>,
     request: Request<Incoming>,
-) -> Response<Full<Bytes>> {
+) -> Response<HttpBody> {
     let max = state.max_json_body;
     if request.body().size_hint().lower() > max as u64 {
         return too_large(state);
@@ -206,7 +264,8 @@ async fn json<S: Store>(
                 Ok(Code::OverLimit) => StatusCode::TOO_MANY_REQUESTS,
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             };
-            let mut http = Response::new(Full::new(Bytes::from(response_to_json(&response))));
+            let mut http =
+                Response::new(Full::new(Bytes::from(response_to_json(&response))).boxed_unsync());
             *http.status_mut() = status;
             http.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -231,7 +290,7 @@ async fn json<S: Store>(
 /// so (before any of the body is read, so a client sending it slowly holds nothing), or when a
 /// chunked body reaches the cap. The rest of the body is never read, so the connection closes
 /// after the answer (`Connection: close` says so).
-fn too_large<S>(state: &HttpState<S>) -> Response<Full<Bytes>> {
+fn too_large<S>(state: &HttpState<S>) -> Response<HttpBody> {
     if let Some(metrics) = &state.metrics {
         metrics.record_limited(Limited::RequestSize);
     }

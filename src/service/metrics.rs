@@ -429,34 +429,36 @@ impl Metrics {
         self.near_limit_ratio
     }
 
-    /// Creates the (zero) series of every rule of `rules` that has none yet, so that they show
-    /// before their first hit. Series of rules that disappear are kept (counters never go back).
+    /// Makes the rule series those of `rules`: each configured rule keeps its series (its
+    /// counts go on), a new one gets a zero series so that it shows before its first hit, and
+    /// the series of rules and domains no longer configured are dropped, so that a configuration
+    /// that renames its rules again and again cannot grow `/metrics` (a rule configured again
+    /// starts from zero, which Prometheus reads as a counter reset). A domain keeps the counts
+    /// of its overridden descriptors (`rule="(override)"`) while it is configured. Hits of a
+    /// dropped rule not yet taken by [`Metrics::take_upstream_deltas`] are not sent.
     pub fn register_rules(&self, rules: &Rules) {
-        fn walk(set: &RuleSet, out: &mut Vec<Arc<ConfiguredLimit>>) {
-            let nodes = set
-                .exact
-                .values()
-                .flat_map(|values| values.values())
-                .chain(set.wildcards.iter().map(|w| &w.node))
-                .chain(set.key_only.values());
-            for node in nodes {
-                out.extend(node.limit.iter().cloned());
-                walk(&node.children, out);
-            }
-        }
         let mut map = self.rules.write();
+        let mut configured: HashMap<String, HashMap<String, Arc<RuleStats>>> =
+            HashMap::with_capacity(rules.domains.len());
         for (name, domain) in &rules.domains {
             let mut limits = Vec::new();
-            walk(&domain.root, &mut limits);
-            let by_path = map.entry(name.clone()).or_default();
+            walk_limits(&domain.root, &mut limits);
+            let mut previous = map.remove(name).unwrap_or_default();
+            let mut by_path = HashMap::with_capacity(limits.len());
+            if let Some(overridden) = previous.remove(OVERRIDE_RULE) {
+                by_path.insert(OVERRIDE_RULE.to_owned(), overridden);
+            }
             for limit in limits {
-                let stats = by_path.entry(limit.path.clone()).or_default();
+                let stats = previous.remove(&limit.path).unwrap_or_default();
                 stats.configure(&limit);
                 if !limit.detailed_metric {
                     stats.plain_used.store(true, Ordering::Relaxed);
                 }
+                by_path.insert(limit.path.clone(), stats);
             }
+            configured.insert(name.clone(), by_path);
         }
+        *map = configured;
     }
 
     fn rule(&self, domain: &str, path: &str, limit: Option<&ConfiguredLimit>) -> Arc<RuleStats> {
@@ -851,7 +853,7 @@ impl Metrics {
                 let _ = writeln!(
                     out,
                     "ratelimitd_config_xds_version_info{{version=\"{}\"}} 1",
-                    escape(&version)
+                    escape(&super::version_info::shown(&version))
                 );
             }
         }
@@ -1145,6 +1147,14 @@ impl Metrics {
     }
 }
 
+/// Every limit of `set` and of the sets below it.
+fn walk_limits(set: &RuleSet, out: &mut Vec<Arc<ConfiguredLimit>>) {
+    for node in set.nodes() {
+        out.extend(node.limit.iter().cloned());
+        walk_limits(&node.children, out);
+    }
+}
+
 fn render_config_loader(out: &mut String, loader: &Loader) {
     let stats = loader.stats();
     family(
@@ -1420,6 +1430,57 @@ mod tests {
         assert!(
             text.contains("ratelimitd_domain_not_found_total{domain=\"nope\"} 2\n"),
             "{text}"
+        );
+    }
+
+    fn rules_of(domain: &str, keys: &[&str]) -> Rules {
+        let yaml = keys
+            .iter()
+            .fold(format!("domain: {domain}\ndescriptors:\n"), |yaml, key| {
+                yaml + &format!(
+                    "  - key: {key}\n    rate_limit: {{unit: hour, requests_per_unit: 100}}\n"
+                )
+            });
+        let parsed = crate::config::parse_domain(std::path::Path::new("d.yaml"), &yaml)
+            .expect("valid configuration");
+        let mut rules = Rules::default();
+        rules.domains.insert(domain.into(), parsed);
+        rules
+    }
+
+    #[test]
+    fn series_of_rules_no_longer_configured_are_dropped() {
+        let metrics = Metrics::default();
+        let first = rules_of("d", &["kept", "renamed_1"]);
+        metrics.register_rules(&first);
+        let request = Request {
+            domain: "d".into(),
+            descriptors: vec![
+                descriptor(&[("kept", "a")]),
+                descriptor(&[("renamed_1", "a")]),
+            ],
+            hits_addend: 0,
+        };
+        record(&metrics, &first, &request, true);
+        for version in 2..100 {
+            metrics.register_rules(&rules_of("d", &["kept", &format!("renamed_{version}")]));
+        }
+        let text = metrics.render();
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|line| line.starts_with("ratelimitd_total_hits_total{"))
+            .collect();
+        assert_eq!(
+            series,
+            [
+                "ratelimitd_total_hits_total{domain=\"d\",rule=\"d.kept\"} 1",
+                "ratelimitd_total_hits_total{domain=\"d\",rule=\"d.renamed_99\"} 0",
+            ]
+        );
+        metrics.register_rules(&rules_of("other", &["kept"]));
+        assert!(
+            !metrics.render().contains("domain=\"d\""),
+            "a domain no longer configured has no series"
         );
     }
 

@@ -18,6 +18,7 @@ pub mod statsd;
 pub mod statsd_exporter;
 pub mod throttle;
 pub mod unknown_domains;
+pub mod version_info;
 
 pub use headers::ResponseHeaders;
 pub use health::Health;

@@ -12,4 +12,5 @@ pub mod ratelimitd;
 pub mod redis_cluster;
 pub mod redis_sentinel;
 pub mod redis_server;
+pub mod rlqs_client;
 pub mod upstream_model;

@@ -2,8 +2,10 @@
 //! `rate_limit_quota` filter: protocol at the edge, the quota domain in `crate::limiter::quota`.
 //! docs/rlqs.md is the reference.
 
+pub mod budget;
 pub mod convert;
 pub mod json;
+pub mod refusals;
 pub mod registry;
 pub mod settings;
 pub mod stream;
@@ -18,3 +20,8 @@ pub const SERVICE_NAME: &str = "envoy.service.rate_limit_quota.v3.RateLimitQuota
 /// `:path` of the one method.
 pub const METHOD_PATH: &str =
     "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas";
+
+/// The transport's number of the connection an RLQS call came on, set in the call's extensions:
+/// what `--rlqs-max-streams-per-connection` counts by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Connection(pub u64);

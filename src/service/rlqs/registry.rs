@@ -8,10 +8,13 @@
 //! its demand counts at the next computation, due at most a gap later. So a report costs O(1) per bucket, and a bucket O(streams) per gap, however
 //! many Envoys report it. A computation sends the reporting stream its assignment in any case, and
 //! any other stream only when its assignment changed. A stream leaving, a bucket going idle and a
-//! rule changing re-balance the others.
+//! rule changing re-balance the others at the next tick. The streams a computation gives
+//! assignments are woken once per report or per [`WAKE_EVERY`] computations of a tick, so that
+//! their writers (on the serving threads) make one response of many actions, not one each.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,8 +24,11 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tonic::Status;
 
+use super::budget::{bucket_bytes, StateBudget, MEMBER_COST, STREAM_COST};
 use super::convert::{self, Action, Assignment};
+use super::refusals::{Refusals, RlqsLimit};
 use super::settings::RlqsSettings;
+use super::Connection;
 use crate::limiter::quota::{
     assignment_ttl, fair_shares, find_quota, should_abandon, token_bucket, BlanketRule, BucketId,
     Demand, QuotaStrategy, DEFAULT_FLOOR_FRACTION, DEFAULT_HALF_LIFE, DEFAULT_MAX_FILL_INTERVAL,
@@ -106,6 +112,13 @@ impl BucketState {
     }
 }
 
+/// Computations of a tick after which the streams given assignments are woken, and other
+/// RLQS work may run.
+const WAKE_EVERY: usize = 64;
+
+/// Buckets whose rule is looked up again under one hold of the registry after a change.
+const RULE_CHUNK: usize = 1024;
+
 /// Computations one report runs at once (each a round trip to a shared store).
 const CONCURRENT_COMPUTATIONS: usize = 16;
 
@@ -124,11 +137,33 @@ fn gap_for(gap: Duration, streams: usize) -> Duration {
     gap.mul_f64(scale).min(LONGEST_GAP.max(gap))
 }
 
+/// Gives back a map's spare room once it holds less than a quarter of it: a map keeps the room
+/// of its largest size otherwise, so the state of streams that ended would stay resident.
+fn shrink_map<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 64 && map.len() < map.capacity() / 4 {
+        map.shrink_to(map.len() * 2);
+    }
+}
+
+/// [`shrink_map`] for a set.
+fn shrink_set<K: Eq + std::hash::Hash>(set: &mut HashSet<K>) {
+    if set.capacity() > 64 && set.len() < set.capacity() / 4 {
+        set.shrink_to(set.len() * 2);
+    }
+}
+
+/// The size a response stops growing at: well within the 4 MiB a gRPC client accepts by
+/// default, whatever the number of a stream's buckets (10 000 buckets of 1 KiB ids make about
+/// ten responses).
+const RESPONSE_BYTES: usize = 1 << 20;
+
 /// What a stream is waiting to send, and whether it ends.
 #[derive(Debug, Default)]
 pub struct Outbox {
     pending: Mutex<Pending>,
     notify: Notify,
+    /// Queued for a wake in [`QuotaRegistry::wake_queued`].
+    listed: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -139,10 +174,6 @@ struct Pending {
 }
 
 impl Outbox {
-    fn push(&self, bucket: &Arc<BucketKey>, action: Action) {
-        self.push_all(std::iter::once((bucket.clone(), action)));
-    }
-
     fn push_all(&self, actions: impl IntoIterator<Item = (Arc<BucketKey>, Action)>) {
         let mut pending = self.pending.lock();
         let mut pushed = false;
@@ -156,6 +187,19 @@ impl Outbox {
         }
     }
 
+    /// Adds `action` without waking the stream's writer; true when the outbox was not queued
+    /// for a wake yet (the caller lists it for [`QuotaRegistry::wake_queued`]).
+    fn queue(&self, bucket: &Arc<BucketKey>, action: Action) -> bool {
+        self.pending.lock().actions.insert(bucket.clone(), action);
+        !self.listed.swap(true, Ordering::AcqRel)
+    }
+
+    /// Wakes the stream's writer for what was queued.
+    fn wake(&self) {
+        self.listed.store(false, Ordering::Release);
+        self.notify.notify_one();
+    }
+
     /// Ends the stream once what is pending is sent: with `status`, or cleanly.
     pub fn end(&self, status: Result<(), Status>) {
         let mut pending = self.pending.lock();
@@ -166,8 +210,9 @@ impl Outbox {
         self.notify.notify_one();
     }
 
-    /// The next message to send: every pending action in one response, then the end (`None`
-    /// after a clean end, the status after an error).
+    /// The next message to send: the pending actions, sorted by bucket, in responses of about
+    /// [`RESPONSE_BYTES`] at most, then the end (`None` after a clean end, the status after an
+    /// error).
     pub async fn next(&self) -> Option<Result<RateLimitQuotaResponse, Status>> {
         loop {
             {
@@ -175,14 +220,23 @@ impl Outbox {
                 if !pending.actions.is_empty() {
                     let mut actions: Vec<(Arc<BucketKey>, Action)> =
                         pending.actions.drain().collect();
-                    drop(pending);
                     actions.sort_by(|a, b| a.0.bucket.cmp(&b.0.bucket));
-                    return Some(Ok(RateLimitQuotaResponse {
-                        bucket_action: actions
-                            .iter()
-                            .map(|(key, action)| convert::bucket_action(&key.bucket, action))
-                            .collect(),
-                    }));
+                    let mut bytes = 0;
+                    let mut bucket_action = Vec::new();
+                    let mut rest = actions.into_iter();
+                    for (key, action) in rest.by_ref() {
+                        let proto = convert::bucket_action(&key.bucket, &action);
+                        bytes += prost::Message::encoded_len(&proto);
+                        bucket_action.push(proto);
+                        if bytes >= RESPONSE_BYTES {
+                            break;
+                        }
+                    }
+                    pending.actions.extend(rest);
+                    if pending.actions.is_empty() {
+                        pending.actions.shrink_to(0);
+                    }
+                    return Some(Ok(RateLimitQuotaResponse { bucket_action }));
                 }
                 match pending.end.take() {
                     Some(Ok(())) => return None,
@@ -203,18 +257,22 @@ struct StreamEntry {
     outbox: Arc<Outbox>,
     buckets: HashSet<Arc<BucketKey>>,
     unknown_domain_logged: bool,
+    connection: Option<Connection>,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    /// Each bucket's key is shared with the streams' sets and outboxes, not copied.
-    buckets: HashMap<Arc<BucketKey>, BucketState>,
+    /// Each bucket's key is shared with the streams' sets and outboxes, not copied. Ordered,
+    /// so that `/rlqs` reads it a range at a time.
+    buckets: BTreeMap<Arc<BucketKey>, BucketState>,
     streams: HashMap<u64, StreamEntry>,
     /// Buckets whose shares wait for a computation: a report, a stream joining or leaving since
     /// the last one.
     due: HashSet<Arc<BucketKey>>,
     /// rule label -> (allowed, denied) reported.
     reported: BTreeMap<String, (u64, u64)>,
+    /// Open streams per connection they came on (connections with none are not kept).
+    per_connection: HashMap<Connection, usize>,
 }
 
 /// One stream's view of a bucket, for `/rlqs`.
@@ -254,6 +312,15 @@ pub struct QuotaRegistry<D> {
     computations: AtomicU64,
     ttl: Duration,
     store_errors: WarnThrottle,
+    refusals: Refusals,
+    budget: StateBudget,
+    /// Holds a permit while a change of the rules waits to be applied.
+    rules_dirty: Notify,
+    /// Outboxes given actions since their writers were last woken: a computation queues its
+    /// streams' assignments, and their writers are woken once for a report's or a tick's
+    /// computations, not once per bucket (each wake makes a response on the stream's serving
+    /// thread).
+    to_wake: Mutex<Vec<Arc<Outbox>>>,
 }
 
 impl<D: QuotaDemands> QuotaRegistry<D> {
@@ -268,21 +335,56 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             computations: AtomicU64::new(0),
             ttl: assignment_ttl(settings.report_period, DEFAULT_TTL_PERIODS),
             store_errors: WarnThrottle::new(),
+            refusals: Refusals::default(),
+            budget: StateBudget::new(settings.memory_budget),
+            rules_dirty: Notify::new(),
+            to_wake: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The memory budget of the streams' state (`--rlqs-memory-budget`).
+    pub fn budget(&self) -> &StateBudget {
+        &self.budget
+    }
+
+    /// What the RLQS caps refused so far.
+    pub fn refusals(&self) -> &Refusals {
+        &self.refusals
     }
 
     pub fn settings(&self) -> &RlqsSettings {
         &self.settings
     }
 
-    /// Opens a stream: its id and outbox; RESOURCE_EXHAUSTED at `--rlqs-max-streams`.
-    pub fn open(&self) -> Result<(u64, Arc<Outbox>), Status> {
-        let mut state = self.state.lock();
+    /// Opens a stream on `connection` (`None`: not known, not counted per connection): its id
+    /// and outbox; RESOURCE_EXHAUSTED at `--rlqs-max-streams`, at
+    /// `--rlqs-max-streams-per-connection` or when the memory budget cannot take it.
+    pub fn open(&self, connection: Option<Connection>) -> Result<(u64, Arc<Outbox>), Status> {
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
         if state.streams.len() >= self.settings.max_streams {
+            self.refusals.record(RlqsLimit::Streams);
             return Err(Status::resource_exhausted(format!(
                 "the server holds its {} RLQS streams (--rlqs-max-streams)",
                 self.settings.max_streams
             )));
+        }
+        if let Some(connection) = connection {
+            let on_connection = state.per_connection.get(&connection).copied();
+            if on_connection.unwrap_or(0) >= self.settings.max_streams_per_connection {
+                self.refusals.record(RlqsLimit::StreamsPerConnection);
+                return Err(Status::resource_exhausted(format!(
+                    "this connection holds its {} RLQS streams (--rlqs-max-streams-per-connection)",
+                    self.settings.max_streams_per_connection
+                )));
+            }
+        }
+        if self.budget.charge(STREAM_COST).is_err() {
+            self.refusals.record(RlqsLimit::MemoryBudget);
+            return Err(Status::resource_exhausted(self.budget.refusal()));
+        }
+        if let Some(connection) = connection {
+            *state.per_connection.entry(connection).or_default() += 1;
         }
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let outbox = Arc::new(Outbox::default());
@@ -292,9 +394,28 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 outbox: outbox.clone(),
                 buckets: HashSet::new(),
                 unknown_domain_logged: false,
+                connection,
             },
         );
         Ok((id, outbox))
+    }
+
+    /// How long a stream may send no report before it is ended: `--rlqs-idle-timeout` and one
+    /// report period, so that the buckets of a stream that stopped reporting are abandoned (and
+    /// the Envoy told so) first. Envoy reports every bucket it holds each period, counted or not:
+    /// a stream silent that long holds none, or is not an Envoy.
+    pub fn silence_limit(&self) -> Duration {
+        self.settings.idle_timeout + self.settings.report_period
+    }
+
+    /// Counts a stream that sent no report within [`QuotaRegistry::silence_limit`]; what ends
+    /// it.
+    pub fn idle_stream(&self) -> Status {
+        self.refusals.record(RlqsLimit::IdleStream);
+        Status::deadline_exceeded(format!(
+            "no usage report within {} (--rlqs-idle-timeout and a report period)",
+            humantime::format_duration(self.silence_limit())
+        ))
     }
 
     /// What `rules` make of `key`: the rule label and the strategy.
@@ -316,15 +437,53 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
         (rule, strategy)
     }
 
+    /// INVALID_ARGUMENT when the domain of `reports`, or one of its buckets with the domain,
+    /// takes more than `--rlqs-max-bucket-id-bytes` (a bucket's id counted as the wire encodes
+    /// it: what the server would hold of it).
+    fn oversized_bucket(&self, reports: &RateLimitQuotaUsageReports) -> Option<Status> {
+        let cap = self.settings.max_bucket_id_bytes;
+        let domain = reports.domain.len();
+        let refuse = |what: String, bytes: usize| {
+            Status::invalid_argument(format!(
+                "{what} takes {bytes} bytes; at most {cap} are accepted (--rlqs-max-bucket-id-bytes)"
+            ))
+        };
+        if domain > cap {
+            return Some(refuse("the report's domain".to_owned(), domain));
+        }
+        reports
+            .bucket_quota_usages
+            .iter()
+            .enumerate()
+            .find_map(|(index, usage)| {
+                let id = usage
+                    .bucket_id
+                    .as_ref()
+                    .map_or(0, prost::Message::encoded_len);
+                let bytes = domain.saturating_add(id);
+                (bytes > cap).then(|| {
+                    refuse(
+                        format!("bucket {index} of the report, with its domain,"),
+                        bytes,
+                    )
+                })
+            })
+    }
+
     /// Applies one usage report of `stream`: subscribes new buckets, updates demands, and
     /// answers each bucket with the stream's assignment, computing the bucket's shares first
-    /// when the last computation is a gap old. An error ends the stream (the bucket cap); the
-    /// buckets before the one beyond the cap are applied.
+    /// when the last computation is a gap old. An error ends the stream: a bucket beyond the
+    /// bucket cap (the buckets before it are applied), or one above the size cap (nothing of
+    /// the report is applied).
     pub async fn report(
         &self,
         stream: u64,
         reports: RateLimitQuotaUsageReports,
     ) -> Result<(), Status> {
+        if let Some(status) = self.oversized_bucket(&reports) {
+            self.refusals.record(RlqsLimit::BucketIdBytes);
+            return Err(status);
+        }
         let rules = self.rules.load_full();
         let known_domain = rules.domain(&reports.domain).is_some();
         let now = Instant::now();
@@ -357,7 +516,26 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                     domain: reports.domain.clone(),
                     bucket,
                 };
-                if !state.buckets.contains_key(&key) {
+                let held = state.buckets.get(&key);
+                let new_bucket = held.is_none();
+                let new_member = held.is_none_or(|bucket| !bucket.members.contains_key(&stream));
+                if new_member {
+                    if entry.buckets.len() >= self.settings.max_buckets_per_stream {
+                        self.refusals.record(RlqsLimit::BucketsPerStream);
+                        refused = Some(Status::resource_exhausted(format!(
+                            "this stream reports more than {} buckets (--rlqs-max-buckets-per-stream)",
+                            self.settings.max_buckets_per_stream
+                        )));
+                        break;
+                    }
+                    let cost = MEMBER_COST + if new_bucket { bucket_bytes(&key) } else { 0 };
+                    if self.budget.charge(cost).is_err() {
+                        self.refusals.record(RlqsLimit::MemoryBudget);
+                        refused = Some(Status::resource_exhausted(self.budget.refusal()));
+                        break;
+                    }
+                }
+                if new_bucket {
                     let (rule, strategy) = self.rule_of(&rules, &key);
                     let key = Arc::new(key.clone());
                     state.buckets.insert(
@@ -376,17 +554,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                     continue;
                 };
                 let key = bucket.key.clone();
-                if !bucket.members.contains_key(&stream) {
-                    if entry.buckets.len() >= self.settings.max_buckets_per_stream {
-                        refused = Some(Status::resource_exhausted(format!(
-                            "this stream reports more than {} buckets (--rlqs-max-buckets-per-stream)",
-                            self.settings.max_buckets_per_stream
-                        )));
-                        if bucket.members.is_empty() {
-                            state.buckets.remove(&key);
-                        }
-                        break;
-                    }
+                if new_member {
                     entry.buckets.insert(key.clone());
                 }
                 let may_compute = bucket.may_compute(now, self.settings.rebalance_gap);
@@ -456,7 +624,16 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 self.compute(&key, reporter).await;
             })
             .await;
+        self.wake_queued();
         refused.map_or(Ok(()), Err)
+    }
+
+    /// Wakes the writers of the outboxes given actions since the last call.
+    fn wake_queued(&self) {
+        let queued = std::mem::take(&mut *self.to_wake.lock());
+        for outbox in queued {
+            outbox.wake();
+        }
     }
 
     fn assign(&self, assignment: Assignment) -> Action {
@@ -584,7 +761,9 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             };
             member.sent_raw = Some(assignment);
             member.sent = Some(to_send);
-            entry.outbox.push(key, self.assign(to_send));
+            if entry.outbox.queue(key, self.assign(to_send)) {
+                self.to_wake.lock().push(entry.outbox.clone());
+            }
             sent += 1;
         }
         self.assignments_sent.fetch_add(sent, Ordering::Relaxed);
@@ -603,16 +782,23 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 let Some(bucket) = state.buckets.get_mut(&key) else {
                     continue;
                 };
-                bucket.members.remove(&stream);
+                if bucket.members.remove(&stream).is_some() {
+                    self.budget.release(MEMBER_COST);
+                }
                 if bucket.members.is_empty() {
                     state.buckets.remove(&key);
                     state.due.remove(&key);
+                    self.budget.release(bucket_bytes(&key));
                     emptied.push(key);
-                } else if !bucket.due {
-                    bucket.due = true;
-                    state.due.insert(key);
+                } else {
+                    shrink_map(&mut bucket.members);
+                    if !bucket.due {
+                        bucket.due = true;
+                        state.due.insert(key);
+                    }
                 }
             }
+            shrink_set(&mut state.due);
             emptied
         };
         if self.demands.shared() {
@@ -635,6 +821,17 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             let Some(entry) = state.streams.remove(&stream) else {
                 return;
             };
+            shrink_map(&mut state.streams);
+            self.budget.release(STREAM_COST);
+            if let Some(connection) = entry.connection {
+                if let Some(open) = state.per_connection.get_mut(&connection) {
+                    *open -= 1;
+                    if *open == 0 {
+                        state.per_connection.remove(&connection);
+                        shrink_map(&mut state.per_connection);
+                    }
+                }
+            }
             entry.buckets.into_iter().map(|key| (key, stream)).collect()
         };
         self.forget(left).await;
@@ -663,7 +860,10 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             for (key, id) in &left {
                 if let Some(entry) = state.streams.get_mut(id) {
                     entry.buckets.remove(key);
-                    entry.outbox.push(key, Action::Abandon);
+                    shrink_set(&mut entry.buckets);
+                    if entry.outbox.queue(key, Action::Abandon) {
+                        self.to_wake.lock().push(entry.outbox.clone());
+                    }
                 }
             }
             left
@@ -696,28 +896,84 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 .cloned()
                 .collect()
         };
-        for key in keys {
-            self.compute(&key, None).await;
+        for (index, key) in keys.iter().enumerate() {
+            self.compute(key, None).await;
+            if index % WAKE_EVERY == WAKE_EVERY - 1 {
+                self.wake_queued();
+                tokio::task::yield_now().await;
+            }
+        }
+        self.wake_queued();
+    }
+
+    /// Notes that the rules changed: [`QuotaRegistry::follow_rule_changes`] applies them.
+    /// Changes noted while it applies one are applied together once it is done, so a burst of
+    /// versions costs one or two passes over the buckets, not one each.
+    pub fn rules_changed(&self) {
+        self.rules_dirty.notify_one();
+    }
+
+    /// Applies the rules in force each time [`QuotaRegistry::rules_changed`] is called (never
+    /// returns; run it where RLQS work runs, off the serving threads).
+    pub async fn follow_rule_changes(&self) {
+        loop {
+            self.rules_dirty.notified().await;
+            self.apply_rules().await;
         }
     }
 
-    /// Applies changed rules: every bucket whose rule or share changed gets its new assignment
-    /// on every subscribed stream, without waiting for a report.
-    pub async fn rules_changed(&self) {
+    /// Applies the rules in force: every bucket whose rule or strategy changed is due for a
+    /// computation, which sends its streams their new assignments at the next tick without
+    /// waiting for a report; the others are left as they are. The registry is held for
+    /// [`RULE_CHUNK`] buckets at a time. The reported counts of rules no longer configured are
+    /// dropped.
+    pub async fn apply_rules(&self) {
         let rules = self.rules.load_full();
-        let keys: Vec<Arc<BucketKey>> = {
-            let mut state = self.state.lock();
-            let mut keys = Vec::with_capacity(state.buckets.len());
-            for (key, bucket) in state.buckets.iter_mut() {
-                let (rule, strategy) = self.rule_of(&rules, key);
-                bucket.rule = rule;
-                bucket.strategy = strategy;
-                keys.push(key.clone());
+        let configured: HashSet<String> = rules
+            .limits()
+            .iter()
+            .map(|limit| limit.path.clone())
+            .collect();
+        self.state
+            .lock()
+            .reported
+            .retain(|rule, _| rule == UNMATCHED || configured.contains(rule));
+        drop(configured);
+        let mut after: Option<Arc<BucketKey>> = None;
+        loop {
+            let done = {
+                let mut guard = self.state.lock();
+                let state = &mut *guard;
+                let from = after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+                let mut seen = 0;
+                let mut last = None;
+                let mut due = Vec::new();
+                for (key, bucket) in state
+                    .buckets
+                    .range_mut::<BucketKey, _>((from, Bound::Unbounded))
+                    .take(RULE_CHUNK)
+                {
+                    seen += 1;
+                    last = Some(key.clone());
+                    let (rule, strategy) = self.rule_of(&rules, key);
+                    if rule == bucket.rule && strategy == bucket.strategy {
+                        continue;
+                    }
+                    bucket.rule = rule;
+                    bucket.strategy = strategy;
+                    if !bucket.due {
+                        bucket.due = true;
+                        due.push(key.clone());
+                    }
+                }
+                state.due.extend(due);
+                after = last;
+                seen < RULE_CHUNK
+            };
+            if done {
+                return;
             }
-            keys
-        };
-        for key in keys {
-            self.compute(&key, None).await;
+            tokio::task::yield_now().await;
         }
     }
 
@@ -751,33 +1007,43 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             .collect()
     }
 
-    /// Every bucket with its streams, sorted by domain and bucket.
-    pub fn snapshot(&self) -> Vec<BucketView> {
+    /// The buckets after `after` (from the first when `None`), sorted by domain and bucket,
+    /// with their streams: as many as hold at most `members` streams in all, and at least one.
+    /// The registry is held for these buckets only.
+    pub fn page(&self, after: Option<&BucketKey>, members: usize) -> Vec<BucketView> {
         let state = self.state.lock();
-        let mut views: Vec<BucketView> = state
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut views = Vec::new();
+        let mut taken = 0usize;
+        for (key, bucket) in state
             .buckets
-            .iter()
-            .map(|(key, bucket)| {
-                let mut streams: Vec<MemberView> = bucket
-                    .members
-                    .iter()
-                    .map(|(id, member)| MemberView {
-                        stream: *id,
-                        demand: member.demand.rate(),
-                        share: member.share,
-                        assignment: member.sent,
-                    })
-                    .collect();
-                streams.sort_unstable_by_key(|view| view.stream);
-                BucketView {
-                    key: BucketKey::clone(key),
-                    rule: bucket.rule.clone(),
-                    strategy: bucket.strategy,
-                    streams,
-                }
-            })
-            .collect();
-        views.sort_by(|a, b| a.key.cmp(&b.key));
+            .range::<BucketKey, _>((from, Bound::Unbounded))
+        {
+            if !views.is_empty() && taken.saturating_add(bucket.members.len()) > members {
+                break;
+            }
+            taken = taken.saturating_add(bucket.members.len());
+            let mut streams: Vec<MemberView> = bucket
+                .members
+                .iter()
+                .map(|(id, member)| MemberView {
+                    stream: *id,
+                    demand: member.demand.rate(),
+                    share: member.share,
+                    assignment: member.sent,
+                })
+                .collect();
+            streams.sort_unstable_by_key(|view| view.stream);
+            views.push(BucketView {
+                key: BucketKey::clone(key),
+                rule: bucket.rule.clone(),
+                strategy: bucket.strategy,
+                streams,
+            });
+            if taken >= members {
+                break;
+            }
+        }
         views
     }
 }
@@ -871,8 +1137,8 @@ mod tests {
     #[tokio::test]
     async fn reports_within_the_gap_are_answered_without_a_computation() {
         let registry = registry(Duration::from_secs(3600));
-        let (a, outbox_a) = registry.open().expect("a stream");
-        let (b, outbox_b) = registry.open().expect("a stream");
+        let (a, outbox_a) = registry.open(None).expect("a stream");
+        let (b, outbox_b) = registry.open(None).expect("a stream");
         registry.report(a, report(1, 0)).await.expect("applied");
         assert_eq!(told(&outbox_a), Some(10.0), "alone: all of L");
         assert_eq!(registry.computations(), 1);
@@ -898,8 +1164,8 @@ mod tests {
     #[tokio::test]
     async fn the_next_computation_counts_what_the_gap_held() {
         let registry = registry(Duration::ZERO);
-        let (a, outbox_a) = registry.open().expect("a stream");
-        let (b, outbox_b) = registry.open().expect("a stream");
+        let (a, outbox_a) = registry.open(None).expect("a stream");
+        let (b, outbox_b) = registry.open(None).expect("a stream");
         registry.report(a, report(1, 0)).await.expect("applied");
         assert_eq!(told(&outbox_a), Some(10.0));
         registry.report(b, report(1, 0)).await.expect("applied");
@@ -915,12 +1181,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn reported_counts_of_rules_no_longer_configured_are_dropped() {
+        let registry = registry(Duration::ZERO);
+        let (a, _outbox) = registry.open(None).expect("a stream");
+        registry.report(a, report(7, 5)).await.expect("applied");
+        assert_eq!(registry.reported(), vec![("d.name".to_owned(), 7, 0)]);
+        let renamed = CONFIG.replace("key: name", "key: other");
+        let domain = parse_domain(Path::new("quota.yaml"), &renamed).expect("valid");
+        registry.rules.store(Arc::new(Rules {
+            domains: [("d".to_owned(), domain)].into_iter().collect(),
+        }));
+        registry.apply_rules().await;
+        assert_eq!(registry.reported(), vec![]);
+        registry.report(a, report(3, 5)).await.expect("applied");
+        assert_eq!(registry.reported(), vec![(UNMATCHED.to_owned(), 3, 0)]);
+    }
+
+    #[tokio::test]
     async fn global_shadow_or_quota_mode_allows_every_bucket_and_still_counts() {
         let registry = registry_with(RlqsSettings {
             never_deny: true,
             ..RlqsSettings::default()
         });
-        let (a, outbox) = registry.open().expect("a stream");
+        let (a, outbox) = registry.open(None).expect("a stream");
         registry.report(a, report(7, 5)).await.expect("applied");
         let actions: Vec<Action> = outbox
             .pending

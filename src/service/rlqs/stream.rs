@@ -1,13 +1,15 @@
-//! The gRPC method: one bidirectional stream per Envoy, its reports read on one task, its
-//! assignments sent as the registry queues them.
+//! The gRPC method: one bidirectional stream per Envoy, its reports read on one task of the
+//! RLQS runtime, its assignments sent as the registry queues them.
 
 use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
+use tokio::runtime::Handle;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::registry::QuotaRegistry;
+use super::Connection;
 use crate::proto::rlqs::rate_limit_quota_service_server::RateLimitQuotaService;
 use crate::proto::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use crate::service::throttle::WarnThrottle;
@@ -17,6 +19,9 @@ use crate::store::QuotaDemands;
 pub struct RlqsService<D> {
     registry: Arc<QuotaRegistry<D>>,
     errors: Arc<StreamErrors>,
+    /// Where each stream's reports are read and applied: off the thread that serves its
+    /// connection, so that RLQS work never runs between that thread's RLS calls.
+    work: Handle,
 }
 
 /// One throttle per kind of stream error, so a flood of one kind does not hide another.
@@ -28,10 +33,12 @@ struct StreamErrors {
 }
 
 impl<D: QuotaDemands> RlqsService<D> {
-    pub fn new(registry: Arc<QuotaRegistry<D>>) -> RlqsService<D> {
+    /// The service over `registry`, its streams' reports applied on `work`'s runtime.
+    pub fn new(registry: Arc<QuotaRegistry<D>>, work: Handle) -> RlqsService<D> {
         RlqsService {
             registry,
             errors: Arc::default(),
+            work,
         }
     }
 }
@@ -46,7 +53,8 @@ impl<D: QuotaDemands> RateLimitQuotaService for RlqsService<D> {
         &self,
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Responses>, Status> {
-        let (stream, outbox) = match self.registry.open() {
+        let connection = request.extensions().get::<Connection>().copied();
+        let (stream, outbox) = match self.registry.open(connection) {
             Ok(opened) => opened,
             Err(status) => {
                 if let Some(suppressed) = self.errors.refused.admit() {
@@ -59,9 +67,22 @@ impl<D: QuotaDemands> RateLimitQuotaService for RlqsService<D> {
         let registry = self.registry.clone();
         let errors = self.errors.clone();
         let reader_outbox = outbox.clone();
-        tokio::spawn(async move {
+        self.work.spawn(async move {
+            let idle = registry.silence_limit();
             let ended = loop {
-                match reports.message().await {
+                let Ok(next) = tokio::time::timeout(idle, reports.message()).await else {
+                    let status = registry.idle_stream();
+                    if let Some(suppressed) = errors.ended.admit() {
+                        tracing::warn!(
+                            stream,
+                            suppressed,
+                            "RLQS stream ended: {}",
+                            status.message()
+                        );
+                    }
+                    break Err(status);
+                };
+                match next {
                     Ok(Some(report)) => {
                         if let Err(status) = registry.report(stream, report).await {
                             if let Some(suppressed) = errors.ended.admit() {
@@ -86,7 +107,8 @@ impl<D: QuotaDemands> RateLimitQuotaService for RlqsService<D> {
                                 status.message()
                             );
                         }
-                        break Ok(());
+                        // A refused message (its size, the memory budget) is the call's status.
+                        break Err(status);
                     }
                 }
             };
