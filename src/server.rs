@@ -252,7 +252,7 @@ pub enum ServerError {
 
 /// The listeners [`serve`] takes: bound, or bound once the first configuration has arrived.
 enum Ports<'a> {
-    Bound(Listeners),
+    Bound(Box<Listeners>),
     AfterFirstConfig(Pin<Box<dyn Future<Output = std::io::Result<Listeners>> + 'a>>),
 }
 
@@ -363,7 +363,7 @@ pub async fn run<'a>(
             );
             Ports::AfterFirstConfig(Box::pin(bind))
         }
-        _ => Ports::Bound(bind.await?),
+        _ => Ports::Bound(Box::new(bind.await?)),
     };
     let transport = TransportOptions {
         tls: settings
@@ -670,7 +670,7 @@ async fn serve<S: Store>(
     }
 
     let listeners = match listeners {
-        Ports::Bound(listeners) => listeners,
+        Ports::Bound(listeners) => *listeners,
         Ports::AfterFirstConfig(bind) => {
             tokio::select! {
                 () = context.config.loaded() => {}

@@ -37,6 +37,7 @@ fn record(metrics: &Metrics, rules: &Rules, domain: &str, entries: &[(&str, &str
             admitted: admit,
             remaining: if admit { check.rate.burst() - 1 } else { 0 },
             reset_after_us: 0,
+            counted_when_vetoed: false,
         })
         .collect();
     let outcome = crate::limiter::outcome(&plan, &verdicts);
