@@ -8,13 +8,12 @@
 mod common;
 
 use std::fs;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::ratelimitd::{
-    code, command, overall, request, run_to_end, should, Ratelimitd, UPSTREAM_LOOPBACK,
+    assert_two_then_over, command, refused_start, run_to_end, Ratelimitd, UPSTREAM_LOOPBACK,
 };
 use common::redis_server::{RedisServer, TlsFiles};
-use ratelimitd::proto::rls::rate_limit_response::Code;
 
 const CONFIG: &str =
     "domain: mtls\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n";
@@ -27,44 +26,9 @@ fn config(dir: &tempfile::TempDir) -> String {
     path.to_str().unwrap().to_owned()
 }
 
-async fn assert_two_then_over(server: &Ratelimitd, value: &str) {
-    let mut client = server.client().await;
-    let mut codes = Vec::new();
-    for _ in 0..3 {
-        let response = should(&mut client, request("mtls", &[&[("k", value)]], 1)).await;
-        assert_eq!(overall(&response), code(&response.statuses[0]));
-        codes.push(overall(&response));
-    }
-    assert_eq!(
-        codes,
-        [Code::Ok, Code::Ok, Code::OverLimit],
-        "{}",
-        server.output()
-    );
-}
-
-/// `serve` with `args` and `env`, which must stop at once with exit 1: its output.
+/// `serve` with `args` and `env`, which must stop at once with exit 1 and never serve: its output.
 fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
-    let mut cmd = command();
-    cmd.args([
-        "serve",
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-    ])
-    .args(args);
-    for (name, value) in env {
-        cmd.env(name, value);
-    }
-    let started = Instant::now();
-    let (status, stdout, stderr) = run_to_end(cmd, Duration::from_secs(20));
-    let text = format!("{stdout}{stderr}");
-    assert_eq!(status.code(), Some(1), "{text}");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "refused at once: {text}"
-    );
+    let text = refused_start(args, env);
     assert!(!text.contains("serving"), "never served: {text}");
     text
 }
@@ -93,7 +57,7 @@ async fn a_server_that_requires_client_certificates_serves_ratelimitd_with_one()
         "--redis-timeout",
         "2s",
     ]);
-    assert_two_then_over(&server, "flags").await;
+    assert_two_then_over(&server, "mtls", "k", "flags").await;
     assert!(
         server.output().contains("client_certificate=true"),
         "{}",
@@ -109,7 +73,7 @@ async fn a_server_that_requires_client_certificates_serves_ratelimitd_with_one()
             ("RATELIMITD_REDIS_TLS_CLIENT_KEY", key),
         ],
     );
-    assert_two_then_over(&server, "variables").await;
+    assert_two_then_over(&server, "mtls", "k", "variables").await;
     drop(server);
 
     // Without a client certificate: refused by the server, and said so.
@@ -299,7 +263,7 @@ async fn upstreams_client_certificate_variables_drive_the_same() {
         ("REDIS_TLS_CLIENT_KEY", key),
         ("REDIS_TLS_CACERT", cert),
     ]));
-    assert_two_then_over(&server, "upstream").await;
+    assert_two_then_over(&server, "mtls", "k", "upstream").await;
     drop(server);
 
     for (extra, expected) in [

@@ -13,10 +13,9 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::ratelimitd::{
-    code, command, overall, request, run_to_end, should, Ratelimitd, UPSTREAM_LOOPBACK,
+    assert_two_then_over, command, refused_start, Ratelimitd, UPSTREAM_LOOPBACK,
 };
 use common::redis_server::{RedisServer, TlsFiles};
-use ratelimitd::proto::rls::rate_limit_response::Code;
 
 const CONFIG: &str =
     "domain: tls\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n";
@@ -53,47 +52,6 @@ fn system_store<'a>(file: &'a Path, empty_dir: &'a Path) -> [(&'static str, &'a 
     ]
 }
 
-/// Two hits admitted, the third over the limit: the decisions come from the TLS Redis.
-async fn assert_two_then_over(server: &Ratelimitd, value: &str) {
-    let mut client = server.client().await;
-    let mut codes = Vec::new();
-    for _ in 0..3 {
-        let response = should(&mut client, request("tls", &[&[("k", value)]], 1)).await;
-        assert_eq!(overall(&response), code(&response.statuses[0]));
-        codes.push(overall(&response));
-    }
-    assert_eq!(
-        codes,
-        [Code::Ok, Code::Ok, Code::OverLimit],
-        "{}",
-        server.output()
-    );
-}
-
-/// `serve` run to its end (a refused startup), its stdout and stderr together.
-fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
-    let mut cmd = command();
-    cmd.args([
-        "serve",
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-    ])
-    .args(args);
-    for (name, value) in env {
-        cmd.env(name, value);
-    }
-    let started = Instant::now();
-    let (status, stdout, stderr) = run_to_end(cmd, Duration::from_secs(20));
-    assert_eq!(status.code(), Some(1), "{stdout}{stderr}");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "refused at once, not after waiting: {stdout}{stderr}"
-    );
-    format!("{stdout}{stderr}")
-}
-
 #[tokio::test]
 async fn a_self_signed_ca_certificate_given_as_the_ca_file_is_trusted() {
     let tls = TlsFiles::self_signed();
@@ -113,7 +71,7 @@ async fn a_self_signed_ca_certificate_given_as_the_ca_file_is_trusted() {
             "--redis-timeout",
             "2s",
         ]);
-        assert_two_then_over(&server, value).await;
+        assert_two_then_over(&server, "tls", "k", value).await;
         assert!(
             server.output().contains("redis TLS trusts the CA file"),
             "{}",
@@ -124,7 +82,7 @@ async fn a_self_signed_ca_certificate_given_as_the_ca_file_is_trusted() {
     // Another self-signed certificate is no anchor: refused, with what to do.
     let url = format!("rediss://127.0.0.1:{}/", redis.port());
     let other = TlsFiles::self_signed();
-    let text = refused(
+    let text = refused_start(
         &[
             "--config",
             &config,
@@ -163,7 +121,7 @@ async fn the_system_certificate_store_is_trusted_without_a_ca_file() {
         ],
         &store,
     );
-    assert_two_then_over(&server, "system").await;
+    assert_two_then_over(&server, "tls", "k", "system").await;
     assert!(
         server
             .output()
@@ -188,13 +146,13 @@ async fn the_system_certificate_store_is_trusted_without_a_ca_file() {
         ],
         &system_store(&issued.ca, empty.path()),
     );
-    assert_two_then_over(&server, "system-ca").await;
+    assert_two_then_over(&server, "tls", "k", "system-ca").await;
     drop(server);
 
     // --redis-tls-ca alone replaces the store; --redis-tls-system-roots adds it back.
     let other = TlsFiles::self_signed();
     let url = format!("rediss://localhost:{}/", redis.port());
-    let text = refused(
+    let text = refused_start(
         &[
             "--config",
             &config,
@@ -220,7 +178,7 @@ async fn the_system_certificate_store_is_trusted_without_a_ca_file() {
         ],
         &store,
     );
-    assert_two_then_over(&server, "both").await;
+    assert_two_then_over(&server, "tls", "k", "both").await;
     assert!(
         server
             .output()
@@ -231,7 +189,7 @@ async fn the_system_certificate_store_is_trusted_without_a_ca_file() {
     drop(server);
 
     // No system store at all: the bundled public roots, said at startup; they know no test CA.
-    let text = refused(
+    let text = refused_start(
         &["--config", &config, "--redis-url", &url],
         &system_store(&empty.path().join("missing.pem"), empty.path()),
     );
@@ -242,7 +200,7 @@ async fn the_system_certificate_store_is_trusted_without_a_ca_file() {
         "{text}"
     );
     // --redis-tls-system-roots means nothing without --redis-tls-ca.
-    let text = refused(
+    let text = refused_start(
         &[
             "--config",
             &config,
@@ -305,13 +263,13 @@ async fn upstreams_tls_variables_trust_the_system_store_and_the_cacert_beside_it
     let empty = tempfile::tempdir().unwrap();
     let store = system_store(&tls.cert, empty.path());
     let server = start(&store);
-    assert_two_then_over(&server, "ci").await;
+    assert_two_then_over(&server, "tls", "k", "ci").await;
     drop(server);
 
     // REDIS_TLS_CACERT: trusted beside the system's store, which still counts.
     let other = TlsFiles::self_signed();
     let server = start(&[("REDIS_TLS_CACERT", tls.cert.to_str().unwrap())]);
-    assert_two_then_over(&server, "cacert").await;
+    assert_two_then_over(&server, "tls", "k", "cacert").await;
     drop(server);
     let server = start(
         &[
@@ -320,7 +278,7 @@ async fn upstreams_tls_variables_trust_the_system_store_and_the_cacert_beside_it
         ]
         .concat(),
     );
-    assert_two_then_over(&server, "cacert-and-store").await;
+    assert_two_then_over(&server, "tls", "k", "cacert-and-store").await;
     drop(server);
 
     // Trusted by neither: startup waits for Redis (upstream's default, for ever), and the log

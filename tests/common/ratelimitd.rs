@@ -768,3 +768,47 @@ pub async fn assert_exact_admission_three_descriptors(
         "{algorithm}_c: charged exactly by the 50 admitted requests"
     );
 }
+
+/// Runs `serve` on free loopback ports with `args` and `env`; it must refuse to start: exit 1
+/// within 10 s (refused at once, not after waiting). Returns its stdout and stderr together.
+pub fn refused_start(args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut cmd = command();
+    cmd.args([
+        "serve",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+    ])
+    .args(args);
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    let started = Instant::now();
+    let (status, stdout, stderr) = run_to_end(cmd, Duration::from_secs(20));
+    let text = format!("{stdout}{stderr}");
+    assert_eq!(status.code(), Some(1), "{text}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "refused at once, not after waiting: {text}"
+    );
+    text
+}
+
+/// Three hits of `key=value` in `domain` (a limit of 2 per hour): OK, OK, OVER_LIMIT, the
+/// overall code each time the descriptor's own.
+pub async fn assert_two_then_over(server: &Ratelimitd, domain: &str, key: &str, value: &str) {
+    let mut client = server.client().await;
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let response = should(&mut client, request(domain, &[&[(key, value)]], 1)).await;
+        assert_eq!(overall(&response), code(&response.statuses[0]));
+        codes.push(overall(&response));
+    }
+    assert_eq!(
+        codes,
+        [Code::Ok, Code::Ok, Code::OverLimit],
+        "{}",
+        server.output()
+    );
+}
