@@ -244,6 +244,7 @@ fn checks_for(algorithm: Algorithm, keys: u64) -> Vec<Check> {
             rate,
             hits: 1,
             shadow: false,
+            consistency: ratelimitd::limiter::Consistency::Exact,
         })
         .collect()
 }
@@ -470,6 +471,7 @@ fn full_log_store() -> (Arc<ManualClock>, MemoryStore, Vec<Check>) {
         rate,
         hits: 1,
         shadow: false,
+        consistency: ratelimitd::limiter::Consistency::Exact,
     }];
     for _ in 0..FULL_LOG {
         clock.advance_us(FULL_LOG_STEP_US);

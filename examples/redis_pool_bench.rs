@@ -47,6 +47,7 @@ fn checks_for(task: usize, per_request: usize) -> Vec<Check> {
             rate,
             hits: 1,
             shadow: false,
+            consistency: ratelimitd::limiter::Consistency::Exact,
         })
         .collect()
 }

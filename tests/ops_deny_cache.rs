@@ -93,6 +93,7 @@ fn random_checks(rng: &mut StdRng, keys: &[Key]) -> Vec<Check> {
                 rate: key.rates[rng.random_range(0..key.rates.len())],
                 hits,
                 shadow: rng.random_bool(0.08),
+                consistency: ratelimitd::limiter::Consistency::Exact,
             }
         })
         .collect()
@@ -379,6 +380,7 @@ async fn a_restart_the_health_probe_heals_unnoticed_still_clears_the_cache() {
         rate,
         hits: 1,
         shadow: false,
+        consistency: ratelimitd::limiter::Consistency::Exact,
     };
     let checks = std::slice::from_ref(&check);
     assert!(store.is_healthy().await);

@@ -35,6 +35,7 @@ fn check(value: &str, limit: u32) -> Check {
         rate: Rate::new(Algorithm::FixedWindow, limit, Unit::Hour, 1, None).unwrap(),
         hits: 1,
         shadow: false,
+        consistency: ratelimitd::limiter::Consistency::Exact,
     }
 }
 

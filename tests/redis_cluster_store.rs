@@ -36,6 +36,7 @@ fn check(counter: &CounterKey, rate: Rate, hits: u64) -> Check {
         rate,
         hits,
         shadow: false,
+        consistency: ratelimitd::limiter::Consistency::Exact,
     }
 }
 

@@ -279,6 +279,7 @@ fn random_checks(
                 hits: random_hits(rng, &rate),
                 rate,
                 shadow: rng.random_bool(0.1),
+                consistency: ratelimitd::limiter::Consistency::Exact,
             }
         } else {
             let rate = rates[rng.random_range(0..rates.len())];
@@ -287,6 +288,7 @@ fn random_checks(
                 hits: random_hits(rng, &rate),
                 rate,
                 shadow: rng.random_bool(0.1),
+                consistency: ratelimitd::limiter::Consistency::Exact,
             }
         };
         if recent.len() == 12 {
@@ -729,6 +731,7 @@ async fn a_sliding_log_refund_keeps_every_later_hit_of_its_instant() {
             rate,
             hits,
             shadow: false,
+            consistency: ratelimitd::limiter::Consistency::Exact,
         };
         let mut reserved: Vec<Reservation> = Vec::new();
         for &(hits, reserve, refund_one) in steps {
@@ -930,6 +933,7 @@ async fn lua_and_rust_agree_at_the_extremes() {
                     hits: extreme_hits(&mut rng, &rate),
                     rate,
                     shadow: rng.random_bool(0.2),
+                    consistency: ratelimitd::limiter::Consistency::Exact,
                 }
             })
             .collect();
@@ -985,6 +989,7 @@ async fn sliding_window_counter_with_a_wait_beyond_u64() {
             rate,
             hits,
             shadow: false,
+            consistency: ratelimitd::limiter::Consistency::Exact,
         }];
         let expected = model.decide(&checks, now);
         let from_redis = redis.decide(&checks).await.expect("redis decides");

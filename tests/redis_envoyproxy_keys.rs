@@ -217,6 +217,7 @@ async fn the_keys_of_envoyproxy_ratelimit_s_own_tests_at_their_instants() {
         rate: Rate::new(Algorithm::FixedWindow, 10, unit, 1, None).unwrap(),
         hits: 1,
         shadow: false,
+        consistency: ratelimitd::limiter::Consistency::Exact,
     };
     let set = |connection: &mut redis::Connection, key: &str, count: u64| {
         let _: () = redis::cmd("SET")
@@ -326,6 +327,7 @@ async fn huge_and_unreadable_counts_never_break_a_request_halfway() {
         rate: Rate::new(Algorithm::FixedWindow, 10, Unit::Hour, 1, None).unwrap(),
         hits,
         shadow: false,
+        consistency: ratelimitd::limiter::Consistency::Exact,
     };
     let saturated = 1u64 << 50;
     for (stored, hits, expected) in [

@@ -27,6 +27,7 @@ fn check(value: &str, limit: u32, hits: u64) -> Check {
         rate: Rate::new(Algorithm::FixedWindow, limit, Unit::Hour, 1, None).unwrap(),
         hits,
         shadow: false,
+        consistency: ratelimitd::limiter::Consistency::Exact,
     }
 }
 

@@ -32,6 +32,7 @@ fn check(key: &CounterKey, rate: Rate, hits: u64) -> Check {
         rate,
         hits,
         shadow: false,
+        consistency: ratelimitd::limiter::Consistency::Exact,
     }
 }
 

@@ -152,6 +152,7 @@ fn check(value: &str, limit: u32, hits: u64, algorithm: Algorithm) -> Check {
         rate: Rate::new(algorithm, limit, Unit::Minute, 1, None).unwrap(),
         hits,
         shadow: false,
+        consistency: ratelimitd::limiter::Consistency::Exact,
     }
 }
 

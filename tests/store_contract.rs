@@ -92,6 +92,7 @@ fn check(key: &CounterKey, rate: Rate, hits: u64) -> Check {
         rate,
         hits,
         shadow: false,
+        consistency: ratelimitd::limiter::Consistency::Exact,
     }
 }
 

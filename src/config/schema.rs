@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::error::{ConfigError, Origin};
 use super::yaml::{MapEntry, Node, Pos, ScalarType, Value};
+use crate::limiter::consistency::Consistency;
 use crate::limiter::metadata::Number;
 use crate::limiter::{
     Algorithm, ConfiguredLimit, DomainRules, LimitKind, LimitedRate, Metadata, MetadataValue, Rate,
@@ -728,6 +729,7 @@ impl Checker<'_> {
                 unit,
                 unit_multiplier,
                 rate,
+                consistency: Consistency::Exact,
             }),
             Err(error) => {
                 let culprit = match error {

@@ -1,5 +1,6 @@
 //! The unit of work a store decides: one counter, one rate, some hits.
 
+use super::consistency::Consistency;
 use super::counter_key::CounterKey;
 use super::rate::Rate;
 
@@ -13,4 +14,6 @@ pub struct Check {
     pub hits: u64,
     /// A shadow-mode limit: decided and counted, but it never vetoes the request.
     pub shadow: bool,
+    /// Whether this replica may decide the check from a lease (see `store::lease`).
+    pub consistency: Consistency,
 }

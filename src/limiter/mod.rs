@@ -4,6 +4,7 @@
 pub mod algorithm;
 pub mod check;
 pub mod clock;
+pub mod consistency;
 pub mod counter_key;
 pub mod matcher;
 pub mod metadata;
@@ -16,6 +17,7 @@ pub mod rules;
 pub mod wildcard;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use consistency::Consistency;
 pub use metadata::{Metadata, MetadataValue};
 pub use plan::{
     outcome, plan, plan_with, response_metadata, Code, CurrentLimit, DescriptorOutcome,

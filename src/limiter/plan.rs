@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::algorithm::Verdict;
 use super::check::Check;
+use super::consistency::Consistency;
 use super::counter_key::CounterKey;
 use super::matcher::find;
 use super::metadata::{self, Metadata};
@@ -144,6 +145,7 @@ pub fn plan_with(rules: &Rules, request: &Request, modes: Modes) -> Result<Plan,
         let hits = request.hits_for(descriptor);
         let shared = found.as_ref().map_or(&[][..], |found| &found.shared[..]);
         let counted = |rate: Rate,
+                       consistency: Consistency,
                        current: CurrentLimit,
                        enforcement: Enforcement,
                        overridden: bool,
@@ -153,6 +155,7 @@ pub fn plan_with(rules: &Rules, request: &Request, modes: Modes) -> Result<Plan,
                 rate,
                 hits,
                 shadow: modes.shadow_mode || enforcement != Enforcement::Enforced,
+                consistency,
             });
             Resolution::Counted {
                 limit: current,
@@ -189,7 +192,14 @@ pub fn plan_with(rules: &Rules, request: &Request, modes: Modes) -> Result<Plan,
                         None,
                     )
                     .map_err(|source| PlanError::InvalidOverride { index, source })?;
-                    counted(rate, current, enforcement, true, &mut checks)
+                    counted(
+                        rate,
+                        Consistency::Exact,
+                        current,
+                        enforcement,
+                        true,
+                        &mut checks,
+                    )
                 }
             }
             (None, None) => Resolution::NoLimit,
@@ -223,7 +233,14 @@ pub fn plan_with(rules: &Rules, request: &Request, modes: Modes) -> Result<Plan,
                             unit_multiplier: limited.unit_multiplier,
                             name: configured.name.clone(),
                         };
-                        counted(limited.rate, current, enforcement, false, &mut checks)
+                        counted(
+                            limited.rate,
+                            limited.consistency,
+                            current,
+                            enforcement,
+                            false,
+                            &mut checks,
+                        )
                     }
                 }
             }
@@ -267,6 +284,7 @@ fn veto(like: &Check) -> Check {
         rate: like.rate,
         hits: u64::from(like.rate.burst()) + 1,
         shadow: false,
+        consistency: Consistency::Exact,
     }
 }
 
@@ -494,6 +512,7 @@ mod tests {
                     unit: Unit::Minute,
                     unit_multiplier: 1,
                     rate,
+                    consistency: crate::limiter::Consistency::Exact,
                 }),
                 replaces: replaces.iter().map(|s| s.to_string()).collect(),
                 shadow_mode: shadow,

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::consistency::Consistency;
 use super::metadata::Metadata;
 use super::rate::{Algorithm, Rate, Unit};
 use super::wildcard::Wildcard;
@@ -28,6 +29,8 @@ pub struct LimitedRate {
     pub unit: Unit,
     pub unit_multiplier: u32,
     pub rate: Rate,
+    /// `consistency` (or `--consistency` for a rule that does not say).
+    pub consistency: Consistency,
 }
 
 impl LimitedRate {

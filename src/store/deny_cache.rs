@@ -393,6 +393,7 @@ mod tests {
             rate: Rate::new(Algorithm::FixedWindow, 2, Unit::Second, 1, None).unwrap(),
             hits,
             shadow,
+            consistency: crate::limiter::Consistency::Exact,
         }
     }
 

@@ -244,6 +244,7 @@ mod tests {
             rate: Rate::new(Algorithm::FixedWindow, 2, Unit::Second, 1, None).unwrap(),
             hits: 1,
             shadow: false,
+            consistency: crate::limiter::Consistency::Exact,
         }
     }
 

@@ -34,6 +34,7 @@ fn check(value: &str, rate: Rate, hits: u64) -> Check {
         rate,
         hits,
         shadow: false,
+        consistency: crate::limiter::Consistency::Exact,
     }
 }
 

@@ -250,6 +250,7 @@ mod tests {
                     .expect("a valid rate"),
                 hits: 1,
                 shadow: false,
+                consistency: crate::limiter::Consistency::Exact,
             })
             .collect();
         Invocation::new(&checks, None)

@@ -114,6 +114,7 @@ fn check(rate: &Rate, key: &str, i: u64) -> Check {
         rate: *rate,
         hits: 1,
         shadow: false,
+        consistency: ratelimitd::limiter::Consistency::Exact,
     }
 }
 

@@ -248,6 +248,7 @@ mod tests {
             rate: Rate::new(algorithm, 10, unit, 1, None).unwrap(),
             hits: 1,
             shadow: false,
+            consistency: crate::limiter::Consistency::Exact,
         }
     }
 
