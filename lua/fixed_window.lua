@@ -29,7 +29,7 @@
 -- algorithms on every call cost ~24 000 redis-server instructions, a sixth of a one-request call;
 -- callgrind).
 local function new_fixed_window()
-  local fixed_window = {}
+  local fixed_window = { leased_by_window = true }
 
   -- `@<window index>` of the call's latest window of each length, by the length: { start,
   -- suffix }. The checks of a call mostly share their window, and formatting a number costs more

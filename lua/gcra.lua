@@ -111,6 +111,17 @@ local function new_gcra()
     write_state(key, int_str(tat), tat, stored_tat, now)
   end
 
+  -- A lease of `hits` granted at now and lasting `period`, charged as if spent at its end
+  -- (lease.lua): TAT := max(TAT, now + period) + n*T, its expiry counted from the real now.
+  function gcra.lease(key, stored_tat, now, _limit, _window, _burst, hits, interval, period)
+    local tat = stored_tat
+    if not tat or tat < now + period then
+      tat = now + period
+    end
+    tat = tat + hits * interval
+    write_state(key, int_str(tat), tat, stored_tat, now)
+  end
+
   -- A now before the commit's (a promoted replica's clock) counts as the commit's. A TAT already
   -- at or before now is worthless and left alone; one refunded to at or before now is deleted.
   function gcra.refund(key, stored_tat, committed_at, now, _limit, _window, _burst, hits, interval,

@@ -2,7 +2,7 @@
 -- script).
 --
 -- The store sends ONE script: common.lua, the five algorithm files, envoyproxy_fixed_window.lua,
--- rates.lua and this file, concatenated in that order, loaded once (SCRIPT LOAD) and called with EVALSHA. Concurrent requests share one
+-- rates.lua, lease.lua and this file, concatenated in that order, loaded once (SCRIPT LOAD) and called with EVALSHA. Concurrent requests share one
 -- call (src/store/redis/batch.rs): they are decided one after the other, in order, each on the
 -- state the earlier ones left, exactly as if each had its own call.
 --
@@ -38,11 +38,16 @@
 --         k       the request's number of checks (at least 1): its first and k - 1 further ones
 --         now     µs, pinning the request's time (tests); absent, Redis's own clock (TIME, read
 --                 once per call): production never pins, so hosts with skewed clocks agree.
+--       or, for a lease (a request of one check that reserves hits, see lease.lua),
+--         its only check            L<rate>:<want>:<min>:<period>[:<now>]
+--       where want is the hits wanted, min the fewest worth granting and period the µs a
+--       token_bucket or gcra lease lasts.
 -- Returns: ONE flat array for the whole call: first the call's clock, the µs of the TIME it read
 --          (0 when every request pinned its time), which a refund of its writes names; then,
 --          request after request: for each, either its k
 --          verdicts as 3 values each, {admitted 0/1, remaining, reset_after_us}, in check order
---          (integers; a reset_after_us of 2^63 or more, which only Rust's saturation produces,
+--          (a lease's verdict is {granted > 0, hits granted, µs until the lease ends or, when
+--          none was granted, until min could be}; integers; a reset_after_us of 2^63 or more, which only Rust's saturation produces,
 --          travels as a decimal string), or, for that request alone, ONE element: an error
 --          message as a plain string ('<CODE> <text>': invalid arguments, or a Redis error while
 --          deciding it; not an error reply, which clients raise for the whole call). A request's
@@ -65,6 +70,10 @@
 -- envoyproxy/ratelimit's counters (codes 5 and 6) also count hits of denied requests: see
 -- decide_request in envoyproxy_fixed_window.lua.
 
+-- The first byte of a lease's spec ('L').
+local LEASE_MARK = 76
+local string_byte = string.byte
+
 -- The call's keys and arguments, read several times per check, as locals (see common.lua for the
 -- cluster form, whose keys travel in ARGV).
 local KEYS, ARGV = keys_and_arguments()
@@ -80,12 +89,30 @@ local rates = {}
 local envoyproxy = nil
 
 -- The decoded specs of this call by their text: { rate, n, shadow, k (0 for a further check),
--- pinned now or false }, or false for a text that is no spec.
+-- pinned now or false }, a lease's { rate, want, false, 1, pinned now or false, min, period },
+-- or false for a text that is no spec.
 local specs = {}
 
 -- Decodes the spec `text` (see ARGV above) into `specs`, and returns what it stored there.
 local function decode_spec(text)
   local spec = false
+  if string_byte(text, 1) == LEASE_MARK then
+    local position, want, min, period, pinned = string_match(text, '^L(%d+):(%d+):(%d+):(%d+)(.*)$')
+    local rate = position and rates[tonumber(position)]
+    local now = false
+    if pinned and pinned ~= '' then
+      local digits = string_match(pinned, '^:(%d+)$')
+      now = digits and tonumber(digits)
+      if now and now >= TWO_POW_53 then
+        now = nil
+      end
+    end
+    if rate and now ~= nil then
+      spec = { rate, tonumber(want), false, 1, now, tonumber(min), tonumber(period) }
+    end
+    specs[text] = spec
+    return spec
+  end
   local further, position, rest = string_match(text, '^(%+?)(%d+)(.*)$')
   local rate = position and rates[tonumber(position)]
   if rate then
@@ -371,7 +398,19 @@ while i <= last_spec do
     now = redis_now
   end
   local at = out_len
-  if checks == 1 and not envoyproxy then
+  if spec[6] then
+    local ok, first, granted, after = pcall(grant_lease, KEYS[i - key_offset], now, spec[1], spec[2],
+      spec[6], spec[7])
+    if ok then
+      out[at + 1] = first
+      out[at + 2] = granted
+      out[at + 3] = after
+      out_len = at + 3
+    else
+      out[at + 1] = error_message(first)
+      out_len = at + 1
+    end
+  elseif checks == 1 and not envoyproxy then
     local rate = spec[1]
     local algorithm = rate[1]
     local lean = algorithm.decide_one

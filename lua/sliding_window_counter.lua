@@ -19,7 +19,7 @@
 -- algorithms on every call cost ~24 000 redis-server instructions, a sixth of a one-request call;
 -- callgrind).
 local function new_sliding_window_counter()
-  local sliding_window_counter = {}
+  local sliding_window_counter = { leased_by_window = true }
 
   function sliding_window_counter.load(key)
     local raw = redis_call('GET', key)

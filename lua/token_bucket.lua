@@ -83,6 +83,15 @@ local function new_token_bucket()
     write_state(key, string_format('%.17g', tokens) .. ':' .. int_str(now), expires_at, nil, now)
   end
 
+  -- A lease of `hits` granted at now and lasting `period` (lease.lua): min(tokens, B -
+  -- period*L/W) - n tokens at now, below zero when the refill must first pay a debt.
+  function token_bucket.lease(key, state, now, limit, window, burst, hits, _interval, period)
+    local ceiling = burst - period * limit / window
+    local tokens = math_min(tokens_at(state, now, limit, window, burst), ceiling) - hits
+    local expires_at = now + refill_time_us(limit, window, burst - tokens)
+    write_state(key, string_format('%.17g', tokens) .. ':' .. int_str(now), expires_at, nil, now)
+  end
+
   -- Refills to t1 = max(now, t0) as evaluate does. A now before the commit's (a promoted
   -- replica's clock) counts as the commit's. A bucket already full at now is left alone; one
   -- refunded to full is deleted (as absent).

@@ -54,3 +54,30 @@ impl<C: Clock> Clock for std::sync::Arc<C> {
         (**self).now_us()
     }
 }
+
+/// Microseconds since this clock was made, from the OS's monotonic clock: for instants that must
+/// never move backwards or jump with the wall clock (how long a lease still lasts).
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock {
+    origin: std::time::Instant,
+}
+
+impl MonotonicClock {
+    pub fn new() -> MonotonicClock {
+        MonotonicClock {
+            origin: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> MonotonicClock {
+        MonotonicClock::new()
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now_us(&self) -> u64 {
+        self.origin.elapsed().as_micros() as u64
+    }
+}

@@ -16,7 +16,7 @@ pub mod request_limits;
 pub mod rules;
 pub mod wildcard;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use consistency::Consistency;
 pub use metadata::{Metadata, MetadataValue};
 pub use plan::{

@@ -53,7 +53,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::{Check, Store, StoreError};
+use super::{Check, LeaseAnswer, LeaseAsk, Store, StoreError};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::clock::Clock;
 use crate::limiter::counter_key::CounterKey;
@@ -333,6 +333,11 @@ impl<S> DenyCache<S> {
 }
 
 impl<S: Store> Store for DenyCache<S> {
+    /// Leases go to the store: a denial this cache remembers is about requests, not grants.
+    async fn lease(&self, asks: &[LeaseAsk]) -> Result<Vec<LeaseAnswer>, StoreError> {
+        self.inner.lease(asks).await
+    }
+
     async fn decide(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
         if self.settings.max_entries == 0 {
             return self.inner.decide(checks).await;

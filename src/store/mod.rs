@@ -5,14 +5,18 @@
 
 pub mod deny_cache;
 pub mod failure_health;
+pub mod lease;
 pub mod memory;
 pub mod quota_demands;
 pub mod redis;
 
 use std::future::Future;
 
+use crate::limiter::algorithm::lease::{Grant, LeaseTerms};
 use crate::limiter::algorithm::Verdict;
 pub use crate::limiter::check::Check;
+use crate::limiter::counter_key::CounterKey;
+use crate::limiter::rate::Rate;
 
 pub use self::redis::{RedisSettings, RedisStore};
 pub use deny_cache::{DenyCache, DenyCacheSettings};
@@ -56,6 +60,18 @@ impl StoreError {
     }
 }
 
+/// One lease a replica asks for: `terms` on the counter `key` of `rate`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseAsk {
+    pub key: CounterKey,
+    pub rate: Rate,
+    pub terms: LeaseTerms,
+}
+
+/// A store's answer to one [`LeaseAsk`]: the grant, `None` when this store cannot lease that
+/// counter (its algorithm, or a key kept in envoyproxy/ratelimit's format), or why it failed.
+pub type LeaseAnswer = Result<Option<Grant>, StoreError>;
+
 /// Counter storage shared by every request.
 pub trait Store: Send + Sync + 'static {
     /// Decides `checks` together and returns one verdict per check, in order. Each verdict says
@@ -70,6 +86,14 @@ pub trait Store: Send + Sync + 'static {
         &self,
         checks: &[Check],
     ) -> impl Future<Output = Result<Vec<Verdict>, StoreError>> + Send;
+
+    /// Grants what it can of each of `asks` (see `limiter::algorithm::lease`), one answer per
+    /// ask, in order: each ask on its own, atomically, charged to its counter when granted, with
+    /// no all-or-nothing between asks. The outer error fails them all.
+    fn lease(
+        &self,
+        asks: &[LeaseAsk],
+    ) -> impl Future<Output = Result<Vec<LeaseAnswer>, StoreError>> + Send;
 
     /// Whether the store can currently serve decisions (drives health checks).
     fn is_healthy(&self) -> impl Future<Output = bool> + Send;

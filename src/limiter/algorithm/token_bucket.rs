@@ -77,6 +77,27 @@ pub fn commit(
     }
 }
 
+/// Charges a lease of `hits` granted at `now_us` and lasting `period_us`: the GCRA lease charge
+/// (see `algorithm::lease`) on the bucket's deficit. With F the instant the bucket is full again,
+/// F := max(F, now + period) + n·W/L, which at `now` is min(tokens, B − period·L/W) − n tokens (the
+/// bucket may go below zero: a debt the refill pays first). Call only when `evaluate` admits `hits`
+/// at `now_us`. The f64 operations are those of the script, in the same order.
+pub fn lease(
+    rate: &Rate,
+    state: Option<&TokenBucketState>,
+    now_us: u64,
+    hits: u64,
+    period_us: u64,
+) -> TokenBucketState {
+    let tokens = tokens_at(rate, state, now_us);
+    let ceiling = f64::from(rate.burst())
+        - period_us as f64 * f64::from(rate.limit()) / rate.window_us() as f64;
+    TokenBucketState {
+        tokens: tokens.min(ceiling) - hits as f64,
+        last_us: now_us,
+    }
+}
+
 /// Takes back `hits` committed at t0 = `committed_at_us` on a bucket that was `debt_before_us`
 /// from full just before the reservation: refills to t1 = max(`now_us`, t0) as [`evaluate`] does,
 /// then adds n − max(0, t1 − t0 − debt)·L/W tokens when that is positive; `None` (delete) when the

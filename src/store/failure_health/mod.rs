@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 pub use self::window::{FailureWindow, Tally};
 
-use super::{Check, Store, StoreError};
+use super::{Check, LeaseAnswer, LeaseAsk, Store, StoreError};
 use crate::limiter::algorithm::Verdict;
 
 /// When failed store calls make the store unhealthy.
@@ -161,6 +161,15 @@ impl<S: Store> Store for FailureHealth<S> {
         result
     }
 
+    /// Counted like decisions: a lease call that fails is a store call that failed.
+    async fn lease(&self, asks: &[LeaseAsk]) -> Result<Vec<LeaseAnswer>, StoreError> {
+        let result = self.inner.lease(asks).await;
+        if self.settings.is_on() && !asks.is_empty() {
+            self.window.record(self.second(), result.is_err());
+        }
+        result
+    }
+
     /// The inner store's health, and the rule on its recent calls.
     async fn is_healthy(&self) -> bool {
         let answers = self.inner.is_healthy().await;
@@ -215,6 +224,10 @@ mod tests {
     }
 
     impl Store for Flaky {
+        async fn lease(&self, asks: &[LeaseAsk]) -> Result<Vec<LeaseAnswer>, StoreError> {
+            Ok(asks.iter().map(|_| Ok(None)).collect())
+        }
+
         async fn decide(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
             if self.failing.load(Ordering::Relaxed) {
                 Err(StoreError::Protocol("OOM command not allowed".into()))

@@ -26,9 +26,9 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use self::slot::{counter_id, CounterId, IdHasher, Slot};
-use super::{Check, Store, StoreError};
-use crate::limiter::algorithm::{self, Verdict};
+use self::slot::{counter_id, counter_id_of, CounterId, IdHasher, Slot};
+use super::{Check, LeaseAnswer, LeaseAsk, Store, StoreError};
+use crate::limiter::algorithm::{self, lease, Verdict};
 use crate::limiter::clock::{Clock, SystemClock};
 use crate::limiter::rate::Rate;
 
@@ -138,6 +138,32 @@ impl MemoryStore {
         verdicts
     }
 
+    /// Grants each of `asks` at once (what [`Store::lease`] answers), each under its shard's lock.
+    pub fn lease_now(&self, asks: &[LeaseAsk]) -> Vec<LeaseAnswer> {
+        asks.iter()
+            .map(|ask| {
+                if !lease::leasable(ask.rate.algorithm()) {
+                    return Ok(None);
+                }
+                let id = counter_id_of(&self.keys, &ask.key, &ask.rate);
+                let shard = (id.high >> (64 - SHARD_BITS)) as usize;
+                let mut map = self.shards[shard].0.lock();
+                let now = self.clock.now_us();
+                if let Entry::Occupied(entry) = map.entry(id) {
+                    if entry.get().is_expired(now) {
+                        entry.remove();
+                    }
+                }
+                let state = map.get(&id).map(|slot| slot.state.view().into_owned());
+                let (grant, charged) = lease::grant(&ask.rate, state.as_ref(), now, ask.terms);
+                if let Some(charged) = charged {
+                    map.insert(id, Slot::new(&ask.rate, charged));
+                }
+                Ok(Some(grant))
+            })
+            .collect()
+    }
+
     /// Removes every expired counter; returns how many.
     pub fn sweep_expired(&self) -> usize {
         (0..SHARDS).map(|index| self.sweep_shard(index)).sum()
@@ -218,6 +244,10 @@ impl fmt::Debug for MemoryStore {
 impl Store for MemoryStore {
     async fn decide(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
         Ok(self.decide_now(checks))
+    }
+
+    async fn lease(&self, asks: &[LeaseAsk]) -> Result<Vec<LeaseAnswer>, StoreError> {
+        Ok(self.lease_now(asks))
     }
 
     fn is_healthy(&self) -> impl Future<Output = bool> + Send {

@@ -27,6 +27,7 @@ use crate::limiter::algorithm::sliding_window_log::IndexedLog;
 use crate::limiter::algorithm::{
     self, FixedWindowState, GcraState, SlidingWindowCounterState, State, TokenBucketState, Verdict,
 };
+use crate::limiter::counter_key::CounterKey;
 use crate::limiter::rate::{Algorithm, Rate};
 use crate::store::Check;
 
@@ -47,14 +48,19 @@ impl Hash for CounterId {
 
 /// Hashes the identity of `check`'s counter with the process's secret key.
 pub(super) fn counter_id(keys: &RandomState, check: &Check) -> CounterId {
+    counter_id_of(keys, &check.key, &check.rate)
+}
+
+/// Hashes the identity of the counter `key` of `rate` with the process's secret key.
+pub(super) fn counter_id_of(keys: &RandomState, key: &CounterKey, rate: &Rate) -> CounterId {
     let half = |domain: u8| {
         let mut hasher = keys.build_hasher();
         hasher.write_u8(domain);
-        let key = check.key.as_str().as_bytes();
+        let key = key.as_str().as_bytes();
         hasher.write_usize(key.len());
         hasher.write(key);
-        hasher.write_u8(algorithm_code(check.rate.algorithm()));
-        hasher.write_u64(check.rate.window_us());
+        hasher.write_u8(algorithm_code(rate.algorithm()));
+        hasher.write_u64(rate.window_us());
         hasher.finish()
     };
     CounterId {

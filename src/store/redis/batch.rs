@@ -93,6 +93,40 @@ impl Batcher {
     }
 }
 
+impl Batcher {
+    /// Decides each of `invocations`, all queued before any is awaited so that they share the
+    /// next script call (one per server) unless the batch bounds cut it; answers in order.
+    pub(super) async fn decide_many(
+        &self,
+        invocations: Vec<Invocation>,
+        deadline: Instant,
+    ) -> Vec<Answer> {
+        let shut_down = || StoreError::Unavailable("the redis store has shut down".into());
+        let span = StoreCallSpan::current();
+        let answered: Vec<_> = invocations
+            .into_iter()
+            .map(|invocation| {
+                let (answer, answered) = oneshot::channel();
+                let sent = self.queue.send(Pending {
+                    invocation,
+                    deadline,
+                    answer,
+                    span: span.clone(),
+                });
+                sent.ok().map(|()| answered)
+            })
+            .collect();
+        let mut answers = Vec::with_capacity(answered.len());
+        for answered in answered {
+            answers.push(match answered {
+                Some(answered) => answered.await.unwrap_or_else(|_| Err(shut_down())),
+                None => Err(shut_down()),
+            });
+        }
+        answers
+    }
+}
+
 /// Emptied batches a dispatcher keeps for its next calls.
 const SPARE_BATCHES: usize = 8;
 

@@ -21,9 +21,10 @@ use super::server::sentinel::MasterLocator;
 use super::settings::{ConnectionMode, RedisSettings};
 use super::topology::backend::Backend;
 use super::topology::cluster;
+use crate::limiter::algorithm::lease::Grant;
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::clock::Clock;
-use crate::store::{Check, Store, StoreError};
+use crate::store::{Check, LeaseAnswer, LeaseAsk, Store, StoreError};
 
 /// The Redis-backed [`Store`]. Cheap to clone; clones share the pool.
 #[derive(Clone)]
@@ -251,6 +252,43 @@ impl Store for RedisStore {
             }
         }
         Ok(verdicts)
+    }
+
+    /// Each lease is a request of its own in the request script (`lua/lease.lua`), all of them
+    /// queued at once so that they share one call per server.
+    async fn lease(&self, asks: &[LeaseAsk]) -> Result<Vec<LeaseAnswer>, StoreError> {
+        let pinned = self.pinned_clock.as_ref().map(|clock| clock.now_us());
+        let mut sent = Vec::with_capacity(asks.len());
+        let leasable: Vec<bool> = asks
+            .iter()
+            .map(|ask| {
+                Invocation::lease(&ask.key, ask.rate, ask.terms, pinned, &self.layout)
+                    .map(|invocation| sent.push(invocation))
+                    .is_some()
+            })
+            .collect();
+        let deadline = Instant::now() + self.settings.timeout;
+        let mut answers = self
+            .locals
+            .dispatcher()
+            .decide_many(sent, deadline)
+            .await
+            .into_iter();
+        let grant = |verdicts: Vec<Verdict>| match verdicts.first() {
+            Some(verdict) => Ok(Some(Grant {
+                hits: u64::from(verdict.remaining),
+                after_us: verdict.reset_after_us,
+            })),
+            None => Err(StoreError::Protocol("a lease without its verdict".into())),
+        };
+        Ok(leasable
+            .into_iter()
+            .map(|leasable| match leasable.then(|| answers.next()) {
+                Some(Some(answer)) => answer.and_then(grant),
+                Some(None) => Err(StoreError::Protocol("a lease without its answer".into())),
+                None => Ok(None),
+            })
+            .collect())
     }
 
     /// A `PING` through the calling thread's pool(s), the ones its requests use, so health and

@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use crate::limiter::algorithm::lease::LeaseTerms;
 use crate::limiter::clock::{Clock, SystemClock};
+use crate::limiter::counter_key::CounterKey;
 use crate::limiter::rate::{Algorithm, Rate, MICROS_PER_SECOND};
 use crate::store::Check;
 
@@ -40,10 +42,12 @@ macro_rules! library_source {
 }
 pub(crate) use library_source;
 
-/// The whole request script: the library files, then the request-level entry point (see
-/// `lua/request.lua`).
+/// The whole request script: the library files, the leases (`lua/lease.lua`), then the
+/// request-level entry point (see `lua/request.lua`).
 pub const SOURCE: &str = concat!(
     library_source!(),
+    include_str!("../../../../lua/lease.lua"),
+    "\n",
     include_str!("../../../../lua/request.lua")
 );
 
@@ -57,7 +61,7 @@ pub const FIELDS_PER_CHECK: usize = 1;
 pub const REDIS_TIME: &str = "-";
 
 /// Longest spec text: `+`, then a position, hits, shadow, check count and time with their `:`s.
-const SPEC_MAX_LEN: usize = 1 + 20 + 1 + 20 + 3 + 20 + 1 + 20;
+const SPEC_MAX_LEN: usize = 1 + 20 + 4 * (1 + 20);
 
 /// One check's spec as the request script reads it (see the header of `lua/request.lua`): the
 /// short forms `<rate>` (a request's only check, 1 hit, not shadow, Redis's clock) and `+<rate>`
@@ -93,6 +97,25 @@ impl Spec {
                     spec.number(now);
                 }
             }
+        }
+        spec
+    }
+
+    /// A lease's spec: `L<rate>:<want>:<min>:<period>[:<now>]`.
+    fn lease(position: usize, want: u64, min: u64, period_us: u64, pinned: Option<u64>) -> Spec {
+        let mut spec = Spec {
+            text: [0; SPEC_MAX_LEN],
+            len: 0,
+        };
+        spec.push(b'L');
+        spec.number(position as u64);
+        for n in [want, min, period_us] {
+            spec.push(b':');
+            spec.number(n);
+        }
+        if let Some(now) = pinned {
+            spec.push(b':');
+            spec.number(now);
         }
         spec
     }
@@ -220,6 +243,8 @@ struct CheckArgs {
     hits: u64,
     shadow: bool,
     counter: CounterKind,
+    /// A lease's `min` and `period_us` (its `want` is `hits`): the request is this one lease.
+    lease: Option<(u64, u64)>,
 }
 
 /// One request's part of a script call: its keys (one per check), its time, and each check's
@@ -281,6 +306,7 @@ impl Invocation {
                 hits: check.hits.min(MAX_HITS_SENT),
                 shadow: check.shadow,
                 counter,
+                lease: None,
             });
         }
         Invocation {
@@ -288,6 +314,39 @@ impl Invocation {
             pinned_now_us,
             checks: args,
         }
+    }
+
+    /// The request that reserves a lease of `terms` on the counter `key` of `rate` (see
+    /// `lua/lease.lua`), under ratelimitd's own key as `layout` prefixes it; `None` for a counter
+    /// that `layout` keeps as envoyproxy/ratelimit's, which cannot be leased.
+    pub fn lease(
+        key: &CounterKey,
+        rate: Rate,
+        terms: LeaseTerms,
+        pinned_now_us: Option<u64>,
+        layout: &KeyLayout,
+    ) -> Option<Invocation> {
+        let probe = Check {
+            key: key.clone(),
+            rate,
+            hits: 1,
+            shadow: false,
+            consistency: crate::limiter::Consistency::Leased,
+        };
+        if layout.envoyproxy_counting().is_some() && KeyLayout::counts_as_envoyproxy(&probe) {
+            return None;
+        }
+        Some(Invocation {
+            keys: vec![prefixed_redis_key(layout.prefix(), key, &rate)],
+            pinned_now_us,
+            checks: vec![CheckArgs {
+                rate,
+                hits: terms.want.min(MAX_HITS_SENT),
+                shadow: false,
+                counter: CounterKind::Native,
+                lease: Some((terms.min, terms.period_us)),
+            }],
+        })
     }
 
     /// Number of checks (and keys).
@@ -530,7 +589,12 @@ impl<'a, I: Iterator<Item = &'a Invocation> + Clone> EvalSha<I> {
             let mut head = Some((request.checks(), request.pinned_now_us));
             for check in &request.checks {
                 let position = self.table.position_for(check.rate, check.counter);
-                let spec = Spec::new(position, check.hits, check.shadow, head.take());
+                let spec = match check.lease {
+                    Some((min, period_us)) => {
+                        Spec::lease(position, check.hits, min, period_us, request.pinned_now_us)
+                    }
+                    None => Spec::new(position, check.hits, check.shadow, head.take()),
+                };
                 sink.bytes(spec.as_bytes());
             }
         }
