@@ -17,6 +17,7 @@ pub mod limits;
 pub mod listener;
 mod machine_memory;
 pub mod memory_budget;
+mod memory_leases;
 pub mod memory_release;
 pub mod open_files;
 mod request_body;
@@ -50,6 +51,7 @@ use self::tls::{ServerTls, TlsError, TLS_RELOAD_INTERVAL};
 use crate::config::reload::{ReloadOutcome, Reloader};
 use crate::config::xds::{XdsConfig, XdsOptions, XdsUpdate};
 use crate::config::{self, ConfigErrors, LoadOptions};
+use crate::limiter::consistency::DEFAULT_LEASE_PERIOD;
 use crate::limiter::{Modes, RequestLimits, Rules};
 use crate::proto::rlqs::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
@@ -121,8 +123,13 @@ pub struct Settings {
     /// Fill every response's `dynamic_metadata` (envoyproxy/ratelimit's
     /// `RESPONSE_DYNAMIC_METADATA`).
     pub response_dynamic_metadata: bool,
-    /// How configuration files of the same domain combine (merged or refused).
+    /// How configuration files of the same domain combine (merged or refused), and the
+    /// consistency of counted rules that do not say (`--consistency`, in
+    /// [`LoadOptions::default_consistency`], applied wherever the configuration comes from).
     pub load: LoadOptions,
+    /// How long a replica holds a lease on a leased rule's counter (`--lease-period`); unused
+    /// with the memory store, which decides every rule exactly.
+    pub lease_period: Duration,
     /// What one request may carry (descriptors, entries, entry bytes).
     pub request_limits: RequestLimits,
     /// Bounds on configuration files (size, alias expansion).
@@ -203,6 +210,7 @@ impl Settings {
             modes: Modes::default(),
             response_dynamic_metadata: false,
             load: LoadOptions::default(),
+            lease_period: DEFAULT_LEASE_PERIOD,
             request_limits: RequestLimits::default(),
             config_limits: config::Limits::default(),
             initial_config: InitialConfig::default(),
@@ -449,6 +457,9 @@ pub async fn run<'a>(
             Err(ServerError::Settings(ENVOYPROXY_KEYS_NEED_REDIS.into()))
         }
         None => {
+            let note = memory_leases::note_exact_decisions(context.rules.clone());
+            note();
+            context.on_rules_changed = Box::new(note);
             let store = Arc::new(MemoryStore::new());
             store.spawn_sweeper(PROBE_INTERVAL);
             tracing::info!(domains, store = "memory", "configuration loaded");

@@ -11,7 +11,7 @@ use ratelimitd::config::{
 };
 use ratelimitd::limiter::matcher::find_limit;
 use ratelimitd::limiter::{
-    ConfiguredLimit, DomainRules, Entry, LimitKind, MetadataValue, RuleSet, Unit,
+    ConfiguredLimit, Consistency, DomainRules, Entry, LimitKind, MetadataValue, RuleSet, Unit,
 };
 
 fn fixtures(dir: &str) -> Vec<PathBuf> {
@@ -310,6 +310,7 @@ fn compat_dir(dir: &str) -> PathBuf {
 const MERGE: LoadOptions = LoadOptions {
     merge_domains: true,
     layout: DirectoryLayout::YamlFiles,
+    default_consistency: Consistency::Exact,
 };
 
 #[test]

@@ -51,7 +51,8 @@ pub struct ConfigSourceArgs {
 }
 
 impl ConfigSourceArgs {
-    /// How files come together and directories are read.
+    /// How files come together and directories are read; rules that do not say stay exact
+    /// (`serve` sets `--consistency` over this, which cannot change what is valid).
     pub fn load_options(&self) -> config::LoadOptions {
         config::LoadOptions {
             merge_domains: self.merge_domain_config,
@@ -61,6 +62,7 @@ impl ConfigSourceArgs {
                     ignore_dotfiles: self.config_ignore_dotfiles,
                 },
             },
+            default_consistency: crate::limiter::Consistency::Exact,
         }
     }
 }

@@ -10,6 +10,7 @@ mod check;
 mod config_source;
 mod failure_health;
 mod health;
+mod leases;
 mod limits;
 mod listeners;
 mod log_filter;

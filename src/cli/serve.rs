@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::config_source::{ConfigSourceArgs, InitialConfigArgs, ReloadArgs};
+use super::leases::LeaseArgs;
 use super::limits::{LimitArgs, RequestLimitArgs};
 use super::listeners::{GrpcTransportArgs, ListenerArgs};
 use super::responses::ResponseArgs;
@@ -14,6 +15,7 @@ use super::store::StoreArgs;
 use super::telemetry::TelemetryArgs;
 use super::upstream_env;
 use super::xds::XdsArgs;
+use crate::config;
 use crate::envoyproxy_env;
 use crate::server::{self, open_files};
 use crate::service::statsd_exporter::{self, EnvoyproxyMetricsSettings};
@@ -40,6 +42,8 @@ pub struct ServeArgs {
     grpc_transport: GrpcTransportArgs,
     #[command(flatten)]
     store: StoreArgs,
+    #[command(flatten)]
+    leases: LeaseArgs,
     #[command(flatten)]
     responses: ResponseArgs,
     #[command(flatten)]
@@ -80,7 +84,11 @@ impl ServeArgs {
             grpc_memory_budget: self.limits.grpc_memory_budget(),
             modes: self.responses.modes(),
             response_dynamic_metadata: self.responses.dynamic_metadata(),
-            load: self.config.load_options(),
+            load: config::LoadOptions {
+                default_consistency: self.leases.default_consistency(),
+                ..self.config.load_options()
+            },
+            lease_period: self.leases.lease_period(),
             request_limits: self.request_limits.limits(),
             config_limits: self.config.limits.limits(),
             initial_config: self.initial_config.initial_config(),

@@ -38,6 +38,10 @@ pub struct LoadOptions {
     pub merge_domains: bool,
     /// Which files of a configuration directory are configuration files.
     pub layout: DirectoryLayout,
+    /// The consistency of a counted limit whose `rate_limit` does not say (`--consistency`):
+    /// files, xDS resources and drop-in files alike. An algorithm that cannot be leased
+    /// (`sliding_window_log`) stays exact under a `leased` default, without an error.
+    pub default_consistency: limiter::Consistency,
 }
 
 /// Which files of a configuration directory are loaded.
@@ -146,7 +150,7 @@ impl Loader {
         let mut assembly = Assembly::new(self.options, errors);
         for (origin, root) in trees {
             self.stats.record_parse();
-            match schema::domain_rules(&origin, &root) {
+            match schema::domain_rules(&origin, &root, self.options.default_consistency) {
                 Ok(parsed) => assembly.add(origin, parsed),
                 Err(tree_errors) => assembly.errors.extend(tree_errors),
             }
@@ -179,7 +183,7 @@ impl Loader {
             }
             vec![yaml_error(origin, error)]
         })?;
-        schema::domain_rules(origin, &root)
+        schema::domain_rules(origin, &root, self.options.default_consistency)
     }
 }
 

@@ -36,6 +36,7 @@ const RATE_LIMIT_FIELDS: &[&str] = &[
     "algorithm",
     "burst",
     "unit_multiplier",
+    "consistency",
 ];
 const REPLACES_FIELDS: &[&str] = &["name"];
 
@@ -66,10 +67,16 @@ pub struct ParsedDomain {
 }
 
 /// Validates one file's (or resource's) tree and builds its rules; on failure returns every
-/// error found, in source order, each naming `origin`.
-pub fn domain_rules(origin: &Origin, root: &Node) -> Result<ParsedDomain, Vec<ConfigError>> {
+/// error found, in source order, each naming `origin`. A counted limit without `consistency`
+/// gets `default_consistency` where its algorithm can be leased, else `exact`.
+pub fn domain_rules(
+    origin: &Origin,
+    root: &Node,
+    default_consistency: Consistency,
+) -> Result<ParsedDomain, Vec<ConfigError>> {
     let mut checker = Checker {
         origin,
+        default_consistency,
         errors: Vec::new(),
     };
     let parsed = checker.root(root);
@@ -93,6 +100,7 @@ struct RateFields {
     algorithm: Read<Algorithm>,
     burst: Read<u32>,
     unit_multiplier: Read<u32>,
+    consistency: Read<Consistency>,
 }
 
 /// A field read from a map: absent, present and valid, or present and reported as invalid.
@@ -108,6 +116,8 @@ struct NodeFlags {
 
 struct Checker<'f> {
     origin: &'f Origin,
+    /// What a counted limit that does not say gets (`--consistency`).
+    default_consistency: Consistency,
     errors: Vec<ConfigError>,
 }
 
@@ -556,6 +566,7 @@ impl Checker<'_> {
             algorithm: self.algorithm(&fields),
             burst: self.positive(&fields, "burst"),
             unit_multiplier: self.positive(&fields, "unit_multiplier"),
+            consistency: self.consistency(&fields),
         };
 
         let kind = if unlimited {
@@ -684,6 +695,7 @@ impl Checker<'_> {
             algorithm,
             burst,
             unit_multiplier,
+            consistency,
         } = rate;
         if let Ok(None) = unit {
             self.error(
@@ -702,6 +714,24 @@ impl Checker<'_> {
                 ),
             );
         }
+        let consistency = match (consistency, &algorithm) {
+            (Ok(Some(Consistency::Leased)), Ok(algorithm))
+                if !Consistency::can_lease(algorithm.unwrap_or_default()) =>
+            {
+                if let Some(entry) = fields.get("consistency") {
+                    self.error(
+                        value_pos(entry),
+                        &fields.field("consistency"),
+                        "`consistency: leased` cannot apply to sliding_window_log: a log keeps \
+                         one entry per admitted request, so a lease cannot reserve a number of \
+                         hits in it; use `algorithm: sliding_window_counter` to lease this limit \
+                         (or `consistency: exact`)",
+                    );
+                }
+                Err(Reported)
+            }
+            (consistency, _) => consistency,
+        };
         if let (Ok(algorithm), Ok(Some(_)), Some(entry)) = (&algorithm, &burst, fields.get("burst"))
         {
             if !algorithm.unwrap_or_default().uses_burst() {
@@ -718,7 +748,7 @@ impl Checker<'_> {
         else {
             return None;
         };
-        let Ok(unit_multiplier) = unit_multiplier else {
+        let (Ok(unit_multiplier), Ok(consistency)) = (unit_multiplier, consistency) else {
             return None;
         };
         let algorithm = algorithm.unwrap_or_default();
@@ -729,7 +759,8 @@ impl Checker<'_> {
                 unit,
                 unit_multiplier,
                 rate,
-                consistency: Consistency::Exact,
+                consistency: consistency
+                    .unwrap_or_else(|| self.default_consistency.default_for(algorithm)),
             }),
             Err(error) => {
                 let culprit = match error {
@@ -794,6 +825,34 @@ impl Checker<'_> {
                     &field,
                     format!(
                         "unknown algorithm `{text}`; expected one of: {}",
+                        names.join(", ")
+                    ),
+                );
+                Err(Reported)
+            }
+        }
+    }
+
+    fn consistency(&mut self, fields: &Fields<'_>) -> Read<Consistency> {
+        let Some(entry) = fields.get("consistency") else {
+            return Ok(None);
+        };
+        let field = fields.field("consistency");
+        let Some(text) = self.string(entry, &field)? else {
+            return Ok(None);
+        };
+        if text.is_empty() {
+            return Ok(None);
+        }
+        match Consistency::parse(&text) {
+            Some(consistency) => Ok(Some(consistency)),
+            None => {
+                let names: Vec<&str> = Consistency::ALL.iter().map(|c| c.as_str()).collect();
+                self.error(
+                    value_pos(entry),
+                    &field,
+                    format!(
+                        "unknown consistency `{text}`; expected one of: {}",
                         names.join(", ")
                     ),
                 );
@@ -957,8 +1016,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
 mod tests {
     use std::path::Path;
 
-    use crate::config::parse_domain;
+    use crate::config::{parse_domain, LoadOptions, Loader, Origin};
     use crate::limiter::metadata::Number;
+    use crate::limiter::Consistency;
     use crate::limiter::{Algorithm, DomainRules, LimitKind, MetadataValue, RuleNode, Unit};
 
     fn rules(text: &str) -> DomainRules {
@@ -1627,6 +1687,131 @@ descriptors:
             assert_eq!(rate.algorithm(), algorithm);
             assert_eq!(rate.rate.burst(), 3);
         }
+    }
+
+    /// `text`'s rules, loaded with `--consistency default`.
+    fn rules_by_default(text: &str, default: Consistency) -> DomainRules {
+        let loader = Loader::default().with_options(LoadOptions {
+            default_consistency: default,
+            ..LoadOptions::default()
+        });
+        match loader.parse_file(&Origin::File("test.yaml".into()), text) {
+            Ok(parsed) => parsed.rules,
+            Err(errors) => panic!("unexpected errors:\n{errors:#?}"),
+        }
+    }
+
+    const CONSISTENCIES: &str = "domain: d
+descriptors:
+  - key: plain
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: leased
+    rate_limit: {unit: second, requests_per_unit: 3, algorithm: gcra, consistency: leased}
+  - key: exact
+    rate_limit: {unit: second, requests_per_unit: 3, consistency: Exact}
+  - key: log
+    rate_limit: {unit: second, requests_per_unit: 3, algorithm: sliding_window_log}
+  - key: counter
+    rate_limit: {unit: second, requests_per_unit: 3, algorithm: sliding_window_counter}
+";
+
+    #[test]
+    fn consistency_is_read_and_a_rule_that_does_not_say_takes_the_default() {
+        let consistencies = |default| {
+            let rules = rules_by_default(CONSISTENCIES, default);
+            ["plain", "leased", "exact", "log", "counter"]
+                .map(|key| limited(&rules.root.key_only[key]).consistency)
+        };
+        use Consistency::{Exact, Leased};
+        assert_eq!(consistencies(Exact), [Exact, Leased, Exact, Exact, Exact]);
+        assert_eq!(
+            consistencies(Leased),
+            [Leased, Leased, Exact, Exact, Leased],
+            "under a leased default, a log that does not say stays exact"
+        );
+        assert_eq!(
+            limited(&rules(CONSISTENCIES).root.key_only["plain"]).consistency,
+            Exact,
+            "exact unless told otherwise"
+        );
+    }
+
+    #[test]
+    fn unknown_consistency_lists_the_accepted_ones() {
+        let errors = errors_of(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: day\n      requests_per_unit: 1\n      consistency: eventual\n",
+        );
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert_eq!(
+            errors[0],
+            (
+                7,
+                20,
+                "descriptors[0].rate_limit.consistency".to_string(),
+                "unknown consistency `eventual`; expected one of: exact, leased".to_string()
+            )
+        );
+        assert_one_error(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 1, consistency: [leased]}\n",
+            4,
+            "descriptors[0].rate_limit.consistency",
+            "must be a string, found a list",
+        );
+        assert_one_error(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 1, consistancy: leased}\n",
+            4,
+            "descriptors[0].rate_limit.consistancy",
+            "did you mean `consistency`?",
+        );
+    }
+
+    #[test]
+    fn a_sliding_window_log_cannot_be_leased_and_the_error_says_why() {
+        let errors = errors_of(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: day\n      requests_per_unit: 1\n      algorithm: sliding_window_log\n      consistency: leased\n",
+        );
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        let (line, column, field, message) = &errors[0];
+        assert_eq!(
+            (*line, *column, field.as_str()),
+            (8, 20, "descriptors[0].rate_limit.consistency")
+        );
+        for needle in [
+            "`consistency: leased` cannot apply to sliding_window_log",
+            "one entry per admitted request",
+            "cannot reserve a number of hits",
+            "sliding_window_counter",
+        ] {
+            assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+        }
+        let errors = errors_of(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, consistency: leased, algorithm: sliding_window_log, burst: 2}\n",
+        );
+        let fields: Vec<&str> = errors.iter().map(|e| e.2.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "descriptors[0].rate_limit.requests_per_unit",
+                "descriptors[0].rate_limit.consistency",
+                "descriptors[0].rate_limit.burst"
+            ],
+            "reported with the rule's other errors: {errors:#?}"
+        );
+    }
+
+    #[test]
+    fn leased_is_accepted_where_no_counter_is_kept() {
+        let rules = rules(
+            "domain: d\ndescriptors:\n  - key: free\n    rate_limit: {unlimited: true, consistency: leased}\n  - key: banned\n    rate_limit: {unit: day, requests_per_unit: 0, algorithm: sliding_window_log, consistency: leased}\n",
+        );
+        assert_eq!(
+            rules.root.key_only["free"].limit.as_ref().unwrap().kind,
+            LimitKind::Unlimited
+        );
+        assert!(matches!(
+            rules.root.key_only["banned"].limit.as_ref().unwrap().kind,
+            LimitKind::Blocked { .. }
+        ));
     }
 
     #[test]

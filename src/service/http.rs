@@ -13,8 +13,9 @@
 //! - `/rlconfig`: the loaded limits, one per line, in envoyproxy/ratelimit's format
 //!   (`edge.api_key_free.path: unit=SECOND requests_per_unit=10, shadow_mode: false`), sorted by
 //!   path, with this service's extensions appended when they differ from the defaults
-//!   (`, unit_multiplier: 5`, `, algorithm: gcra`, `, burst: 20`, `, unlimited: true`); with
-//!   configuration over xDS, headed by `# xDS version: <version_info in force>`.
+//!   (`, unit_multiplier: 5`, `, algorithm: gcra`, `, burst: 20`, `, consistency: leased`,
+//!   `, unlimited: true`); with configuration over xDS, headed by `# xDS version: <version_info
+//!   in force>`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -329,6 +330,9 @@ pub fn rlconfig(rules: &Rules) -> String {
                 }
                 if algorithm.uses_burst() && l.rate.burst() != l.requests_per_unit {
                     out.push_str(&format!(", burst: {}", l.rate.burst()));
+                }
+                if l.consistency != crate::limiter::Consistency::default() {
+                    out.push_str(&format!(", consistency: {}", l.consistency));
                 }
             }
             LimitKind::Blocked {

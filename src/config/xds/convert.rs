@@ -286,7 +286,7 @@ mod tests {
 
     use super::*;
     use crate::config::{Limits, LoadOptions, Loader};
-    use crate::limiter::{LimitKind, Unit};
+    use crate::limiter::{Consistency, LimitKind, Unit};
     use crate::proto::rls_config::RateLimitReplace;
 
     fn descriptor(key: &str, value: &str, policy: Option<RateLimitPolicy>) -> RateLimitDescriptor {
@@ -344,6 +344,41 @@ mod tests {
         let from_file =
             crate::config::parse_domain(std::path::Path::new("edge.yaml"), yaml).expect("valid");
         assert_eq!(from_xds.domain("edge"), Some(&from_file));
+    }
+
+    #[test]
+    fn a_leased_default_reaches_the_counted_rules_of_resources() {
+        let resources: Vec<_> = [edge()].iter().map(resource).collect();
+        let (trees, errors) = resource_trees(&resources);
+        let rules = Loader::new(Limits::default())
+            .with_options(LoadOptions {
+                default_consistency: Consistency::Leased,
+                ..LoadOptions::default()
+            })
+            .load_trees(trees, errors)
+            .expect("valid");
+        let consistencies: BTreeMap<String, Option<Consistency>> = rules
+            .limits()
+            .iter()
+            .map(|limit| {
+                let consistency = match &limit.kind {
+                    LimitKind::Limited(rate) => Some(rate.consistency),
+                    LimitKind::Unlimited | LimitKind::Blocked { .. } => None,
+                };
+                (limit.path.clone(), consistency)
+            })
+            .collect();
+        assert_eq!(
+            consistencies,
+            BTreeMap::from([
+                ("edge.remote_address".into(), Some(Consistency::Leased)),
+                ("edge.tenant_acme".into(), None),
+                (
+                    "edge.tenant_acme.path_/a*".into(),
+                    Some(Consistency::Leased)
+                ),
+            ])
+        );
     }
 
     #[test]
