@@ -65,6 +65,7 @@ use crate::service::statsd::{self, StatsdSettings};
 use crate::service::statsd_exporter::{EnvoyproxyMetrics, EnvoyproxyMetricsSettings};
 use crate::service::version_info::shown;
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
+use crate::store::lease::{LeaseSettings, LeaseStats, LeasedStore};
 use crate::store::redis::{KeyFormat, KeyLayout, RedisDemands};
 use crate::store::{
     Demands, DenyCache, DenyCacheSettings, FailureHealth, FailureHealthSettings, MemoryDemands,
@@ -466,6 +467,11 @@ pub async fn run<'a>(
             serve(context, store, listeners, shutdown).await
         }
         Some(redis) => {
+            let leases = LeaseSettings {
+                period: settings.lease_period,
+                wait: redis.timeout,
+                max_counters: LeaseSettings::DEFAULT_MAX_COUNTERS,
+            };
             let store = Arc::new(
                 RedisStore::connect(redis)
                     .await?
@@ -532,6 +538,7 @@ pub async fn run<'a>(
                         deny_cache = false,
                         "configuration loaded"
                     );
+                    let store = with_leases(store, leases, &metrics);
                     serve(context, store, listeners, shutdown).await
                 }
                 Some(cache_settings) => {
@@ -557,7 +564,8 @@ pub async fn run<'a>(
                         deny_cache = true,
                         "configuration loaded"
                     );
-                    serve(context, cache, listeners, shutdown).await
+                    let store = with_leases(cache, leases, &metrics);
+                    serve(context, store, listeners, shutdown).await
                 }
             }
         }
@@ -1243,6 +1251,65 @@ fn xds_updates(
 }
 
 /// The `/metrics` view of the rule on failed store calls.
+/// `store` behind the lease layer: leased checks decided from leases (see `store::lease`), every
+/// other check by `store`; its totals registered as metrics.
+fn with_leases<S: Store>(
+    store: Arc<S>,
+    settings: LeaseSettings,
+    metrics: &Metrics,
+) -> Arc<LeasedStore<S>> {
+    let leased = LeasedStore::start(store, settings);
+    let stats = leased.stats();
+    let read = |pick: fn(&LeaseStats) -> &std::sync::atomic::AtomicU64| {
+        let stats = stats.clone();
+        move || LeaseStats::get(pick(&stats))
+    };
+    let decisions = stats.clone();
+    metrics.register_labelled_counter(
+        "ratelimitd_lease_decisions_total",
+        "Checks of leased rules decided by this replica: from hits it held (local), after waiting for a refill (after_refill), or denied without a store call because the store had nothing to grant (denied_locally).",
+        "decided",
+        move || {
+            let get = |c: &std::sync::atomic::AtomicU64| LeaseStats::get(c);
+            vec![
+                ("local".to_owned(), get(&decisions.local)),
+                ("after_refill".to_owned(), get(&decisions.waited)),
+                ("denied_locally".to_owned(), get(&decisions.denied_locally)),
+            ]
+        },
+    );
+    let hits = stats.clone();
+    metrics.register_labelled_counter(
+        "ratelimitd_lease_hits_total",
+        "Hits of leased counters: granted to this replica by the store, used by admitted requests, and expired unused when their lease ended.",
+        "hits",
+        move || {
+            let get = |c: &std::sync::atomic::AtomicU64| LeaseStats::get(c);
+            vec![
+                ("granted".to_owned(), get(&hits.granted)),
+                ("used".to_owned(), get(&hits.used)),
+                ("expired".to_owned(), get(&hits.expired)),
+            ]
+        },
+    );
+    metrics.register_counter(
+        "ratelimitd_lease_calls_total",
+        "Store calls that asked for leases: each carries every counter due for a refill then.",
+        read(|s| &s.rounds),
+    );
+    metrics.register_counter(
+        "ratelimitd_lease_asks_total",
+        "Leases asked for (one per counter per call).",
+        read(|s| &s.asks),
+    );
+    metrics.register_counter(
+        "ratelimitd_lease_counters_refused_total",
+        "Checks of leased rules decided exactly because the replica already held leases on as many counters as it may.",
+        read(|s| &s.counters_refused),
+    );
+    Arc::new(leased)
+}
+
 fn register_failure_health<S: Store>(metrics: &Metrics, store: &Arc<FailureHealth<S>>) {
     let (calls, failures, trips) = (store.clone(), store.clone(), store.clone());
     metrics.register_gauge(

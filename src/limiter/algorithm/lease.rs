@@ -11,6 +11,7 @@
 //! grant itself is still checked at `now`: n ≤ what the exact algorithm admits at once.
 
 use super::{evaluate, gcra, token_bucket, window_start_us, State, Verdict};
+use crate::limiter::consistency::Consistency;
 use crate::limiter::rate::{Algorithm, Rate};
 
 /// What a replica asks of one counter: up to `want` hits, none unless at least `min` can be had.
@@ -36,12 +37,6 @@ pub struct Grant {
     pub after_us: u64,
 }
 
-/// Whether `algorithm`'s counters can be leased: a sliding_window_log keeps one entry per
-/// admitted request and their instants, which a number of hits reserved ahead cannot fill in.
-pub fn leasable(algorithm: Algorithm) -> bool {
-    algorithm != Algorithm::SlidingWindowLog
-}
-
 /// Grants a lease on `state` at `now_us`: the hits granted and how long they last (or when to ask
 /// again), with the counter's state after charging them (`None`: unchanged). A counter whose
 /// algorithm cannot be leased grants nothing and says to ask again after its window.
@@ -52,7 +47,7 @@ pub fn grant(
     terms: LeaseTerms,
 ) -> (Grant, Option<State>) {
     let algorithm = rate.algorithm();
-    if !leasable(algorithm) {
+    if !Consistency::can_lease(algorithm) {
         let none = Grant {
             hits: 0,
             after_us: rate.window_us(),

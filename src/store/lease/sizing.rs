@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use crate::limiter::algorithm::lease::{leasable, LeaseTerms};
+use crate::limiter::algorithm::lease::LeaseTerms;
+use crate::limiter::consistency::Consistency;
 use crate::limiter::rate::{Algorithm, Rate};
 
 /// The largest share of a counter's capacity (its burst) one lease may hold: what one replica
@@ -40,7 +41,7 @@ impl LeasePolicy {
     /// The policy for `rate`, or `None` when its counters are decided exactly: an algorithm that
     /// cannot be leased, a burst too small for [`MIN_LEASE`], or a refill too fast for a period.
     pub fn for_rate(rate: &Rate, period: Duration) -> Option<LeasePolicy> {
-        if !leasable(rate.algorithm()) {
+        if !Consistency::can_lease(rate.algorithm()) {
             return None;
         }
         let max_hits = u64::from(rate.burst()) / MAX_LEASE_SHARE;

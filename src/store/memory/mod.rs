@@ -30,6 +30,7 @@ use self::slot::{counter_id, counter_id_of, CounterId, IdHasher, Slot};
 use super::{Check, LeaseAnswer, LeaseAsk, Store, StoreError};
 use crate::limiter::algorithm::{self, lease, Verdict};
 use crate::limiter::clock::{Clock, SystemClock};
+use crate::limiter::consistency::Consistency;
 use crate::limiter::rate::Rate;
 
 const SHARD_BITS: u32 = 6;
@@ -142,7 +143,7 @@ impl MemoryStore {
     pub fn lease_now(&self, asks: &[LeaseAsk]) -> Vec<LeaseAnswer> {
         asks.iter()
             .map(|ask| {
-                if !lease::leasable(ask.rate.algorithm()) {
+                if !Consistency::can_lease(ask.rate.algorithm()) {
                     return Ok(None);
                 }
                 let id = counter_id_of(&self.keys, &ask.key, &ask.rate);
