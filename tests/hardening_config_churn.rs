@@ -126,3 +126,108 @@ async fn a_hostile_version_info_is_shown_bounded_on_one_line() {
         samples[0]
     );
 }
+
+/// Descriptors of the large resource the measurement below pushes.
+const LARGE: usize = 100_000;
+
+/// Measurement, not a check (run by hand, figures in docs/performance.md, "Refusing hostile
+/// input"): the server's VmRSS before, while and after an xDS resource of 100,000 descriptors is
+/// in force, the size of `/metrics` meanwhile, and the latency of RLS calls made back to back
+/// while `/metrics` is scraped over and over.
+///
+/// `cargo test --test hardening_config_churn -- --ignored --nocapture a_100k_descriptor_resource`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run by hand with --nocapture"]
+async fn a_100k_descriptor_resource() {
+    let plane = ControlPlane::start(None).await;
+    let server_addr = plane.addr().to_string();
+    let server = Ratelimitd::start(&[
+        "--config-source",
+        "xds",
+        "--xds-server",
+        &server_addr,
+        "--xds-max-message-bytes",
+        "67108864",
+    ]);
+    let small = || domain_config("small", "small", &[("stable", 1_000_000)]);
+    plane.push("1", vec![small()]);
+    plane
+        .wait_for("the ACK of 1", WAIT, |received| received.is_ack_of("1"))
+        .await;
+    let rls_alone = rls_latencies(&server, Duration::from_secs(3)).await;
+    let rss_before = memory_kib(server.pid()).0;
+
+    let keys: Vec<String> = (0..LARGE).map(|i| format!("k{i}")).collect();
+    let limits: Vec<(&str, u32)> = keys.iter().map(|key| (key.as_str(), 1_000_000)).collect();
+    let pushed = Instant::now();
+    plane.push("2", vec![small(), domain_config("large", "large", &limits)]);
+    plane
+        .wait_for("the ACK of 2", Duration::from_secs(120), |received| {
+            received.is_ack_of("2")
+        })
+        .await;
+    let applied = pushed.elapsed();
+    let mut client = server.client().await;
+    for key in keys.iter().step_by(LARGE / 100) {
+        should(&mut client, request("large", &[&[(key, "x")]], 1)).await;
+    }
+    let rss_in_force = memory_kib(server.pid()).0;
+    let (_, bytes, took) = scrape(&server).await;
+
+    let scraping = {
+        let addr = server.http_addr();
+        tokio::spawn(async move {
+            let mut scrapes = 0;
+            let until = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < until {
+                let (code, _) = http_get(addr, "/metrics").await;
+                assert_eq!(code, 200);
+                scrapes += 1;
+            }
+            scrapes
+        })
+    };
+    let rls_scraped = rls_latencies(&server, Duration::from_secs(5)).await;
+    let scrapes = scraping.await.expect("the scrapes");
+    let rss_scraped = memory_kib(server.pid()).0;
+
+    plane.push("3", vec![small()]);
+    plane
+        .wait_for("the ACK of 3", Duration::from_secs(120), |received| {
+            received.is_ack_of("3")
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss_after = memory_kib(server.pid()).0;
+    let (_, bytes_after, _) = scrape(&server).await;
+    eprintln!(
+        "{LARGE} descriptors applied in {applied:?}; VmRSS {} MiB before, {} MiB in force, {} MiB after {scrapes} scrapes, {} MiB 3 s after removal; /metrics {bytes} bytes in {took:?} ({bytes_after} after removal); RLS p99 / max: {:?} / {:?} alone, {:?} / {:?} while scraping",
+        rss_before / 1024,
+        rss_in_force / 1024,
+        rss_scraped / 1024,
+        rss_after / 1024,
+        percentile(&rls_alone, 0.99),
+        rls_alone.last().copied().unwrap_or_default(),
+        percentile(&rls_scraped, 0.99),
+        rls_scraped.last().copied().unwrap_or_default(),
+    );
+}
+
+/// RLS calls made one after the other for `span`, on one connection: their latencies, sorted.
+async fn rls_latencies(server: &Ratelimitd, span: Duration) -> Vec<Duration> {
+    let mut client = server.client().await;
+    let mut latencies = Vec::new();
+    let until = Instant::now() + span;
+    while Instant::now() < until {
+        let started = Instant::now();
+        should(&mut client, request("small", &[&[("stable", "x")]], 1)).await;
+        latencies.push(started.elapsed());
+    }
+    latencies.sort();
+    latencies
+}
+
+fn percentile(sorted: &[Duration], share: f64) -> Duration {
+    let index = ((sorted.len() as f64 * share).ceil() as usize).saturating_sub(1);
+    sorted.get(index).copied().unwrap_or_default()
+}
