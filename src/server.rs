@@ -56,7 +56,7 @@ use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::service::http::{HttpState, DEFAULT_METRICS_PATH};
 use crate::service::limited::Port;
-use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
+use crate::service::metrics::{DEFAULT_MAX_RULE_SERIES, DEFAULT_NEAR_LIMIT_RATIO};
 use crate::service::rlqs::{QuotaRegistry, RlqsService, RlqsSettings};
 use crate::service::rls::StoreErrorPolicy;
 use crate::service::statsd::{self, StatsdSettings};
@@ -108,6 +108,9 @@ pub struct Settings {
     pub drop_in: Option<DropIn>,
     /// Share of a limit above which admitted hits count as near the limit (metrics).
     pub near_limit_ratio: f64,
+    /// Most series of the per-rule families on `/metrics` (see
+    /// [`Metrics::with_max_rule_series`]).
+    pub metrics_max_rule_series: usize,
     /// Serving lanes: threads serving gRPC connections, each with its own current-thread runtime
     /// (see [`lanes`]); lane 0 is the runtime `run` is called on.
     pub lanes: usize,
@@ -197,6 +200,7 @@ impl Settings {
             health_follows_store: true,
             drop_in: None,
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
+            metrics_max_rule_series: DEFAULT_MAX_RULE_SERIES,
             lanes: default_lanes(),
             limits: Limits::default(),
             grpc_memory_budget: memory_budget::default_bytes(),
@@ -354,6 +358,7 @@ pub async fn run<'a>(
     bind: impl Future<Output = std::io::Result<Listeners>> + 'a,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    memory_release::fix_thresholds();
     let listeners = match &settings.xds {
         Some(options) if settings.drop_in.is_some() && !settings.initial_config.force_start => {
             tracing::warn!(
@@ -397,7 +402,10 @@ pub async fn run<'a>(
         ConfigFeed::Xds { config, .. } => config.rules().clone(),
     };
     let domains = rules.load().domains.len();
-    let metrics = Arc::new(Metrics::new(settings.near_limit_ratio));
+    let metrics = Arc::new(
+        Metrics::new(settings.near_limit_ratio)
+            .with_max_rule_series(settings.metrics_max_rule_series),
+    );
     metrics.register_rules(&rules.load());
     metrics.register_config_loader(loader);
     if let ConfigFeed::Xds { config, .. } = &feed {
@@ -1192,13 +1200,26 @@ async fn watch_config(
 }
 
 /// What each xDS response did: counted as a reload, logged, and (when the rules changed) the
-/// per-limit metrics registered and `on_rules_changed` called.
+/// per-limit metrics registered and `on_rules_changed` called; then what the parse allocated
+/// and the replaced rules held is given back to the operating system.
 fn xds_updates(
     config: Arc<XdsConfig>,
     metrics: Arc<Metrics>,
     on_rules_changed: Box<dyn Fn() + Send + Sync>,
 ) -> Arc<dyn Fn(XdsUpdate) + Send + Sync> {
-    Arc::new(move |update| match update {
+    Arc::new(move |update| {
+        xds_update(&config, &metrics, &*on_rules_changed, update);
+        tokio::task::spawn_blocking(memory_release::give_back);
+    })
+}
+
+fn xds_update(
+    config: &XdsConfig,
+    metrics: &Metrics,
+    on_rules_changed: &(dyn Fn() + Send + Sync),
+    update: XdsUpdate,
+) {
+    match update {
         XdsUpdate::Applied {
             version,
             domains,
@@ -1228,7 +1249,7 @@ fn xds_updates(
                 errors.one_line()
             );
         }
-    })
+    }
 }
 
 /// The `/metrics` view of the rule on failed store calls.

@@ -1,6 +1,7 @@
 //! A control plane that renames its rules at every version, against the real binary: the series
 //! of `/metrics` are those of the rules in force, whatever the number of versions, so the text,
-//! the time to serve it and the server's memory stay bounded.
+//! the time to serve it and the server's memory stay bounded. And a configuration of more rules
+//! than `/metrics` shows series for.
 
 mod common;
 
@@ -82,6 +83,75 @@ async fn renamed_rules_leave_no_series_behind() {
     );
 }
 
+/// More rules than `--metrics-max-rule-series`: `/metrics` shows the cap's worth of series, those
+/// with hits first, the hits of the others in one `_other` series, and says how many it left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_series_beyond_the_cap_add_up_under_other() {
+    const RULES: usize = 1000;
+    const CAP: usize = 100;
+    const HIT: usize = 150;
+    let plane = ControlPlane::start(None).await;
+    let server_addr = plane.addr().to_string();
+    let server = Ratelimitd::start(&[
+        "--config-source",
+        "xds",
+        "--xds-server",
+        &server_addr,
+        "--metrics-max-rule-series",
+        &CAP.to_string(),
+    ]);
+    let keys: Vec<String> = (0..RULES).map(|i| format!("k{i:04}")).collect();
+    let limits: Vec<(&str, u32)> = keys.iter().map(|key| (key.as_str(), 10)).collect();
+    plane.push("1", vec![domain_config("many", "many", &limits)]);
+    plane
+        .wait_for("the ACK", WAIT, |received| received.is_ack_of("1"))
+        .await;
+    let mut client = server.client().await;
+    for key in keys.iter().rev().take(HIT) {
+        should(&mut client, request("many", &[&[(key, "x")]], 1)).await;
+    }
+
+    let (_, text) = http_get(server.http_addr(), "/metrics").await;
+    let series: Vec<(&str, u64)> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("ratelimitd_total_hits_total{"))
+        .map(|line| {
+            let (labels, value) = line.rsplit_once("} ").expect("a sample");
+            (labels, value.parse().expect("a count"))
+        })
+        .collect();
+    assert_eq!(series.len(), CAP + 1, "{series:?}");
+    let other: Vec<u64> = series
+        .iter()
+        .filter(|(labels, _)| *labels == "domain=\"_other\",rule=\"_other\"")
+        .map(|(_, hits)| *hits)
+        .collect();
+    assert_eq!(
+        other,
+        [(HIT - CAP) as u64],
+        "the hits of the rules left out"
+    );
+    assert!(
+        series
+            .iter()
+            .filter(|(labels, _)| labels.starts_with("domain=\"many\""))
+            .all(|(_, hits)| *hits == 1),
+        "rules with hits come first: {series:?}"
+    );
+    let total: u64 = series.iter().map(|(_, hits)| hits).sum();
+    assert_eq!(total, HIT as u64, "no hit is lost");
+    assert!(
+        text.contains(&format!(
+            "\nratelimitd_rule_series_hidden {}\n",
+            RULES - CAP
+        )),
+        "{}",
+        text.lines()
+            .find(|line| line.starts_with("ratelimitd_rule_series_hidden"))
+            .unwrap_or("no ratelimitd_rule_series_hidden")
+    );
+}
+
 /// A `version_info` of 1 MiB holding a newline and a rule line: `/rlconfig` and `/metrics` show it
 /// cut to one bounded line, so it adds no rule line and no sample.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,8 +229,10 @@ async fn a_100k_descriptor_resource() {
 
     let keys: Vec<String> = (0..LARGE).map(|i| format!("k{i}")).collect();
     let limits: Vec<(&str, u32)> = keys.iter().map(|key| (key.as_str(), 1_000_000)).collect();
+    let large = domain_config("large", "large", &limits);
+    let wire_bytes = prost::Message::encoded_len(&large);
     let pushed = Instant::now();
-    plane.push("2", vec![small(), domain_config("large", "large", &limits)]);
+    plane.push("2", vec![small(), large]);
     plane
         .wait_for("the ACK of 2", Duration::from_secs(120), |received| {
             received.is_ack_of("2")
@@ -171,6 +243,7 @@ async fn a_100k_descriptor_resource() {
     for key in keys.iter().step_by(LARGE / 100) {
         should(&mut client, request("large", &[&[(key, "x")]], 1)).await;
     }
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_in_force = memory_kib(server.pid()).0;
     let (_, bytes, took) = scrape(&server).await;
 
@@ -199,9 +272,20 @@ async fn a_100k_descriptor_resource() {
         .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_after = memory_kib(server.pid()).0;
+    plane.push("4", vec![small()]);
+    plane
+        .wait_for("the ACK of 4", Duration::from_secs(120), |received| {
+            received.is_ack_of("4")
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    eprintln!(
+        "DIAG after another give back: {} MiB",
+        memory_kib(server.pid()).0 / 1024
+    );
     let (_, bytes_after, _) = scrape(&server).await;
     eprintln!(
-        "{LARGE} descriptors applied in {applied:?}; VmRSS {} MiB before, {} MiB in force, {} MiB after {scrapes} scrapes, {} MiB 3 s after removal; /metrics {bytes} bytes in {took:?} ({bytes_after} after removal); RLS p99 / max: {:?} / {:?} alone, {:?} / {:?} while scraping",
+        "{LARGE} descriptors ({wire_bytes} bytes encoded) applied in {applied:?}; VmRSS {} MiB before, {} MiB in force (3 s after), {} MiB after {scrapes} scrapes, {} MiB 3 s after removal; /metrics {bytes} bytes in {took:?} ({bytes_after} after removal); RLS p99 / max: {:?} / {:?} alone, {:?} / {:?} while scraping",
         rss_before / 1024,
         rss_in_force / 1024,
         rss_scraped / 1024,
