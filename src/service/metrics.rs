@@ -49,7 +49,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use parking_lot::{Mutex, RwLock};
 
 use super::limited::{Limited, Port};
-use crate::config::xds::XdsConfig;
+use crate::config::xds::{XdsConfig, XdsStream};
 use crate::config::{ConfigLimit, Loader};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::{
@@ -641,7 +641,8 @@ impl Metrics {
     }
 
     /// The xDS client's configuration, whose version in force is exported
-    /// (`ratelimitd_config_xds_version_info`).
+    /// (`ratelimitd_config_xds_version_info`), with the state of its stream
+    /// (`ratelimitd_xds_stream_up` and the others).
     pub fn register_xds_config(&self, config: Arc<XdsConfig>) {
         *self.xds_config.lock() = Some(config);
     }
@@ -886,6 +887,7 @@ impl Metrics {
                     escape(&super::version_info::shown(&version))
                 );
             }
+            render_xds_stream(&mut out, config.stream());
         }
 
         if let Some(loader) = self.config_loader.lock().as_ref() {
@@ -1192,6 +1194,43 @@ fn walk_limits(set: &RuleSet, out: &mut Vec<Arc<ConfiguredLimit>>) {
         out.extend(node.limit.iter().cloned());
         walk_limits(&node.children, out);
     }
+}
+
+/// The xDS stream's families: whether it is up, how long the configuration may have been stale,
+/// the last response, the stalls.
+fn render_xds_stream(out: &mut String, stream: &XdsStream) {
+    let gauges: [(&str, &str, u64); 3] = [
+        (
+            "ratelimitd_xds_stream_up",
+            "1 while the xDS stream is open, 0 while it is down (the configuration in force keeps serving).",
+            u64::from(stream.is_up()),
+        ),
+        (
+            "ratelimitd_xds_config_stale_seconds",
+            "Seconds the xDS stream has been down (0 while it is open): how long changes on the control plane may have gone unseen.",
+            stream.stale_for().as_secs(),
+        ),
+        (
+            "ratelimitd_xds_last_response_timestamp_seconds",
+            "Unix time of the last xDS response received (0 before the first).",
+            stream.last_response_unix().unwrap_or(0),
+        ),
+    ];
+    for (name, help, value) in gauges {
+        family(out, name, help, "gauge");
+        let _ = writeln!(out, "{name} {value}");
+    }
+    family(
+        out,
+        "ratelimitd_xds_stream_stalls_total",
+        "xDS streams dropped because a response did not arrive whole within --xds-response-timeout.",
+        "counter",
+    );
+    let _ = writeln!(
+        out,
+        "ratelimitd_xds_stream_stalls_total {}",
+        stream.stalls()
+    );
 }
 
 fn render_config_loader(out: &mut String, loader: &Loader) {
