@@ -21,6 +21,7 @@ pub mod memory_release;
 pub mod open_files;
 mod request_body;
 mod rlqs_thread;
+mod store_startup;
 pub mod tls;
 pub mod uds_mode;
 
@@ -45,6 +46,7 @@ pub use self::limits::Limits;
 use self::listener::GrpcAddress;
 pub use self::listener::GrpcListener;
 use self::memory_budget::MemoryBudget;
+use self::store_startup::{RedisSlots, Startup};
 use self::tls::{ServerTls, TlsError, TLS_RELOAD_INTERVAL};
 
 use crate::config::reload::{ReloadOutcome, Reloader};
@@ -63,10 +65,10 @@ use crate::service::statsd::{self, StatsdSettings};
 use crate::service::statsd_exporter::{EnvoyproxyMetrics, EnvoyproxyMetricsSettings};
 use crate::service::version_info::shown;
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
-use crate::store::redis::{KeyFormat, KeyLayout, RedisDemands};
+use crate::store::redis::{KeyFormat, KeyLayout};
 use crate::store::{
-    Demands, DenyCache, DenyCacheSettings, FailureHealth, FailureHealthSettings, MemoryDemands,
-    MemoryStore, RedisSettings, RedisStore, Store, StoreError,
+    Connecting, Demands, DenyCache, DenyCacheSettings, FailureHealth, FailureHealthSettings,
+    MemoryDemands, MemoryStore, RedisSettings, RedisStore, Store, StoreError,
 };
 
 /// How often the store's health is probed, and idle memory-store keys swept.
@@ -463,14 +465,10 @@ pub async fn run<'a>(
             serve(context, store, listeners, shutdown).await
         }
         Some(redis) => {
-            let store = Arc::new(
-                RedisStore::connect(redis)
-                    .await?
-                    .with_key_layout(settings.redis_keys),
-            );
-            let redis = store.clone();
-            context.quota_demands = Demands::Redis(RedisDemands::new((*store).clone()));
-            let layout = store.key_layout();
+            let slots = RedisSlots::new(&redis.topology.address());
+            let layout = settings.redis_keys.clone();
+            let startup = store_startup::connect(redis, layout.clone(), slots.clone()).await?;
+            context.quota_demands = Demands::Redis(slots.demands.clone());
             tracing::info!(
                 key_format = %layout.format(),
                 key_prefix = layout.prefix(),
@@ -480,44 +478,11 @@ pub async fn run<'a>(
                 }),
                 "redis keys"
             );
-            type StoreCounter = (&'static str, &'static str, fn(&RedisStore) -> u64);
-            let counters: [StoreCounter; 6] = [
-                (
-                    "ratelimitd_redis_script_reloads_total",
-                    "Times the Redis script was reloaded after NOSCRIPT (Redis restarted or flushed its scripts).",
-                    RedisStore::script_reloads,
-                ),
-                (
-                    "ratelimitd_redis_script_calls_total",
-                    "Calls of the request script (EVALSHA) sent to Redis; concurrent requests share a call.",
-                    RedisStore::script_calls,
-                ),
-                (
-                    "ratelimitd_redis_script_call_requests_total",
-                    "Requests those calls carried: over ratelimitd_redis_script_calls_total, the mean batch.",
-                    RedisStore::script_call_requests,
-                ),
-                (
-                    "ratelimitd_redis_connections_lost_total",
-                    "Redis connections found dead (connection error or timeout) and replaced.",
-                    RedisStore::connections_lost,
-                ),
-                (
-                    "ratelimitd_redis_slot_map_refreshes_total",
-                    "Times the Redis Cluster slot map was read again (redirections, lost masters).",
-                    RedisStore::slot_map_refreshes,
-                ),
-                (
-                    "ratelimitd_redis_refunds_failed_total",
-                    "Refunds of a denied cross-node request that failed: the reservation stays until its window or refill takes it back.",
-                    RedisStore::refunds_failed,
-                ),
-            ];
-            for (name, help, read) in counters {
-                let store = store.clone();
-                metrics.register_counter(name, help, move || read(&store));
-            }
-            let store = Arc::new(FailureHealth::new(store, settings.failure_health));
+            register_redis_counters(&metrics, &slots.store);
+            let store = Arc::new(FailureHealth::new(
+                slots.store.clone(),
+                settings.failure_health,
+            ));
             if settings.failure_health.is_on() {
                 register_failure_health(&metrics, &store);
             }
@@ -529,12 +494,13 @@ pub async fn run<'a>(
                         deny_cache = false,
                         "configuration loaded"
                     );
-                    serve(context, store, listeners, shutdown).await
+                    serve_while(startup, context, store, listeners, shutdown).await
                 }
                 Some(cache_settings) => {
-                    let epoch = redis.clone();
+                    let epoch = slots.store.clone();
                     let cache = Arc::new(
-                        DenyCache::new(store, cache_settings).with_epoch(move || epoch.epoch()),
+                        DenyCache::new(store, cache_settings)
+                            .with_epoch(move || epoch.get().map_or(0, RedisStore::epoch)),
                     );
                     let (hits, entries, clear) = (cache.clone(), cache.clone(), cache.clone());
                     metrics.register_counter(
@@ -554,10 +520,79 @@ pub async fn run<'a>(
                         deny_cache = true,
                         "configuration loaded"
                     );
-                    serve(context, cache, listeners, shutdown).await
+                    serve_while(startup, context, cache, listeners, shutdown).await
                 }
             }
         }
+    }
+}
+
+/// The Redis store's counters, read through its slot (0 while startup still waits for it).
+fn register_redis_counters(metrics: &Metrics, slot: &Arc<Connecting<RedisStore>>) {
+    type StoreCounter = (&'static str, &'static str, fn(&RedisStore) -> u64);
+    let counters: [StoreCounter; 6] = [
+        (
+            "ratelimitd_redis_script_reloads_total",
+            "Times the Redis script was reloaded after NOSCRIPT (Redis restarted or flushed its scripts).",
+            RedisStore::script_reloads,
+        ),
+        (
+            "ratelimitd_redis_script_calls_total",
+            "Calls of the request script (EVALSHA) sent to Redis; concurrent requests share a call.",
+            RedisStore::script_calls,
+        ),
+        (
+            "ratelimitd_redis_script_call_requests_total",
+            "Requests those calls carried: over ratelimitd_redis_script_calls_total, the mean batch.",
+            RedisStore::script_call_requests,
+        ),
+        (
+            "ratelimitd_redis_connections_lost_total",
+            "Redis connections found dead (connection error or timeout) and replaced.",
+            RedisStore::connections_lost,
+        ),
+        (
+            "ratelimitd_redis_slot_map_refreshes_total",
+            "Times the Redis Cluster slot map was read again (redirections, lost masters).",
+            RedisStore::slot_map_refreshes,
+        ),
+        (
+            "ratelimitd_redis_refunds_failed_total",
+            "Refunds of a denied cross-node request that failed: the reservation stays until its window or refill takes it back.",
+            RedisStore::refunds_failed,
+        ),
+    ];
+    for (name, help, read) in counters {
+        let slot = slot.clone();
+        metrics.register_counter(name, help, move || slot.get().map_or(0, read));
+    }
+}
+
+/// [`serve`], stopped with the last error when startup, still waiting for Redis, gives up.
+async fn serve_while<S: Store>(
+    startup: Startup,
+    context: Context,
+    store: Arc<S>,
+    listeners: Ports<'_>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let gave_up = Arc::new(std::sync::OnceLock::new());
+    let shutdown = {
+        let (gave_up, waiting) = (gave_up.clone(), startup.gave_up());
+        async move {
+            tokio::select! {
+                () = shutdown => {}
+                error = waiting => {
+                    tracing::error!(%error, "startup gave up waiting for redis; stopping");
+                    let _ = gave_up.set(error);
+                }
+            }
+        }
+    };
+    let served = serve(context, store, listeners, shutdown).await;
+    match gave_up.get() {
+        Some(error) => Err(error.clone().into()),
+        None => served,
     }
 }
 
@@ -1303,10 +1338,11 @@ struct StoreHealth {
 }
 
 impl StoreHealth {
-    /// The store's health as health sees it: always healthy when not followed, and then the
-    /// store is not even asked.
+    /// The store's health as health sees it: unhealthy while startup still waits for it (see
+    /// [`Connecting`]); then always healthy when not followed, and then the store is not even
+    /// asked.
     async fn healthy<S: Store>(self, store: &S) -> bool {
-        !self.followed || store.is_healthy().await
+        store.is_connected() && (!self.followed || store.is_healthy().await)
     }
 }
 
