@@ -31,14 +31,6 @@ impl<T> Connecting<T> {
         }
     }
 
-    /// Already connected.
-    pub fn connected(part: T) -> Connecting<T> {
-        Connecting {
-            part: OnceLock::from(part),
-            waiting: String::new(),
-        }
-    }
-
     /// Puts the connected part in; a second call changes nothing.
     pub fn fill(&self, part: T) {
         let _ = self.part.set(part);
