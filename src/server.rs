@@ -22,6 +22,7 @@ pub mod memory_release;
 pub mod open_files;
 mod request_body;
 mod rlqs_thread;
+mod store_startup;
 pub mod tls;
 pub mod uds_mode;
 
@@ -46,6 +47,7 @@ pub use self::limits::Limits;
 use self::listener::GrpcAddress;
 pub use self::listener::GrpcListener;
 use self::memory_budget::MemoryBudget;
+use self::store_startup::{RedisSlots, Startup};
 use self::tls::{ServerTls, TlsError, TLS_RELOAD_INTERVAL};
 
 use crate::config::reload::{ReloadOutcome, Reloader};
@@ -58,7 +60,7 @@ use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::service::http::{HttpState, DEFAULT_METRICS_PATH};
 use crate::service::limited::Port;
-use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
+use crate::service::metrics::{DEFAULT_MAX_RULE_SERIES, DEFAULT_NEAR_LIMIT_RATIO};
 use crate::service::rlqs::{QuotaRegistry, RlqsService, RlqsSettings};
 use crate::service::rls::StoreErrorPolicy;
 use crate::service::statsd::{self, StatsdSettings};
@@ -66,10 +68,10 @@ use crate::service::statsd_exporter::{EnvoyproxyMetrics, EnvoyproxyMetricsSettin
 use crate::service::version_info::shown;
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
 use crate::store::lease::{LeaseSettings, LeaseStats, LeasedStore};
-use crate::store::redis::{KeyFormat, KeyLayout, RedisDemands};
+use crate::store::redis::{KeyFormat, KeyLayout};
 use crate::store::{
-    Demands, DenyCache, DenyCacheSettings, FailureHealth, FailureHealthSettings, MemoryDemands,
-    MemoryStore, RedisSettings, RedisStore, Store, StoreError,
+    Connecting, Demands, DenyCache, DenyCacheSettings, FailureHealth, FailureHealthSettings,
+    MemoryDemands, MemoryStore, RedisSettings, RedisStore, Store, StoreError,
 };
 
 /// How often the store's health is probed, and idle memory-store keys swept.
@@ -111,6 +113,9 @@ pub struct Settings {
     pub drop_in: Option<DropIn>,
     /// Share of a limit above which admitted hits count as near the limit (metrics).
     pub near_limit_ratio: f64,
+    /// Most series of the per-rule families on `/metrics` (see
+    /// [`Metrics::with_max_rule_series`]).
+    pub metrics_max_rule_series: usize,
     /// Serving lanes: threads serving gRPC connections, each with its own current-thread runtime
     /// (see [`lanes`]); lane 0 is the runtime `run` is called on.
     pub lanes: usize,
@@ -205,6 +210,7 @@ impl Settings {
             health_follows_store: true,
             drop_in: None,
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
+            metrics_max_rule_series: DEFAULT_MAX_RULE_SERIES,
             lanes: default_lanes(),
             limits: Limits::default(),
             grpc_memory_budget: memory_budget::default_bytes(),
@@ -363,6 +369,7 @@ pub async fn run<'a>(
     bind: impl Future<Output = std::io::Result<Listeners>> + 'a,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    memory_release::fix_thresholds();
     let listeners = match &settings.xds {
         Some(options) if settings.drop_in.is_some() && !settings.initial_config.force_start => {
             tracing::warn!(
@@ -406,7 +413,10 @@ pub async fn run<'a>(
         ConfigFeed::Xds { config, .. } => config.rules().clone(),
     };
     let domains = rules.load().domains.len();
-    let metrics = Arc::new(Metrics::new(settings.near_limit_ratio));
+    let metrics = Arc::new(
+        Metrics::new(settings.near_limit_ratio)
+            .with_max_rule_series(settings.metrics_max_rule_series),
+    );
     metrics.register_rules(&rules.load());
     metrics.register_config_loader(loader);
     if let ConfigFeed::Xds { config, .. } = &feed {
@@ -472,14 +482,10 @@ pub async fn run<'a>(
                 wait: redis.timeout,
                 max_counters: LeaseSettings::DEFAULT_MAX_COUNTERS,
             };
-            let store = Arc::new(
-                RedisStore::connect(redis)
-                    .await?
-                    .with_key_layout(settings.redis_keys),
-            );
-            let redis = store.clone();
-            context.quota_demands = Demands::Redis(RedisDemands::new((*store).clone()));
-            let layout = store.key_layout();
+            let slots = RedisSlots::new(&redis.topology.address());
+            let layout = settings.redis_keys.clone();
+            let startup = store_startup::connect(redis, layout.clone(), slots.clone()).await?;
+            context.quota_demands = Demands::Redis(slots.demands.clone());
             tracing::info!(
                 key_format = %layout.format(),
                 key_prefix = layout.prefix(),
@@ -489,44 +495,11 @@ pub async fn run<'a>(
                 }),
                 "redis keys"
             );
-            type StoreCounter = (&'static str, &'static str, fn(&RedisStore) -> u64);
-            let counters: [StoreCounter; 6] = [
-                (
-                    "ratelimitd_redis_script_reloads_total",
-                    "Times the Redis script was reloaded after NOSCRIPT (Redis restarted or flushed its scripts).",
-                    RedisStore::script_reloads,
-                ),
-                (
-                    "ratelimitd_redis_script_calls_total",
-                    "Calls of the request script (EVALSHA) sent to Redis; concurrent requests share a call.",
-                    RedisStore::script_calls,
-                ),
-                (
-                    "ratelimitd_redis_script_call_requests_total",
-                    "Requests those calls carried: over ratelimitd_redis_script_calls_total, the mean batch.",
-                    RedisStore::script_call_requests,
-                ),
-                (
-                    "ratelimitd_redis_connections_lost_total",
-                    "Redis connections found dead (connection error or timeout) and replaced.",
-                    RedisStore::connections_lost,
-                ),
-                (
-                    "ratelimitd_redis_slot_map_refreshes_total",
-                    "Times the Redis Cluster slot map was read again (redirections, lost masters).",
-                    RedisStore::slot_map_refreshes,
-                ),
-                (
-                    "ratelimitd_redis_refunds_failed_total",
-                    "Refunds of a denied cross-node request that failed: the reservation stays until its window or refill takes it back.",
-                    RedisStore::refunds_failed,
-                ),
-            ];
-            for (name, help, read) in counters {
-                let store = store.clone();
-                metrics.register_counter(name, help, move || read(&store));
-            }
-            let store = Arc::new(FailureHealth::new(store, settings.failure_health));
+            register_redis_counters(&metrics, &slots.store);
+            let store = Arc::new(FailureHealth::new(
+                slots.store.clone(),
+                settings.failure_health,
+            ));
             if settings.failure_health.is_on() {
                 register_failure_health(&metrics, &store);
             }
@@ -539,12 +512,13 @@ pub async fn run<'a>(
                         "configuration loaded"
                     );
                     let store = with_leases(store, leases, &metrics);
-                    serve(context, store, listeners, shutdown).await
+                    serve_while(startup, context, store, listeners, shutdown).await
                 }
                 Some(cache_settings) => {
-                    let epoch = redis.clone();
+                    let epoch = slots.store.clone();
                     let cache = Arc::new(
-                        DenyCache::new(store, cache_settings).with_epoch(move || epoch.epoch()),
+                        DenyCache::new(store, cache_settings)
+                            .with_epoch(move || epoch.get().map_or(0, RedisStore::epoch)),
                     );
                     let (hits, entries, clear) = (cache.clone(), cache.clone(), cache.clone());
                     metrics.register_counter(
@@ -565,10 +539,79 @@ pub async fn run<'a>(
                         "configuration loaded"
                     );
                     let store = with_leases(cache, leases, &metrics);
-                    serve(context, store, listeners, shutdown).await
+                    serve_while(startup, context, store, listeners, shutdown).await
                 }
             }
         }
+    }
+}
+
+/// The Redis store's counters, read through its slot (0 while startup still waits for it).
+fn register_redis_counters(metrics: &Metrics, slot: &Arc<Connecting<RedisStore>>) {
+    type StoreCounter = (&'static str, &'static str, fn(&RedisStore) -> u64);
+    let counters: [StoreCounter; 6] = [
+        (
+            "ratelimitd_redis_script_reloads_total",
+            "Times the Redis script was reloaded after NOSCRIPT (Redis restarted or flushed its scripts).",
+            RedisStore::script_reloads,
+        ),
+        (
+            "ratelimitd_redis_script_calls_total",
+            "Calls of the request script (EVALSHA) sent to Redis; concurrent requests share a call.",
+            RedisStore::script_calls,
+        ),
+        (
+            "ratelimitd_redis_script_call_requests_total",
+            "Requests those calls carried: over ratelimitd_redis_script_calls_total, the mean batch.",
+            RedisStore::script_call_requests,
+        ),
+        (
+            "ratelimitd_redis_connections_lost_total",
+            "Redis connections found dead (connection error or timeout) and replaced.",
+            RedisStore::connections_lost,
+        ),
+        (
+            "ratelimitd_redis_slot_map_refreshes_total",
+            "Times the Redis Cluster slot map was read again (redirections, lost masters).",
+            RedisStore::slot_map_refreshes,
+        ),
+        (
+            "ratelimitd_redis_refunds_failed_total",
+            "Refunds of a denied cross-node request that failed: the reservation stays until its window or refill takes it back.",
+            RedisStore::refunds_failed,
+        ),
+    ];
+    for (name, help, read) in counters {
+        let slot = slot.clone();
+        metrics.register_counter(name, help, move || slot.get().map_or(0, read));
+    }
+}
+
+/// [`serve`], stopped with the last error when startup, still waiting for Redis, gives up.
+async fn serve_while<S: Store>(
+    startup: Startup,
+    context: Context,
+    store: Arc<S>,
+    listeners: Ports<'_>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let gave_up = Arc::new(std::sync::OnceLock::new());
+    let shutdown = {
+        let (gave_up, waiting) = (gave_up.clone(), startup.gave_up());
+        async move {
+            tokio::select! {
+                () = shutdown => {}
+                error = waiting => {
+                    tracing::error!(%error, "startup gave up waiting for redis; stopping");
+                    let _ = gave_up.set(error);
+                }
+            }
+        }
+    };
+    let served = serve(context, store, listeners, shutdown).await;
+    match gave_up.get() {
+        Some(error) => Err(error.clone().into()),
+        None => served,
     }
 }
 
@@ -1211,13 +1254,26 @@ async fn watch_config(
 }
 
 /// What each xDS response did: counted as a reload, logged, and (when the rules changed) the
-/// per-limit metrics registered and `on_rules_changed` called.
+/// per-limit metrics registered and `on_rules_changed` called; then what the parse allocated
+/// and the replaced rules held is given back to the operating system.
 fn xds_updates(
     config: Arc<XdsConfig>,
     metrics: Arc<Metrics>,
     on_rules_changed: Box<dyn Fn() + Send + Sync>,
 ) -> Arc<dyn Fn(XdsUpdate) + Send + Sync> {
-    Arc::new(move |update| match update {
+    Arc::new(move |update| {
+        xds_update(&config, &metrics, &*on_rules_changed, update);
+        tokio::task::spawn_blocking(memory_release::give_back);
+    })
+}
+
+fn xds_update(
+    config: &XdsConfig,
+    metrics: &Metrics,
+    on_rules_changed: &(dyn Fn() + Send + Sync),
+    update: XdsUpdate,
+) {
+    match update {
         XdsUpdate::Applied {
             version,
             domains,
@@ -1247,7 +1303,7 @@ fn xds_updates(
                 errors.one_line()
             );
         }
-    })
+    }
 }
 
 /// The `/metrics` view of the rule on failed store calls.
@@ -1360,10 +1416,11 @@ struct StoreHealth {
 }
 
 impl StoreHealth {
-    /// The store's health as health sees it: always healthy when not followed, and then the
-    /// store is not even asked.
+    /// The store's health as health sees it: unhealthy while startup still waits for it (see
+    /// [`Connecting`]); then always healthy when not followed, and then the store is not even
+    /// asked.
     async fn healthy<S: Store>(self, store: &S) -> bool {
-        !self.followed || store.is_healthy().await
+        store.is_connected() && (!self.followed || store.is_healthy().await)
     }
 }
 

@@ -210,7 +210,8 @@ async fn startup_waits_for_a_redis_that_comes_up_late() {
     let _ = waiting.kill();
     let _ = waiting.wait();
 
-    // The same deployment, Redis up two seconds after the pod: it serves.
+    // The same deployment, Redis up two seconds after the pod: it turns ready and serves once
+    // Redis answers.
     let late = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(2));
         redis.restart();
@@ -218,6 +219,11 @@ async fn startup_waits_for_a_redis_that_comes_up_late() {
     });
     let server = Ratelimitd::spawn(drop_in(&env));
     let _redis = late.join().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while common::ratelimitd::serving_status(server.grpc_addr()).await != ServingStatus::Serving {
+        assert!(Instant::now() < deadline, "not ready: {}", server.output());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut client = server.client().await;
     let response = should(&mut client, request("domain", &[&[("user", "carol")]], 1)).await;
     assert_eq!(overall(&response), Code::Ok);

@@ -79,6 +79,7 @@ impl ServeArgs {
                 differences: upstream.differences(),
             }),
             near_limit_ratio: self.telemetry.near_limit_ratio(),
+            metrics_max_rule_series: self.telemetry.metrics_max_rule_series(),
             lanes: self.listeners.lanes(),
             limits: self.limits.limits(),
             grpc_memory_budget: self.limits.grpc_memory_budget(),

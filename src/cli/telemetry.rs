@@ -13,7 +13,7 @@ use super::log_lines::OneLine;
 use super::parse;
 use super::traces::TracingArgs;
 use crate::otel;
-use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
+use crate::service::metrics::{DEFAULT_MAX_RULE_SERIES, DEFAULT_NEAR_LIMIT_RATIO};
 use crate::service::statsd::{
     Dialect, DogStatsd, ExtraTags, Mogrifiers, StatsdAddr, StatsdSettings,
 };
@@ -47,6 +47,11 @@ pub struct TelemetryArgs {
     /// `ratelimitd_near_limit_total` metric (envoyproxy/ratelimit's NEAR_LIMIT_RATIO).
     #[arg(long, env = "RATELIMITD_NEAR_LIMIT_RATIO", default_value_t = DEFAULT_NEAR_LIMIT_RATIO, value_parser = parse::ratio)]
     near_limit_ratio: f64,
+    /// Most series of the per-rule families (`ratelimitd_total_hits_total` and the others) on
+    /// /metrics: those with hits first, the hits of any further one under
+    /// `domain="_other",rule="_other"`, rules still at zero beyond it not shown.
+    #[arg(long, env = "RATELIMITD_METRICS_MAX_RULE_SERIES", default_value_t = DEFAULT_MAX_RULE_SERIES, value_name = "N", value_parser = parse::count)]
+    metrics_max_rule_series: usize,
     #[command(flatten)]
     statsd: StatsdArgs,
     #[command(flatten)]
@@ -73,6 +78,11 @@ impl TelemetryArgs {
     /// The near-limit share of the metrics.
     pub fn near_limit_ratio(&self) -> f64 {
         self.near_limit_ratio
+    }
+
+    /// The most per-rule series `/metrics` shows.
+    pub fn metrics_max_rule_series(&self) -> usize {
+        self.metrics_max_rule_series
     }
 
     /// The statsd sink, if asked for; an error names the flag or variable at fault.

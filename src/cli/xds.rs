@@ -106,6 +106,11 @@ pub struct XdsArgs {
     /// Largest xDS response accepted, bytes (a larger one ends the stream, which is reopened).
     #[arg(long, env = "RATELIMITD_XDS_MAX_MESSAGE_BYTES", default_value_t = XdsOptions::DEFAULT_MAX_MESSAGE_BYTES, value_parser = parse_message_bytes)]
     pub xds_max_message_bytes: usize,
+    /// How long an xDS response may take to arrive whole once its first byte has (and the first
+    /// response while no configuration is in force, once the stream is open); past it the stream
+    /// is dropped and reopened. An idle stream has no deadline.
+    #[arg(long, env = "RATELIMITD_XDS_RESPONSE_TIMEOUT", default_value = "30s", value_parser = parse::positive_duration)]
+    pub xds_response_timeout: Duration,
 }
 
 impl XdsArgs {
@@ -163,6 +168,7 @@ impl XdsArgs {
                         jitter: self.xds_backoff_jitter,
                     },
                     max_message_bytes: self.xds_max_message_bytes,
+                    response_timeout: self.xds_response_timeout,
                 }))
             }
         }
@@ -237,6 +243,7 @@ mod tests {
             "--xds-tls-ca=/ca.pem",
             "--xds-backoff-initial=1s",
             "--xds-backoff-jitter=false",
+            "--xds-response-timeout=5s",
         ])
         .expect("valid");
         let options = args.options(&[]).expect("valid").expect("xds");
@@ -254,6 +261,13 @@ mod tests {
         assert_eq!(options.backoff.initial, Duration::from_secs(1));
         assert!(!options.backoff.jitter);
         assert_eq!(options.max_message_bytes, 4 << 20);
+        assert_eq!(options.response_timeout, Duration::from_secs(5));
+        let defaults = parse(&["--config-source=xds", "--xds-server=cp:1"]).expect("valid");
+        let defaults = defaults.options(&[]).expect("valid").expect("xds");
+        assert_eq!(
+            defaults.response_timeout,
+            XdsOptions::DEFAULT_RESPONSE_TIMEOUT
+        );
     }
 
     #[test]

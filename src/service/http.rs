@@ -1,6 +1,7 @@
 //! The HTTP port:
 //!
-//! - `/healthcheck`: 200 `OK` while serving, 503 otherwise;
+//! - `/healthcheck`: 200 `OK` while serving, 503 otherwise; with configuration over xDS, a second
+//!   line on the xDS stream (`xDS stream: up`, or down since when and why);
 //! - `/metrics`: Prometheus text (see [`super::metrics`]); on the envoyproxy-format metrics port,
 //!   envoyproxy/ratelimit's families instead (see [`super::statsd_exporter`]);
 //! - `/json`: envoyproxy/ratelimit's JSON endpoint: POST a proto3-JSON `RateLimitRequest`, get the
@@ -128,10 +129,14 @@ pub async fn respond<S: Store>(
     }
     match path {
         "/healthcheck" if get => {
-            if state.health.is_serving() {
-                text(StatusCode::OK, "OK")
+            let (status, verdict) = if state.health.is_serving() {
+                (StatusCode::OK, "OK")
             } else {
-                text(StatusCode::SERVICE_UNAVAILABLE, "NOT SERVING")
+                (StatusCode::SERVICE_UNAVAILABLE, "NOT SERVING")
+            };
+            match &state.xds {
+                None => text(status, verdict),
+                Some(xds) => text(status, format!("{verdict}\n{}\n", xds_stream_line(xds))),
             }
         }
         "/rlconfig" if get => match &state.edge {
@@ -164,6 +169,26 @@ pub async fn respond<S: Store>(
         },
         "/healthcheck" | "/rlconfig" | "/rlqs" => method_not_allowed(),
         _ => text(StatusCode::NOT_FOUND, "not found"),
+    }
+}
+
+/// The line `/healthcheck` adds with configuration over xDS: whether the stream is up, and
+/// while it is down, for how long and why. A stale configuration does not make health
+/// NOT_SERVING: it keeps serving, and every replica would leave its Service at once when the
+/// control plane stalls.
+fn xds_stream_line(xds: &XdsConfig) -> String {
+    let stream = xds.stream();
+    if stream.is_up() {
+        return "xDS stream: up".to_owned();
+    }
+    let down_for =
+        humantime::format_duration(std::time::Duration::from_secs(stream.stale_for().as_secs()));
+    match stream.last_end() {
+        Some(reason) => format!(
+            "xDS stream: down for {down_for}, the configuration in force may be stale: {}",
+            super::version_info::shown(&reason)
+        ),
+        None => format!("xDS stream: not open yet ({down_for})"),
     }
 }
 

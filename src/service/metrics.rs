@@ -19,7 +19,9 @@
 //! except for rules with `detailed_metric: true`, whose series carry a `descriptor` label
 //! (`key_value.key2_value2`, as envoyproxy/ratelimit names detailed stats, cut at
 //! [`DETAILED_LABEL_MAX_BYTES`]). At most [`DETAILED_METRIC_CAP`] distinct descriptor labels are
-//! kept per rule; the hits of any further descriptor count under `descriptor="_other"`.
+//! kept per rule; the hits of any further descriptor count under `descriptor="_other"`. However
+//! many rules are configured, `/metrics` shows at most [`Metrics::with_max_rule_series`] of these
+//! series, those with hits first (see [`rule_series`]).
 //!
 //! The same counters also feed the statsd sink (`super::statsd`), which reads them off the
 //! request path: [`Metrics::take_upstream_deltas`] hands it what changed since it last asked,
@@ -36,7 +38,9 @@
 //! in an unknown domain, requests global shadow mode let through, and the counters other
 //! components expose (Redis script reloads, deny-cache hits, open connections, the statsd
 //! sink's datagrams), read when scraped.
-use std::collections::{BTreeMap, HashMap};
+mod rule_series;
+
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -45,7 +49,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use parking_lot::{Mutex, RwLock};
 
 use super::limited::{Limited, Port};
-use crate::config::xds::XdsConfig;
+use crate::config::xds::{XdsConfig, XdsStream};
 use crate::config::{ConfigLimit, Loader};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::{
@@ -69,6 +73,8 @@ pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.8;
 pub const UNKNOWN_DOMAIN_CAP: usize = 100;
 /// Response times are kept per whole millisecond up to this; longer ones count as this.
 pub const RESPONSE_TIME_MAX_MS: u64 = 10_000;
+/// Most series of the per-rule families shown by default (`--metrics-max-rule-series`).
+pub const DEFAULT_MAX_RULE_SERIES: usize = 5000;
 
 /// Upper bounds of the latency histogram buckets, in µs.
 const LATENCY_BUCKETS_US: [u64; 14] = [
@@ -341,12 +347,17 @@ struct External {
     read: Source,
 }
 
+/// Domain -> rule path -> counters; the names are shared with the snapshots `/metrics` takes.
+type RulesByDomain = HashMap<Arc<str>, HashMap<Arc<str>, Arc<RuleStats>>>;
+
 /// Every metric of the process. Cheap to share (`Arc<Metrics>`); recording is lock-free except
 /// for the first hit of a rule and detailed-metric lookups.
 pub struct Metrics {
     near_limit_ratio: f64,
+    /// Most series of the per-rule families `/metrics` shows (see [`rule_series`]).
+    max_rule_series: usize,
     /// domain -> rule path -> counters.
-    rules: RwLock<HashMap<String, HashMap<String, Arc<RuleStats>>>>,
+    rules: RwLock<RulesByDomain>,
     latency: Histogram,
     requests: [AtomicU64; 4],
     /// Requests refused by each of [`RequestLimit::ALL`].
@@ -400,6 +411,7 @@ impl Metrics {
         };
         Metrics {
             near_limit_ratio: ratio,
+            max_rule_series: DEFAULT_MAX_RULE_SERIES,
             rules: RwLock::new(HashMap::new()),
             latency: Histogram::new(),
             requests: Default::default(),
@@ -429,6 +441,14 @@ impl Metrics {
         self.near_limit_ratio
     }
 
+    /// Shows at most `max` series of the per-rule families on `/metrics` (at least one): those
+    /// with hits first, the hits of the others under `domain="_other",rule="_other"` (see
+    /// [`rule_series`]). The counters behind them, and the statsd sink, are not bounded by it.
+    pub fn with_max_rule_series(mut self, max: usize) -> Metrics {
+        self.max_rule_series = max.max(1);
+        self
+    }
+
     /// Makes the rule series those of `rules`: each configured rule keeps its series (its
     /// counts go on), a new one gets a zero series so that it shows before its first hit, and
     /// the series of rules and domains no longer configured are dropped, so that a configuration
@@ -438,25 +458,28 @@ impl Metrics {
     /// dropped rule not yet taken by [`Metrics::take_upstream_deltas`] are not sent.
     pub fn register_rules(&self, rules: &Rules) {
         let mut map = self.rules.write();
-        let mut configured: HashMap<String, HashMap<String, Arc<RuleStats>>> =
-            HashMap::with_capacity(rules.domains.len());
+        let mut configured: RulesByDomain = HashMap::with_capacity(rules.domains.len());
         for (name, domain) in &rules.domains {
             let mut limits = Vec::new();
             walk_limits(&domain.root, &mut limits);
-            let mut previous = map.remove(name).unwrap_or_default();
+            let (name, mut previous) = map
+                .remove_entry(name.as_str())
+                .unwrap_or_else(|| (Arc::from(name.as_str()), HashMap::new()));
             let mut by_path = HashMap::with_capacity(limits.len());
-            if let Some(overridden) = previous.remove(OVERRIDE_RULE) {
-                by_path.insert(OVERRIDE_RULE.to_owned(), overridden);
+            if let Some(overridden) = previous.remove_entry(OVERRIDE_RULE) {
+                by_path.insert(overridden.0, overridden.1);
             }
             for limit in limits {
-                let stats = previous.remove(&limit.path).unwrap_or_default();
+                let (path, stats) = previous
+                    .remove_entry(limit.path.as_str())
+                    .unwrap_or_else(|| (Arc::from(limit.path.as_str()), Arc::default()));
                 stats.configure(&limit);
                 if !limit.detailed_metric {
                     stats.plain_used.store(true, Ordering::Relaxed);
                 }
-                by_path.insert(limit.path.clone(), stats);
+                by_path.insert(path, stats);
             }
-            configured.insert(name.clone(), by_path);
+            configured.insert(name, by_path);
         }
         *map = configured;
     }
@@ -467,9 +490,9 @@ impl Metrics {
         }
         self.rules
             .write()
-            .entry(domain.to_string())
+            .entry(Arc::from(domain))
             .or_default()
-            .entry(path.to_string())
+            .entry(Arc::from(path))
             .or_insert_with(|| {
                 let stats = RuleStats::default();
                 if let Some(limit) = limit {
@@ -618,7 +641,8 @@ impl Metrics {
     }
 
     /// The xDS client's configuration, whose version in force is exported
-    /// (`ratelimitd_config_xds_version_info`).
+    /// (`ratelimitd_config_xds_version_info`), with the state of its stream
+    /// (`ratelimitd_xds_stream_up` and the others).
     pub fn register_xds_config(&self, config: Arc<XdsConfig>) {
         *self.xds_config.lock() = Some(config);
     }
@@ -721,7 +745,14 @@ impl Metrics {
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        self.render_rules(&mut out);
+        let hidden = self.render_rules(&mut out);
+        family(
+            &mut out,
+            "ratelimitd_rule_series_hidden",
+            "Label sets of the per-rule families without a series of their own (beyond --metrics-max-rule-series): hits under rule=\"_other\", rules at zero not shown.",
+            "gauge",
+        );
+        let _ = writeln!(out, "ratelimitd_rule_series_hidden {hidden}");
 
         family(
             &mut out,
@@ -856,6 +887,7 @@ impl Metrics {
                     escape(&super::version_info::shown(&version))
                 );
             }
+            render_xds_stream(&mut out, config.stream());
         }
 
         if let Some(loader) = self.config_loader.lock().as_ref() {
@@ -946,43 +978,51 @@ impl Metrics {
         out
     }
 
-    fn render_rules(&self, out: &mut String) {
+    /// The per-rule families, within [`Metrics::with_max_rule_series`]; returns how many label
+    /// sets have no series of their own.
+    fn render_rules(&self, out: &mut String) -> usize {
+        use rule_series::{Labels, Values};
         // One sorted snapshot, so every family lists the series in the same order. Overridden
         // hits join the rule's series: its plain one, or for a detailed rule the descriptor's.
-        type Labels = (String, String, Option<String>);
-        let mut series: BTreeMap<Labels, [u64; 5]> = BTreeMap::new();
-        let mut add = |labels: Labels, values: [u64; 5]| {
-            let sum = series.entry(labels).or_default();
-            for (sum, value) in sum.iter_mut().zip(values) {
-                *sum += value;
-            }
-        };
+        // The lock is held only to copy the counts and the (shared) names out.
+        let mut series: Vec<(Labels, Values)> = Vec::new();
         for (domain, rules) in self.rules.read().iter() {
             for (path, stats) in rules {
                 let labels = |descriptor: Option<&str>| {
                     (domain.clone(), path.clone(), descriptor.map(str::to_string))
                 };
                 if stats.plain_used.load(Ordering::Relaxed) {
-                    add(labels(None), stats.plain.read());
+                    series.push((labels(None), stats.plain.read()));
                 }
                 for (label, counters) in stats.detailed.by_label.read().iter() {
-                    add(labels(Some(label)), counters.read());
+                    series.push((labels(Some(label)), counters.read()));
                 }
                 if stats.detailed.overflow_used.load(Ordering::Relaxed) {
-                    add(labels(Some(OVERFLOW_LABEL)), stats.detailed.overflow.read());
+                    series.push((labels(Some(OVERFLOW_LABEL)), stats.detailed.overflow.read()));
                 }
                 let detailed = stats.is_detailed.load(Ordering::Relaxed);
                 for (label, counters) in stats.overridden.by_label.read().iter() {
-                    add(labels(detailed.then_some(label)), counters.read());
+                    series.push((labels(detailed.then_some(label)), counters.read()));
                 }
                 if stats.overridden.overflow_used.load(Ordering::Relaxed) {
-                    add(
+                    series.push((
                         labels(detailed.then_some(OVERFLOW_LABEL)),
                         stats.overridden.overflow.read(),
-                    );
+                    ));
                 }
             }
         }
+        series.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
+        series.dedup_by(|(labels, values), (kept_labels, kept)| {
+            if labels != kept_labels {
+                return false;
+            }
+            for (kept, value) in kept.iter_mut().zip(*values) {
+                *kept += value;
+            }
+            true
+        });
+        let shown = rule_series::within_cap(series.into_iter(), self.max_rule_series);
         let families = [
             (
                 "ratelimitd_total_hits_total",
@@ -1007,7 +1047,7 @@ impl Metrics {
         ];
         for (i, (name, help)) in families.iter().enumerate() {
             family(out, name, help, "counter");
-            for ((domain, path, descriptor), values) in &series {
+            for ((domain, path, descriptor), values) in &shown.series {
                 let _ = write!(
                     out,
                     "{name}{{domain=\"{}\",rule=\"{}\"",
@@ -1020,6 +1060,7 @@ impl Metrics {
                 let _ = writeln!(out, "}} {}", values[i]);
             }
         }
+        shown.hidden
     }
 
     /// Keeps each request's time per whole millisecond from now on, for
@@ -1096,9 +1137,9 @@ impl Metrics {
             for (path, stats) in rules {
                 let counted = !stats.is_unlimited.load(Ordering::Relaxed);
                 push(
-                    &|| path.clone(),
+                    &|| path.to_string(),
                     read(&stats.plain),
-                    counted && path != OVERRIDE_RULE,
+                    counted && &**path != OVERRIDE_RULE,
                 );
                 for (label, counters) in stats.detailed.by_label.read().iter() {
                     push(&|| format!("{domain}.{label}"), read(counters), counted);
@@ -1153,6 +1194,43 @@ fn walk_limits(set: &RuleSet, out: &mut Vec<Arc<ConfiguredLimit>>) {
         out.extend(node.limit.iter().cloned());
         walk_limits(&node.children, out);
     }
+}
+
+/// The xDS stream's families: whether it is up, how long the configuration may have been stale,
+/// the last response, the stalls.
+fn render_xds_stream(out: &mut String, stream: &XdsStream) {
+    let gauges: [(&str, &str, u64); 3] = [
+        (
+            "ratelimitd_xds_stream_up",
+            "1 while the xDS stream is open, 0 while it is down (the configuration in force keeps serving).",
+            u64::from(stream.is_up()),
+        ),
+        (
+            "ratelimitd_xds_config_stale_seconds",
+            "Seconds the xDS stream has been down (0 while it is open): how long changes on the control plane may have gone unseen.",
+            stream.stale_for().as_secs(),
+        ),
+        (
+            "ratelimitd_xds_last_response_timestamp_seconds",
+            "Unix time of the last xDS response received (0 before the first).",
+            stream.last_response_unix().unwrap_or(0),
+        ),
+    ];
+    for (name, help, value) in gauges {
+        family(out, name, help, "gauge");
+        let _ = writeln!(out, "{name} {value}");
+    }
+    family(
+        out,
+        "ratelimitd_xds_stream_stalls_total",
+        "xDS streams dropped because a response did not arrive whole within --xds-response-timeout.",
+        "counter",
+    );
+    let _ = writeln!(
+        out,
+        "ratelimitd_xds_stream_stalls_total {}",
+        stream.stalls()
+    );
 }
 
 fn render_config_loader(out: &mut String, loader: &Loader) {

@@ -374,6 +374,10 @@ impl<S: Store> Store for DenyCache<S> {
         }
         healthy
     }
+
+    fn is_connected(&self) -> bool {
+        self.inner.is_connected()
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! A store decides a whole request atomically: it evaluates every [`Check`] and commits only if
 //! all enforced (non-shadow) checks admit, so a denied request consumes nothing anywhere.
 
+pub mod connecting;
 pub mod deny_cache;
 pub mod failure_health;
 pub mod lease;
@@ -19,6 +20,7 @@ use crate::limiter::counter_key::CounterKey;
 use crate::limiter::rate::Rate;
 
 pub use self::redis::{RedisSettings, RedisStore};
+pub use connecting::Connecting;
 pub use deny_cache::{DenyCache, DenyCacheSettings};
 pub use failure_health::{FailureHealth, FailureHealthSettings};
 pub use memory::MemoryStore;
@@ -97,4 +99,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Whether the store can currently serve decisions (drives health checks).
     fn is_healthy(&self) -> impl Future<Output = bool> + Send;
+
+    /// Whether the store is connected: false only while startup still waits for it (see
+    /// [`Connecting`]). Health is NOT_SERVING meanwhile, whether or not it follows the store.
+    fn is_connected(&self) -> bool {
+        true
+    }
 }

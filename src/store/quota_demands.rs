@@ -4,7 +4,10 @@
 //! ([`super::redis::RedisDemands`]), so that one limit is shared by the Envoys of every replica.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
+
+use super::Connecting;
 
 /// One stream's smoothed demand for a bucket: requests per second, `None` for a newcomer whose
 /// reports have not covered any time yet.
@@ -31,17 +34,19 @@ pub trait QuotaDemands: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<(u64, StreamDemand)>, String>> + Send;
 }
 
-/// The demands of the store the server runs on: Redis when it has one, else this process.
+/// The demands of the store the server runs on: Redis when it has one (once startup has
+/// connected it: until then publishing fails, and shares come from this process's streams), else
+/// this process.
 pub enum Demands {
     Memory(MemoryDemands),
-    Redis(super::redis::RedisDemands),
+    Redis(Arc<Connecting<super::redis::RedisDemands>>),
 }
 
 impl QuotaDemands for Demands {
     fn shared(&self) -> bool {
         match self {
             Demands::Memory(memory) => memory.shared(),
-            Demands::Redis(redis) => redis.shared(),
+            Demands::Redis(_) => true,
         }
     }
 
@@ -53,7 +58,10 @@ impl QuotaDemands for Demands {
     ) -> Result<Vec<(u64, StreamDemand)>, String> {
         match self {
             Demands::Memory(memory) => memory.publish(bucket, streams, ttl).await,
-            Demands::Redis(redis) => redis.publish(bucket, streams, ttl).await,
+            Demands::Redis(redis) => match redis.get() {
+                Some(redis) => redis.publish(bucket, streams, ttl).await,
+                None => Err(redis.not_yet().to_string()),
+            },
         }
     }
 }

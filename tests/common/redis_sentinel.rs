@@ -140,6 +140,7 @@ impl RedisSentinel {
                 config_file: Some(config.clone()),
                 sentinel: true,
                 cluster_bus: false,
+                port: None,
             });
             setup.tune(&sentinel);
             setup.sentinels.push(sentinel);

@@ -61,6 +61,9 @@ pub struct ServerOptions {
     pub sentinel: bool,
     /// Pick a port at most 55535 whose cluster bus port (port + 10000) is free as well.
     pub cluster_bus: bool,
+    /// Listen on this port (one a client was pointed at before the server started) instead of
+    /// a free one picked now.
+    pub port: Option<u16>,
 }
 
 /// Credentials for a connection: a password for the default user, or a user and its password.
@@ -122,6 +125,14 @@ impl RedisServer {
         RedisServer::start_with(&[])
     }
 
+    /// [`RedisServer::start`] on `port`, a port picked with [`free_port`] beforehand.
+    pub fn start_on(port: u16) -> RedisServer {
+        RedisServer::start_options(ServerOptions {
+            port: Some(port),
+            ..ServerOptions::default()
+        })
+    }
+
     /// [`RedisServer::start`] with `extra` options appended (`--requirepass secret`, ...). A
     /// server that requires a password counts as up when it answers PING with `NOAUTH`.
     pub fn start_with(extra: &[&str]) -> RedisServer {
@@ -160,6 +171,13 @@ impl RedisServer {
             dir,
             options,
         };
+        if let Some(port) = server.options.port {
+            server.port = port;
+            return match server.spawn() {
+                Ok(()) => server,
+                Err(error) => panic!("could not start redis-server on port {port}: {error}"),
+            };
+        }
         // Another process may bind the port between the check and redis: try a few.
         let mut last_error = String::new();
         for _ in 0..5 {

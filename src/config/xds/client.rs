@@ -6,19 +6,31 @@
 //! the extra headers on the stream; an ACK carries the response's version and nonce, a NACK
 //! the version still in force, the refused response's nonce and `error_detail`. After a
 //! reconnect the first request carries the version in force, so a server that has nothing newer
-//! may answer with the same configuration (applied again, without a change).
+//! may answer with the same configuration (applied again, without a change), or, as
+//! go-control-plane's caches do, not answer until it has something newer.
+//!
+//! The response deadline (`XdsOptions::response_timeout`): a server that sends part of a message
+//! and then nothing, while still answering HTTP/2 pings, would hold the stream for ever, the
+//! configuration in force silently stale. So a message must arrive whole within the deadline of
+//! its first byte, and while no configuration is in force the first response within the
+//! deadline of the stream's opening; otherwise the stream is dropped (logged at WARN, counted)
+//! and reopened after the backoff. An idle stream (no message under way, a configuration in
+//! force) has no deadline: a state-of-the-world server sends only when something changed, and
+//! after a reconnect that carries the version in force it may well have nothing to send.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::channel::mpsc;
 use futures::SinkExt;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::{AsciiMetadataValue, MetadataKey};
 use tonic::transport::{Channel, Endpoint};
 
 use super::backoff::{Backoff, BackoffPolicy};
 use super::convert::{self, RATE_LIMIT_CONFIG_TYPE};
+use super::watched::{Progress, Watched};
 use super::{NodeIdentity, XdsConfig, XdsOptions};
 use crate::config::{ConfigErrors, Loader};
 use crate::proto::discovery::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
@@ -83,16 +95,37 @@ pub async fn run(
             _ = stopping.cancelled() => return,
             end = session.run(&mut backoff) => end,
         };
+        let stream = config.stream();
         let wait = match end {
             SessionEnd::Unreachable(error) => {
+                stream.ended(&error, false);
                 let wait = connect_retry.next_delay();
-                tracing::warn!(server = %options.server, %error, ?wait, "cannot open the xDS stream; retrying");
+                tracing::warn!(
+                    server = %options.server,
+                    %error,
+                    ?wait,
+                    stale_for = ?whole_seconds(stream.stale_for()),
+                    "cannot open the xDS stream; retrying"
+                );
                 wait
             }
             SessionEnd::Ended(reason) => {
+                stream.ended(&reason, false);
                 connect_retry.reset();
                 let wait = backoff.next_delay();
                 tracing::warn!(server = %options.server, %reason, ?wait, "xDS stream ended; reconnecting");
+                wait
+            }
+            SessionEnd::Stalled(reason) => {
+                stream.ended(&reason, true);
+                connect_retry.reset();
+                let wait = backoff.next_delay();
+                tracing::warn!(
+                    server = %options.server,
+                    %reason,
+                    ?wait,
+                    "xDS stream stalled; dropped, reconnecting (the configuration in force keeps serving)"
+                );
                 wait
             }
         };
@@ -109,6 +142,13 @@ enum SessionEnd {
     Unreachable(String),
     /// The stream was open and ended.
     Ended(String),
+    /// The stream was open and dropped for the response deadline.
+    Stalled(String),
+}
+
+/// `duration` rounded down to whole seconds, for the logs.
+fn whole_seconds(duration: Duration) -> Duration {
+    Duration::from_secs(duration.as_secs())
 }
 
 struct Session<'a> {
@@ -124,8 +164,10 @@ impl Session<'_> {
             Ok(channel) => channel,
             Err(error) => return SessionEnd::Unreachable(error),
         };
-        let mut client = AggregatedDiscoveryServiceClient::new(channel)
-            .max_decoding_message_size(self.options.max_message_bytes);
+        let progress = Arc::new(Progress::default());
+        let mut client =
+            AggregatedDiscoveryServiceClient::new(Watched::new(channel, progress.clone()))
+                .max_decoding_message_size(self.options.max_message_bytes);
         // One request is sent per response received: the buffer never fills.
         let (mut requests, outgoing) = mpsc::channel::<DiscoveryRequest>(2);
         let subscribe = self.request(self.config.version().unwrap_or_default(), String::new());
@@ -148,17 +190,75 @@ impl Session<'_> {
             Ok(response) => response.into_inner(),
             Err(status) => return SessionEnd::Unreachable(status.to_string()),
         };
-        tracing::info!(server = %self.options.server, node = %self.options.node.id, "xDS stream open");
+        let down_for = self.config.stream().opened();
+        tracing::info!(
+            server = %self.options.server,
+            node = %self.options.node.id,
+            down_for = ?whole_seconds(down_for),
+            "xDS stream open"
+        );
+        // With no configuration in force, the subscription must be answered.
+        let mut owed_since = self.config.version().is_none().then(Instant::now);
         loop {
-            let response = match responses.message().await {
+            let message = match self
+                .next_message(&mut responses, &progress, owed_since)
+                .await
+            {
+                Ok(message) => message,
+                Err(stalled) => return stalled,
+            };
+            let response = match message {
                 Ok(Some(response)) => response,
                 Ok(None) => return SessionEnd::Ended("the server closed the stream".into()),
                 Err(status) => return SessionEnd::Ended(status.to_string()),
             };
+            owed_since = None;
+            self.config.stream().responded();
             backoff.reset();
             let reply = self.answer(response).await;
             if requests.send(reply).await.is_err() {
                 return SessionEnd::Ended("the request stream closed".into());
+            }
+        }
+    }
+
+    /// The next message of `responses`, or [`SessionEnd::Stalled`] when the response deadline
+    /// passes first: for a message under way, counted from its first byte (or from now, for
+    /// bytes that came while the previous response was being applied); for a response owed
+    /// since `owed_since`, from then.
+    async fn next_message(
+        &self,
+        responses: &mut tonic::Streaming<DiscoveryResponse>,
+        progress: &Progress,
+        owed_since: Option<Instant>,
+    ) -> Result<Result<Option<DiscoveryResponse>, tonic::Status>, SessionEnd> {
+        let timeout = self.options.response_timeout;
+        let waiting_from = Instant::now();
+        loop {
+            let partial = progress.partial();
+            let started = partial.map(|partial| partial.since.max(waiting_from));
+            let deadline = started
+                .into_iter()
+                .chain(owed_since)
+                .min()
+                .map(|since| since + timeout);
+            tokio::select! {
+                message = responses.message() => return Ok(message),
+                () = progress.started() => {}
+                () = sleep_until(deadline) => {
+                    let shown = humantime::format_duration(timeout);
+                    let reason = match progress.partial() {
+                        Some(partial) => format!(
+                            "a response was still incomplete {shown} after its first byte: {} of {} bytes received (--xds-response-timeout)",
+                            partial.received,
+                            partial.length.map_or_else(|| "at least 5".to_owned(), |length| length.to_string()),
+                        ),
+                        None => format!(
+                            "no response {shown} after subscribing, with no configuration in force (--xds-response-timeout)"
+                        ),
+                    };
+                    return Err(SessionEnd::Stalled(reason));
+                }
             }
         }
     }
@@ -232,6 +332,14 @@ impl Session<'_> {
             response_nonce,
             error_detail: None,
         }
+    }
+}
+
+/// Completes at `deadline`; never without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 

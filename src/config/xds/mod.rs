@@ -6,12 +6,15 @@
 //! valid, it replaces the running rules in one swap and is ACKed with its version and nonce;
 //! invalid, it is NACKed with the errors (resource name and field path) in `error_detail`, and
 //! the running rules stay. [`client`] holds the stream, [`backoff`] the reconnect delays,
-//! [`tls`] the connection's TLS.
+//! [`tls`] the connection's TLS, [`watched`] the response bytes as they arrive (for the response
+//! deadline), [`stream_state`] what is said of the stream (up, stale since, why it ended).
 
 pub mod backoff;
 pub mod client;
 pub mod convert;
+pub mod stream_state;
 pub mod tls;
+pub mod watched;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -24,6 +27,7 @@ use tokio::sync::Notify;
 pub use backoff::BackoffPolicy;
 pub use client::{run, XdsUpdate};
 pub use convert::RATE_LIMIT_CONFIG_TYPE;
+pub use stream_state::XdsStream;
 pub use tls::XdsTls;
 
 use crate::limiter::Rules;
@@ -47,6 +51,11 @@ pub struct XdsOptions {
     pub backoff: BackoffPolicy,
     /// Largest response accepted, bytes (a larger one ends the stream, which is reopened).
     pub max_message_bytes: usize,
+    /// How long a response may take to arrive whole once its first byte has, and the first
+    /// response while no configuration is in force may take after the stream opened; past it
+    /// the stream is dropped and reopened. An idle stream has no deadline: the server sends
+    /// when it has something new.
+    pub response_timeout: Duration,
 }
 
 impl XdsOptions {
@@ -54,6 +63,10 @@ impl XdsOptions {
     pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
     /// envoyproxy/ratelimit's `CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL` default.
     pub const DEFAULT_CONNECT_RETRY_INTERVAL: Duration = Duration::from_secs(3);
+    /// The response deadline by default: about as long as the HTTP/2 keepalive takes to notice a
+    /// vanished server (a 30 s ping interval, 10 s for the answer), and enough for a response of
+    /// the default 4 MiB cap to cross a link of 1.2 Mbit/s.
+    pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
 
     /// Defaults for everything but the server: node `default`, plaintext, envoyproxy/ratelimit's
     /// delays.
@@ -66,6 +79,7 @@ impl XdsOptions {
             connect_retry_interval: Self::DEFAULT_CONNECT_RETRY_INTERVAL,
             backoff: BackoffPolicy::DEFAULT,
             max_message_bytes: Self::DEFAULT_MAX_MESSAGE_BYTES,
+            response_timeout: Self::DEFAULT_RESPONSE_TIMEOUT,
         }
     }
 }
@@ -92,7 +106,8 @@ impl Default for NodeIdentity {
 }
 
 /// The configuration an xDS client maintains: the rules the service answers with (swapped
-/// whole), whether any configuration arrived yet, and the version in force.
+/// whole), whether any configuration arrived yet, the version in force, and the state of the
+/// stream that keeps it up to date.
 #[derive(Debug, Default)]
 pub struct XdsConfig {
     rules: Arc<ArcSwap<Rules>>,
@@ -100,6 +115,7 @@ pub struct XdsConfig {
     /// Wakes [`XdsConfig::loaded`] when the first configuration arrives.
     arrived: Notify,
     version: Mutex<Option<String>>,
+    stream: XdsStream,
 }
 
 impl XdsConfig {
@@ -127,6 +143,11 @@ impl XdsConfig {
             }
             arrived.await;
         }
+    }
+
+    /// The state of the stream the configuration comes over.
+    pub fn stream(&self) -> &XdsStream {
+        &self.stream
     }
 
     /// The `version_info` of the configuration in force (ACKed last); `None` before the first.

@@ -11,7 +11,7 @@
 //!
 //! - A failure is any [`StoreError`]: an error answer (OOM, a script error), a timeout, a lost or
 //!   refused connection. A denial is an answer, not a failure; a request with no check to decide
-//!   is not counted.
+//!   is not counted, nor one made while startup still connects the store.
 //! - Recovery: as calls succeed the share falls below the threshold and the store is healthy
 //!   again. When the replica is taken out of rotation and calls stop, the failures age out of
 //!   the window, and with fewer than `min_calls` calls there is nothing to judge: the store is
@@ -153,9 +153,12 @@ impl<S> FailureHealth<S> {
 }
 
 impl<S: Store> Store for FailureHealth<S> {
+    /// Calls made while the inner store is not connected yet are not counted: health is
+    /// NOT_SERVING then anyway, and their failures must not hold it there once it is connected.
     async fn decide(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
+        let connected = self.inner.is_connected();
         let result = self.inner.decide(checks).await;
-        if self.settings.is_on() && !checks.is_empty() {
+        if self.settings.is_on() && !checks.is_empty() && connected {
             self.window.record(self.second(), result.is_err());
         }
         result
@@ -163,8 +166,9 @@ impl<S: Store> Store for FailureHealth<S> {
 
     /// Counted like decisions: a lease call that fails is a store call that failed.
     async fn lease(&self, asks: &[LeaseAsk]) -> Result<Vec<LeaseAnswer>, StoreError> {
+        let connected = self.inner.is_connected();
         let result = self.inner.lease(asks).await;
-        if self.settings.is_on() && !asks.is_empty() {
+        if self.settings.is_on() && !asks.is_empty() && connected {
             self.window.record(self.second(), result.is_err());
         }
         result
@@ -175,6 +179,10 @@ impl<S: Store> Store for FailureHealth<S> {
         let answers = self.inner.is_healthy().await;
         let failing = self.check_failures();
         answers && !failing
+    }
+
+    fn is_connected(&self) -> bool {
+        self.inner.is_connected()
     }
 }
 

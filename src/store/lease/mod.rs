@@ -343,6 +343,10 @@ impl<S: Store> Store for LeasedStore<S> {
     fn is_healthy(&self) -> impl std::future::Future<Output = bool> + Send {
         self.inner.is_healthy()
     }
+
+    fn is_connected(&self) -> bool {
+        self.inner.is_connected()
+    }
 }
 
 /// Puts back what a denied request took.

@@ -73,6 +73,16 @@ impl RedisStore {
         settings: RedisSettings,
         mode: ConnectionMode,
     ) -> Result<RedisStore, StoreError> {
+        RedisStore::connect_observed(settings, mode, &|_| {}).await
+    }
+
+    /// [`RedisStore::connect_with_mode`], telling `on_failure` of each failed attempt of
+    /// `settings.startup` (the server opens its ports once the first one failed).
+    pub async fn connect_observed(
+        settings: RedisSettings,
+        mode: ConnectionMode,
+        on_failure: &(dyn Fn(&StoreError) + Sync),
+    ) -> Result<RedisStore, StoreError> {
         if settings.timeout.is_zero() {
             return Err(StoreError::Unavailable(
                 "redis timeout must be positive".into(),
@@ -92,7 +102,7 @@ impl RedisStore {
         };
         let connect_timeout = settings.timeout.max(STARTUP_CONNECT_TIMEOUT);
         let (backend, locator) =
-            Backend::connect(&settings, &pool_settings, connect_timeout).await?;
+            Backend::connect(&settings, &pool_settings, connect_timeout, on_failure).await?;
         let locals = Locals::new(backend.clone(), pool_settings.clone());
         Ok(RedisStore {
             backend,

@@ -50,7 +50,22 @@ impl StartupRetry {
 
     /// Runs `attempt` until it succeeds or the time is up; each failure is logged at WARN with
     /// `target` (the Redis address, never its password). The last error is returned.
-    pub async fn run<T, F, Fut>(&self, target: &str, mut attempt: F) -> Result<T, StoreError>
+    pub async fn run<T, F, Fut>(&self, target: &str, attempt: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        self.run_observed(target, attempt, &|_| {}).await
+    }
+
+    /// [`StartupRetry::run`], telling `on_failure` of each failed attempt (the server opens its
+    /// ports once the first one failed, and keeps waiting behind them).
+    pub async fn run_observed<T, F, Fut>(
+        &self,
+        target: &str,
+        mut attempt: F,
+        on_failure: &(dyn Fn(&StoreError) + Sync),
+    ) -> Result<T, StoreError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
@@ -72,6 +87,7 @@ impl StartupRetry {
                 }
                 Err(error) => error,
             };
+            on_failure(&error);
             failures = failures.saturating_add(1);
             let pause = self.pause_after(failures);
             let out_of_time = self

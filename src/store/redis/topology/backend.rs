@@ -33,10 +33,12 @@ impl Backend {
     /// there, retrying as `settings.startup` says, within `connect_timeout` per attempt; errors
     /// name the address. The TLS files are read once, before the first attempt. With Sentinel,
     /// also the locator that follows the master, to keep alive for the sentinels' announcements.
+    /// `on_failure` hears of each failed attempt.
     pub(in crate::store::redis) async fn connect(
         settings: &RedisSettings,
         pool_settings: &PoolSettings,
         connect_timeout: Duration,
+        on_failure: &(dyn Fn(&StoreError) + Sync),
     ) -> Result<(Backend, Option<Arc<MasterLocator>>), StoreError> {
         let address = settings.topology.address();
         let at_address = |error: StoreError| match error {
@@ -58,7 +60,11 @@ impl Backend {
                 let tls = RedisTls::when_used(uses_tls(&client), &settings.tls)?;
                 let manager = Manager::new(client, tls, connect_timeout);
                 let server = retry
-                    .run(&address, || server_start(&manager, pool_settings))
+                    .run_observed(
+                        &address,
+                        || server_start(&manager, pool_settings),
+                        on_failure,
+                    )
                     .await
                     .map_err(at_address)?;
                 Backend::Server(Box::new(server))
@@ -81,7 +87,11 @@ impl Backend {
                 let manager = Manager::sentinel(found.clone(), tls, connect_timeout);
                 locator = Some(found);
                 let server = retry
-                    .run(&address, || server_start(&manager, pool_settings))
+                    .run_observed(
+                        &address,
+                        || server_start(&manager, pool_settings),
+                        on_failure,
+                    )
                     .await
                     .map_err(at_address)?;
                 Backend::Server(Box::new(server))
@@ -90,15 +100,19 @@ impl Backend {
                 let tls = RedisTls::when_used(auth.tls, &settings.tls)?;
                 Backend::Cluster(
                     retry
-                        .run(&address, || {
-                            Cluster::connect(
-                                seeds,
-                                auth,
-                                tls.clone(),
-                                pool_settings,
-                                connect_timeout,
-                            )
-                        })
+                        .run_observed(
+                            &address,
+                            || {
+                                Cluster::connect(
+                                    seeds,
+                                    auth,
+                                    tls.clone(),
+                                    pool_settings,
+                                    connect_timeout,
+                                )
+                            },
+                            on_failure,
+                        )
                         .await
                         .map_err(at_address)?,
                 )
