@@ -55,6 +55,7 @@ pub mod wire;
 
 pub use self::quota_demands::RedisDemands;
 pub use self::scripts::key_layout::{KeyFormat, KeyLayout, KeyLayoutError};
+pub use self::scripts::script::CallCommand;
 pub use self::scripts::side::SideScript;
 pub use self::settings::startup::StartupRetry;
 pub use self::settings::tls::{ClientIdentityFiles, RedisTlsSettings, TlsFile};
