@@ -62,17 +62,6 @@ fn admitted(reply: redis::Value, checks: &[usize]) -> Vec<Result<Vec<bool>, Stor
         .collect()
 }
 
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.connection())
-        .unwrap();
-    info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().unwrap())
-}
-
 #[tokio::test]
 async fn requests_of_one_call_are_decided_in_order_on_the_state_the_earlier_ones_left() {
     let server = RedisServer::start();
@@ -227,7 +216,7 @@ async fn a_layout_that_does_not_add_up_decides_nothing() {
 async fn concurrent_callers_share_calls_and_admit_exactly_the_limit() {
     let server = RedisServer::start();
     let store = Arc::new(connect(&server).await);
-    let before = evalsha_calls(&server);
+    let before = server.script_calls();
     let callers = 400;
     let mut tasks = Vec::new();
     for _ in 0..callers {
@@ -240,7 +229,7 @@ async fn concurrent_callers_share_calls_and_admit_exactly_the_limit() {
     for task in tasks {
         admitted += usize::from(task.await.unwrap());
     }
-    let calls = evalsha_calls(&server) - before;
+    let calls = server.script_calls() - before;
     assert_eq!(admitted, 50, "exactly the limit is admitted");
     assert!(
         calls < callers as u64 / 2,
