@@ -277,7 +277,7 @@ async fn a_library_of_another_version_is_never_called() {
     let admitted: Vec<bool> = {
         let mut answers = Vec::new();
         for _ in 0..3 {
-            answers.push(store.decide(&[check.clone()]).await.unwrap()[0].admitted);
+            answers.push(store.decide(std::slice::from_ref(&check)).await.unwrap()[0].admitted);
         }
         answers
     };
