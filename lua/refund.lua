@@ -49,8 +49,8 @@ local function whole(text)
   return x
 end
 
--- The entry point: refunds what the call's arguments say (see above), its keys `declared` (KEYS) or,
--- on a cluster node, leading the `given` arguments (ARGV; see common.lua).
+-- The entry point: refunds what the call's arguments say (see above), its keys `declared` (KEYS)
+-- or, on a cluster node, leading the `given` arguments (ARGV; see common.lua).
 local function refund_call(declared, given)
   start_call()
   local KEYS, ARGV = keys_and_arguments(declared, given)

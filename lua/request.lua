@@ -397,7 +397,8 @@ local function decide_call(declared, given)
           out_len = at + 1
         end
       else
-        local ok, first, remaining, reset_after = pcall(decide_one, KEYS[i - key_offset], i - 1, now)
+        local ok, first, remaining, reset_after =
+          pcall(decide_one, KEYS[i - key_offset], i - 1, now)
         if ok then
           out[at + 1] = first
           out[at + 2] = remaining
@@ -409,8 +410,8 @@ local function decide_call(declared, given)
         end
       end
     else
-      local ok, raised = pcall(envoyproxy and envoyproxy.decide_request or decide, i - 1 - key_offset,
-        i - 1, checks, now, out)
+      local ok, raised = pcall(envoyproxy and envoyproxy.decide_request or decide,
+        i - 1 - key_offset, i - 1, checks, now, out)
       if not ok then
         for j = #out, at + 1, -1 do
           out[j] = nil

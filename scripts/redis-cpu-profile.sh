@@ -13,8 +13,8 @@
 #    warmup too: decisions per call = every request sent / calls). Each cell runs once per way of
 #    calling the scripts in CALLS: `fcall` (ratelimitd connected as the default user: the
 #    Functions library, where the server has Functions) and `evalsha` (connected as an ACL user
-#    without +function, which ratelimitd serves with EVALSHA), one after the other on the same
-#    redis-server, so the two compare within one run. Then the baseline on the same
+#    without +function and +fcall, which ratelimitd serves with EVALSHA), one after the other on
+#    the same redis-server, so the two compare within one run. Then the baseline on the same
 #    redis-server: redis-benchmark -P 16 with BASELINE_CLIENTS clients, INCRBY on KEYS random keys
 #    and EXPIRE on the same keys, BASELINE_REQUESTS each; per decision = the CPU of both runs /
 #    BASELINE_REQUESTS (one INCRBY and one EXPIRE per descriptor, as upstream pipelines them).
@@ -128,8 +128,9 @@ start_redis() {
   PIDS+=("$REDIS_PID")
   for _ in $(seq 1 600); do
     if cli PING 2>/dev/null | grep -q PONG; then
-      # The user ratelimitd connects as for `evalsha`: everything but FUNCTION.
-      cli ACL SETUSER evalsha on '>evalsha' '~*' '&*' +@all -function >/dev/null
+      # The user ratelimitd connects as for `evalsha`: everything but FUNCTION and FCALL (a user
+      # refused only FUNCTION LOAD still calls a library another user loaded).
+      cli ACL SETUSER evalsha on '>evalsha' '~*' '&*' +@all -function -fcall -fcall_ro >/dev/null
       return 0
     fi
     sleep 0.1
