@@ -13,7 +13,7 @@ use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
 use ratelimitd::store::redis::scripts::keys::{redis_key, state_key};
 use ratelimitd::store::redis::scripts::reply::decode_batch_reply;
-use ratelimitd::store::redis::scripts::request::{evalsha, sha1, Invocation};
+use ratelimitd::store::redis::scripts::request::{evalsha, script_load, sha1, Invocation};
 use ratelimitd::store::redis::RedisSettings;
 use ratelimitd::store::{Check, RedisStore, Store, StoreError};
 
@@ -38,11 +38,16 @@ fn check(value: &str, limit: u32) -> Check {
     }
 }
 
-/// A store connected to `server` (which also loads the script for the raw calls below).
+/// A store connected to `server`, and the request script loaded there for the raw `EVALSHA`
+/// calls below (the store itself loads it only where the server has no Functions).
 async fn connect(server: &RedisServer) -> RedisStore {
-    RedisStore::connect(RedisSettings::new(server.url()))
+    let store = RedisStore::connect(RedisSettings::new(server.url()))
         .await
-        .expect("connect to the test redis-server")
+        .expect("connect to the test redis-server");
+    let _: String = script_load()
+        .query(&mut server.connection())
+        .expect("SCRIPT LOAD");
+    store
 }
 
 /// One raw script call carrying `requests` (each a list of checks), at a pinned time.
