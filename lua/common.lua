@@ -1,9 +1,20 @@
 -- ratelimitd: helpers shared by every algorithm (library file, no KEYS or ARGV of its own).
 --
--- The Rust store concatenates common.lua, the five algorithm files, envoyproxy_fixed_window.lua,
--- rates.lua and request.lua into ONE script (Redis cannot call one script from another), loads it
--- once and calls it with EVALSHA; the refund script is the same files with refund.lua in place of request.lua. Only the
--- entry points read KEYS and ARGV; see their headers for the calling conventions.
+-- The Rust store assembles common.lua, the five algorithm files, envoyproxy_fixed_window.lua and
+-- rates.lua (the library files) with the entry points (request.lua, refund.lua: each a chunk that
+-- returns its entry function, called with the call's keys and arguments) in one of two forms
+-- (src/store/redis/scripts/library.rs):
+-- - a Redis Functions library (FUNCTION LOAD, Redis 7.0+ and Valkey): the library files and every
+--   entry point in one chunk, each entry registered as a function and called with FCALL. The
+--   chunk runs once, at load, with none of Lua's or Redis's globals but `redis.register_function`;
+--   each FCALL runs only the entry function.
+-- - one script per entry point (SCRIPT LOAD, EVALSHA; Redis 6.x, or a user that may not load
+--   functions): the library files, then the entry chunk, whose function is called with KEYS and
+--   ARGV. Redis runs the whole chunk on every call.
+-- So the top level of these files only defines: locals, functions, constants and tables, never a
+-- global lookup. What lives across calls of a function (the modules of rates.lua) keeps nothing
+-- of a call: `start_call` (rates.lua) empties the caches each call fills. See the entry points'
+-- headers for the calling conventions.
 --
 -- Numbers: Lua 5.1 numbers are IEEE doubles. Every instant and duration is an integer of µs below
 -- 2^53 (Rate bounds windows to 100 years), so integer arithmetic here is exact; the f64 expressions
@@ -11,34 +22,43 @@
 -- order as the Rust code, so both produce bit-identical doubles.
 
 -- The globals every check uses, as locals: a global lookup per use cost ~2 500 redis-server
--- instructions per check for the math functions alone (callgrind).
-local math_ceil, math_floor, math_fmod, math_max, math_min =
-  math.ceil, math.floor, math.fmod, math.max, math.min
-local redis_call, redis_pcall, string_format, string_match, tonumber, type = redis.call,
-  redis.pcall, string.format, string.match, tonumber, type
+-- instructions per check for the math functions alone (callgrind). Bound by `bind_globals` at the
+-- first call (a library is loaded without globals).
+local math_ceil, math_floor, math_fmod, math_max, math_min
+local redis_call, redis_pcall, string_byte, string_format, string_match, tonumber, type
+
+local function bind_globals()
+  math_ceil, math_floor, math_fmod, math_max, math_min =
+    math.ceil, math.floor, math.fmod, math.max, math.min
+  -- `tonumber` and `type` name the locals here: the globals are read through `_G`.
+  redis_call, redis_pcall, string_byte, string_format, string_match, tonumber, type = redis.call,
+    redis.pcall, string.byte, string.format, string.match, _G.tonumber, _G.type
+end
 
 local U32_MAX = 4294967295
 
--- The call's keys and arguments. A single server gets the keys declared (KEYS). A Redis Cluster
+-- The call's keys and arguments, from the `declared` keys and the `given` arguments it was called
+-- with. A single server gets the keys declared (KEYS). A Redis Cluster
 -- call carries the keys of several slots that one node owns: Redis answers CROSSSLOT when such
--- keys are declared, but lets a script without flags (no shebang) access them, and fails each
+-- keys are declared, but lets a script without flags (no shebang), or a function flagged
+-- allow-cross-slot-keys, access them, and fails each
 -- access to a key the node does not own ('Script attempted to access a non local key'), which the
 -- request scripts meet while loading, before they write. So there KEYS is empty and ARGV starts
 -- with the key count, then the keys; the rest is the ARGV of the declared form.
-local function keys_and_arguments()
-  if #KEYS > 0 then
-    return KEYS, ARGV
+local function keys_and_arguments(declared, given)
+  if #declared > 0 then
+    return declared, given
   end
-  local count = tonumber(ARGV[1])
-  if not count or count < 0 or count ~= math_floor(count) or count + 1 > #ARGV then
-    return KEYS, ARGV
+  local count = tonumber(given[1])
+  if not count or count < 0 or count ~= math_floor(count) or count + 1 > #given then
+    return declared, given
   end
   local keys, arguments = {}, {}
   for i = 1, count do
-    keys[i] = ARGV[i + 1]
+    keys[i] = given[i + 1]
   end
-  for i = count + 2, #ARGV do
-    arguments[i - count - 1] = ARGV[i]
+  for i = count + 2, #given do
+    arguments[i - count - 1] = given[i]
   end
   return keys, arguments
 end

@@ -23,11 +23,11 @@
 -- first and takes them back (DECRBY, in the same script, so no other request sees them) when the
 -- sum is over the limit, where a `<start>:<count>` state under one key took a GET and a SET.
 
--- The module is built by a constructor, called by the entry point (request.lua, refund.lua) once
--- per call and only when the call has a rate of this algorithm: Redis runs the whole script on
--- every EVALSHA, and each function definition it meets makes a closure (defining all five
--- algorithms on every call cost ~24 000 redis-server instructions, a sixth of a one-request call;
--- callgrind).
+-- The module is built by a constructor, called by the entry point (request.lua, refund.lua) only
+-- when the call has a rate of this algorithm: once per call with EVALSHA, which runs the whole
+-- script on every call, and once per load of the function library with FCALL. Each function
+-- definition it meets makes a closure (defining all five algorithms on every call cost ~24 000
+-- redis-server instructions, a sixth of a one-request call; callgrind).
 local function new_fixed_window()
   local fixed_window = { leased_by_window = true }
 
@@ -35,6 +35,11 @@ local function new_fixed_window()
   -- suffix }. The checks of a call mostly share their window, and formatting a number costs more
   -- than finding it formatted.
   local suffixes = {}
+
+  -- A new call: the suffixes of the last one are dropped (see start_call in rates.lua).
+  function fixed_window.start_call()
+    suffixes = {}
+  end
 
   -- The key holding the count of the window of length `window` starting at `window_start`
   -- (a multiple of it) for the counter whose base key is `key`.

@@ -1,4 +1,4 @@
--- ratelimitd: leases (library file of the request script, before request.lua; mirrors
+-- ratelimitd: leases (library file, after rates.lua; used by request.lua; mirrors
 -- src/limiter/algorithm/lease.rs).
 --
 -- KEYS: none of its own; request.lua passes one counter key per lease, as for a request.

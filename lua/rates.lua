@@ -4,8 +4,10 @@
 --
 -- ARGV layout of the table (see request.lua's header): R, then 5 values per rate: code, L, W, B, T.
 
--- The algorithm modules by code, built on first use in this call (see the algorithm files); a
--- constructor is called with its code. Codes 5 and 6 are envoyproxy/ratelimit's counters.
+-- The algorithm modules by code, built on first use (see the algorithm files); a constructor is
+-- called with its code. Codes 5 and 6 are envoyproxy/ratelimit's counters. A script builds them
+-- again on every call; a function library keeps them from call to call (`start_call` empties
+-- what they cache within a call).
 local CONSTRUCTORS = {
   [0] = new_fixed_window,
   [1] = new_sliding_window_log,
@@ -29,6 +31,23 @@ local function algorithm_of(code)
     modules[code] = module
   end
   return module
+end
+
+-- Every entry point calls this first, each call: Lua's and Redis's functions bound (see
+-- common.lua), and every cache that one call fills emptied, so that none outlives its call in a
+-- function library (their keys come from the call's arguments: kept, they would grow without
+-- bound).
+local function start_call()
+  if not redis_call then
+    bind_globals()
+  end
+  px_texts = {}
+  for _, module in pairs(modules) do
+    local start = module.start_call
+    if start then
+      start()
+    end
+  end
 end
 
 local RATE_FIELDS = 5

@@ -1,10 +1,12 @@
 -- ratelimitd: a batch of rate-limit requests, each decided all or nothing (the entry point of the
 -- script).
 --
--- The store sends ONE script: common.lua, the five algorithm files, envoyproxy_fixed_window.lua,
--- rates.lua, lease.lua and this file, concatenated in that order, loaded once (SCRIPT LOAD) and called with EVALSHA. Concurrent requests share one
--- call (src/store/redis/batch.rs): they are decided one after the other, in order, each on the
--- state the earlier ones left, exactly as if each had its own call.
+-- The store runs this file with the library files before it (common.lua, the five algorithm
+-- files, envoyproxy_fixed_window.lua, rates.lua: see common.lua for the two forms): its chunk
+-- returns `decide_call`, the entry point, called with the call's KEYS and ARGV, as a function of
+-- the library (FCALL) or at the end of a script (EVALSHA). Concurrent requests share one call
+-- (src/store/redis/batch.rs): they are decided one after the other, in order, each on the state
+-- the earlier ones left, exactly as if each had its own call.
 --
 -- KEYS: the counter keys of every check of every request, request after request, in check order
 --       (repeats allowed: checks that share a counter share its key),
@@ -72,17 +74,18 @@
 
 -- The first byte of a lease's spec ('L').
 local LEASE_MARK = 76
-local string_byte = string.byte
 
 -- The call's keys and arguments, read several times per check, as locals (see common.lua for the
--- cluster form, whose keys travel in ARGV).
-local KEYS, ARGV = keys_and_arguments()
+-- cluster form, whose keys travel in ARGV). Set by `decide_call` at the start of each call, as are
+-- `rates`, `envoyproxy` and `specs` below: every function of this file is defined once per load of
+-- the function library, and reads the call's state through them.
+local KEYS, ARGV
 
 -- ARGV values per check: its spec.
 local FIELDS = 1
 
 -- The rates of this call (see ARGV above): { algorithm, L, W, B, T } each, by position.
-local rates = {}
+local rates
 
 -- The envoyproxy/ratelimit counter module (codes 5, 6) of the call's rate table, if it has one:
 -- the call's requests are then decided by its decide_request (envoyproxy_fixed_window.lua).
@@ -91,7 +94,7 @@ local envoyproxy = nil
 -- The decoded specs of this call by their text: { rate, n, shadow, k (0 for a further check),
 -- pinned now or false }, a lease's { rate, want, false, 1, pinned now or false, min, period },
 -- or false for a text that is no spec.
-local specs = {}
+local specs
 
 -- Decodes the spec `text` (see ARGV above) into `specs`, and returns what it stored there.
 local function decode_spec(text)
@@ -325,128 +328,139 @@ local function error_message(raised)
   return tostring(raised)
 end
 
--- Read the rates and frame the call first: a layout that does not add up decides nothing.
-local rate_count = tonumber(ARGV[1])
-if not rate_count or rate_count < 1 or 1 + rate_count * RATE_FIELDS > #ARGV then
-  return redis.error_reply('ERR ratelimitd: malformed rate table (' .. #ARGV .. ' arguments)')
-end
-for r = 1, rate_count do
-  rates[r] = read_rate(ARGV, r)
-  if not rates[r] then
-    return redis.error_reply('ERR ratelimitd: invalid rate ' .. r)
-  end
-  if rates[r][1].decide_request then
-    envoyproxy = rates[r][1]
-    envoyproxy.bind(KEYS, read_check, invalid_check, u64_reply, FIELDS)
-  end
-end
+-- The entry point: decides every request of the call whose keys are `declared` (KEYS) and whose
+-- arguments are `given` (ARGV), and returns the flat reply described above.
+local function decide_call(declared, given)
+  start_call()
+  KEYS, ARGV = keys_and_arguments(declared, given)
+  rates, envoyproxy, specs = {}, nil, {}
 
--- One spec per key; every request a first check and its k - 1 further ones.
-local first_spec = 2 + rate_count * RATE_FIELDS
-local last_spec = #ARGV
-if last_spec - first_spec + 1 ~= #KEYS or #KEYS == 0 then
-  return redis.error_reply('ERR ratelimitd: ' .. #KEYS .. ' keys for '
-    .. (last_spec - first_spec + 1) .. ' checks')
-end
-local requests = 0
-local i = first_spec
-while i <= last_spec do
-  requests = requests + 1
-  local text = ARGV[i]
-  local spec = specs[text]
-  if spec == nil then
-    spec = decode_spec(text)
+  -- Read the rates and frame the call first: a layout that does not add up decides nothing.
+  local rate_count = tonumber(ARGV[1])
+  if not rate_count or rate_count < 1 or 1 + rate_count * RATE_FIELDS > #ARGV then
+    return redis.error_reply('ERR ratelimitd: malformed rate table (' .. #ARGV .. ' arguments)')
   end
-  local checks = spec and spec[4] or 0
-  local last = i + checks - 1
-  local well_formed = checks > 0 and last <= last_spec
-  if well_formed then
-    for j = i + 1, last do
-      local further = specs[ARGV[j]]
-      if further == nil then
-        further = decode_spec(ARGV[j])
-      end
-      if not further or further[4] ~= 0 then
-        well_formed = false
-        break
-      end
+  for r = 1, rate_count do
+    rates[r] = read_rate(ARGV, r)
+    if not rates[r] then
+      return redis.error_reply('ERR ratelimitd: invalid rate ' .. r)
+    end
+    if rates[r][1].decide_request then
+      envoyproxy = rates[r][1]
+      envoyproxy.bind(KEYS, read_check, invalid_check, u64_reply, FIELDS)
     end
   end
-  if not well_formed then
-    return redis.error_reply('ERR ratelimitd: malformed request ' .. requests .. ' ('
-      .. #KEYS .. ' keys, ' .. #ARGV .. ' arguments)')
-  end
-  i = last + 1
-end
 
--- Decide, request after request. A check's key is KEYS[its spec's index - key_offset].
-local key_offset = first_spec - 1
-local redis_now
-local out = { 0 }
-local out_len = 1
-i = first_spec
-while i <= last_spec do
-  local spec = specs[ARGV[i]]
-  local checks = spec[4]
-  local now = spec[5]
-  if not now then
-    if not redis_now then
-      local time = redis_call('TIME')
-      redis_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-      out[1] = redis_now
-    end
-    now = redis_now
+  -- One spec per key; every request a first check and its k - 1 further ones.
+  local first_spec = 2 + rate_count * RATE_FIELDS
+  local last_spec = #ARGV
+  if last_spec - first_spec + 1 ~= #KEYS or #KEYS == 0 then
+    return redis.error_reply('ERR ratelimitd: ' .. #KEYS .. ' keys for '
+      .. (last_spec - first_spec + 1) .. ' checks')
   end
-  local at = out_len
-  if spec[6] then
-    local ok, first, granted, after = pcall(grant_lease, KEYS[i - key_offset], now, spec[1], spec[2],
-      spec[6], spec[7])
-    if ok then
-      out[at + 1] = first
-      out[at + 2] = granted
-      out[at + 3] = after
-      out_len = at + 3
-    else
-      out[at + 1] = error_message(first)
-      out_len = at + 1
+  local requests = 0
+  local i = first_spec
+  while i <= last_spec do
+    requests = requests + 1
+    local text = ARGV[i]
+    local spec = specs[text]
+    if spec == nil then
+      spec = decode_spec(text)
     end
-  elseif checks == 1 and not envoyproxy then
-    local rate = spec[1]
-    local algorithm = rate[1]
-    local lean = algorithm.decide_one
-    if lean then
-      local first, remaining, reset_after = lean(KEYS[i - key_offset], now, rate, spec[2])
-      out[at + 1] = first
-      if remaining then
-        out[at + 2] = remaining
-        out[at + 3] = reset_after
-        out_len = at + 3
-      else
-        out_len = at + 1
+    local checks = spec and spec[4] or 0
+    local last = i + checks - 1
+    local well_formed = checks > 0 and last <= last_spec
+    if well_formed then
+      for j = i + 1, last do
+        local further = specs[ARGV[j]]
+        if further == nil then
+          further = decode_spec(ARGV[j])
+        end
+        if not further or further[4] ~= 0 then
+          well_formed = false
+          break
+        end
       end
-    else
-      local ok, first, remaining, reset_after = pcall(decide_one, KEYS[i - key_offset], i - 1, now)
+    end
+    if not well_formed then
+      return redis.error_reply('ERR ratelimitd: malformed request ' .. requests .. ' ('
+        .. #KEYS .. ' keys, ' .. #ARGV .. ' arguments)')
+    end
+    i = last + 1
+  end
+
+  -- Decide, request after request. A check's key is KEYS[its spec's index - key_offset].
+  local key_offset = first_spec - 1
+  local redis_now
+  local out = { 0 }
+  local out_len = 1
+  i = first_spec
+  while i <= last_spec do
+    local spec = specs[ARGV[i]]
+    local checks = spec[4]
+    local now = spec[5]
+    if not now then
+      if not redis_now then
+        local time = redis_call('TIME')
+        redis_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+        out[1] = redis_now
+      end
+      now = redis_now
+    end
+    local at = out_len
+    if spec[6] then
+      local ok, first, granted, after = pcall(grant_lease, KEYS[i - key_offset], now, spec[1],
+        spec[2], spec[6], spec[7])
       if ok then
         out[at + 1] = first
-        out[at + 2] = remaining
-        out[at + 3] = reset_after
+        out[at + 2] = granted
+        out[at + 3] = after
         out_len = at + 3
       else
         out[at + 1] = error_message(first)
         out_len = at + 1
       end
-    end
-  else
-    local ok, raised = pcall(envoyproxy and envoyproxy.decide_request or decide, i - 1 - key_offset,
-      i - 1, checks, now, out)
-    if not ok then
-      for j = #out, at + 1, -1 do
-        out[j] = nil
+    elseif checks == 1 and not envoyproxy then
+      local rate = spec[1]
+      local algorithm = rate[1]
+      local lean = algorithm.decide_one
+      if lean then
+        local first, remaining, reset_after = lean(KEYS[i - key_offset], now, rate, spec[2])
+        out[at + 1] = first
+        if remaining then
+          out[at + 2] = remaining
+          out[at + 3] = reset_after
+          out_len = at + 3
+        else
+          out_len = at + 1
+        end
+      else
+        local ok, first, remaining, reset_after =
+          pcall(decide_one, KEYS[i - key_offset], i - 1, now)
+        if ok then
+          out[at + 1] = first
+          out[at + 2] = remaining
+          out[at + 3] = reset_after
+          out_len = at + 3
+        else
+          out[at + 1] = error_message(first)
+          out_len = at + 1
+        end
       end
-      out[at + 1] = error_message(raised)
+    else
+      local ok, raised = pcall(envoyproxy and envoyproxy.decide_request or decide,
+        i - 1 - key_offset, i - 1, checks, now, out)
+      if not ok then
+        for j = #out, at + 1, -1 do
+          out[j] = nil
+        end
+        out[at + 1] = error_message(raised)
+      end
+      out_len = #out
     end
-    out_len = #out
+    i = i + checks
   end
-  i = i + checks
+  return out
 end
-return out
+
+return decide_call

@@ -9,8 +9,12 @@
 #    CONCURRENCY RPCs in flight, KEYS keys, closed loop) for each algorithm with 1 and 3
 #    descriptors. redis-server CPU per decision (request) is its utime + stime over the measured
 #    seconds (/proc/PID/stat, read by the bench's --store-pid) / requests; script calls are
-#    INFO commandstats' EVALSHA count (zeroed before each cell, so counted over the warmup too:
-#    decisions per call = every request sent / calls). Then the baseline on the same
+#    INFO commandstats' FCALL and EVALSHA counts (zeroed before each cell, so counted over the
+#    warmup too: decisions per call = every request sent / calls). Each cell runs once per way of
+#    calling the scripts in CALLS: `fcall` (ratelimitd connected as the default user: the
+#    Functions library, where the server has Functions) and `evalsha` (connected as an ACL user
+#    without +function and +fcall, which ratelimitd serves with EVALSHA), one after the other on
+#    the same redis-server, so the two compare within one run. Then the baseline on the same
 #    redis-server: redis-benchmark -P 16 with BASELINE_CLIENTS clients, INCRBY on KEYS random keys
 #    and EXPIRE on the same keys, BASELINE_REQUESTS each; per decision = the CPU of both runs /
 #    BASELINE_REQUESTS (one INCRBY and one EXPIRE per descriptor, as upstream pipelines them).
@@ -21,7 +25,8 @@
 #    Instructions are grouped by where they go, from inclusive counts of redis-server's exported
 #    functions (the binary is stripped: Lua's internals are attributed through lua_pcall):
 #      read+parse     readQueryFromClient without the command run (RESP parsing, argv objects)
-#      lua entry      evalGenericCommand without luaCallFunction (script lookup, run context)
+#      lua entry      evalGenericCommand / fcallCommand without luaCallFunction (script or
+#                     function lookup, run context)
 #      KEYS/ARGV      luaCallFunction without lua_pcall and reply building (arrays of Lua strings)
 #      lua VM         lua_pcall without redis.call (the script's own work: parsing, arithmetic,
 #                     string formatting and matching, tables, closures)
@@ -40,6 +45,10 @@
 #   PROFILE [1]  PROFILE_REQUESTS [4000]  PROFILE_WARMUP [1000]
 #   OPEN_LOOP_RATE [5000] (0 skips): the p99 at this rate, open loop, gcra, 1 descriptor
 #   SERVER_ARGS [""]: extra flags for ratelimitd serve (e.g. "--threads 1")
+#   CALLS ["fcall evalsha"]: the ways of calling the scripts measured (`fcall` is skipped, with a
+#     note, on a server without Functions)
+#   REDIS_SERVER [redis-server]: the server binary (e.g. Valkey's valkey-server; redis-cli and
+#     redis-benchmark stay Debian's, which speak to it alike)
 #   CARGO_BUILD [1] (0: use target/release as built)  BIN [target/release]
 #   KEEP [0] (1: keep the work folder, callgrind dumps included, and say where)
 set -euo pipefail
@@ -58,6 +67,8 @@ BASELINE_CLIENTS=${BASELINE_CLIENTS:-50}
 PROFILE=${PROFILE:-1}
 PROFILE_REQUESTS=${PROFILE_REQUESTS:-4000}
 PROFILE_WARMUP=${PROFILE_WARMUP:-1000}
+CALLS=${CALLS:-"fcall evalsha"}
+REDIS_SERVER=${REDIS_SERVER:-redis-server}
 OPEN_LOOP_RATE=${OPEN_LOOP_RATE:-5000}
 SERVER_ARGS=${SERVER_ARGS:-}
 CARGO_BUILD=${CARGO_BUILD:-1}
@@ -66,7 +77,7 @@ BIN=${BIN:-$ROOT/target/release}
 
 log() { printf '[redis-cpu] %s\n' "$*" >&2; }
 
-for tool in redis-server redis-cli redis-benchmark python3; do
+for tool in "$REDIS_SERVER" redis-cli redis-benchmark python3; do
   command -v "$tool" >/dev/null || { log "$tool not found"; exit 1; }
 done
 if [ "$PROFILE" = 1 ]; then
@@ -111,26 +122,42 @@ cli() { redis-cli -p "$REDIS_PORT" "$@"; }
 # start_redis [wrapper...]: redis-server on a free port (REDIS_PORT, REDIS_PID).
 start_redis() {
   REDIS_PORT=$(free_port)
-  "$@" redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
+  "$@" "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
     --dir "$WORK" --logfile "$WORK/redis.log" &
   REDIS_PID=$!
   PIDS+=("$REDIS_PID")
   for _ in $(seq 1 600); do
-    cli PING 2>/dev/null | grep -q PONG && return 0
+    if cli PING 2>/dev/null | grep -q PONG; then
+      # The user ratelimitd connects as for `evalsha`: everything but FUNCTION and FCALL (a user
+      # refused only FUNCTION LOAD still calls a library another user loaded).
+      cli ACL SETUSER evalsha on '>evalsha' '~*' '&*' +@all -function -fcall -fcall_ro >/dev/null
+      return 0
+    fi
     sleep 0.1
   done
   log "redis-server did not answer"; exit 1
 }
+
+# The URL ratelimitd connects with to call the scripts as $1 (fcall or evalsha) says.
+redis_url() {
+  case "$1" in
+    fcall) echo "redis://127.0.0.1:$REDIS_PORT" ;;
+    evalsha) echo "redis://evalsha:evalsha@127.0.0.1:$REDIS_PORT" ;;
+  esac
+}
+
+has_functions() { cli FUNCTION LIST >/dev/null 2>&1 && ! cli FUNCTION LIST 2>&1 | grep -q ERR; }
 
 stop_redis() {
   cli SHUTDOWN NOSAVE >/dev/null 2>&1 || kill "$REDIS_PID" 2>/dev/null || true
   wait "$REDIS_PID" 2>/dev/null || true
 }
 
-start_ratelimitd() {
+start_ratelimitd() { # start_ratelimitd CALLS
+  : >"$WORK/ratelimitd.log"
   # shellcheck disable=SC2086
   "$BIN/ratelimitd" serve --config "$WORK/bench.yaml" --grpc-addr 127.0.0.1:0 \
-    --http-addr 127.0.0.1:0 --redis-url "redis://127.0.0.1:$REDIS_PORT" $SERVER_ARGS \
+    --http-addr 127.0.0.1:0 --redis-url "$(redis_url "$1")" $SERVER_ARGS \
     >"$WORK/ratelimitd.log" 2>&1 &
   SERVER_PID=$!
   PIDS+=("$SERVER_PID")
@@ -148,9 +175,11 @@ stop_ratelimitd() {
   wait "$SERVER_PID" 2>/dev/null || true
 }
 
-evalsha_calls() {
-  cli INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),.*/\1/p' |
-    grep . || echo 0
+# Script calls since the last CONFIG RESETSTAT: FCALL and EVALSHA together.
+script_calls() {
+  cli INFO commandstats | tr -d '\r' |
+    sed -n 's/^cmdstat_\(evalsha\|fcall\):calls=\([0-9]*\),.*/\2/p' |
+    awk '{ total += $1 } END { print total + 0 }'
 }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -161,29 +190,40 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 CPU_RESULTS="$WORK/cpu.jsonl"
 : >"$CPU_RESULTS"
 start_redis
-start_ratelimitd
-log "redis-server $REDIS_PID on $REDIS_PORT, ratelimitd $SERVER_PID on $SERVER_ADDR"
-for algorithm in $ALGORITHMS; do
-  for descriptors in $DESCRIPTORS_LIST; do
-    cli CONFIG RESETSTAT >/dev/null
-    log "cpu: $algorithm, $descriptors descriptor(s)"
-    line=$("$BIN/ratelimit-bench" --addr "$SERVER_ADDR" --connections "$CONNECTIONS" \
-      --concurrency "$CONCURRENCY" --key "$algorithm" --keys "$KEYS" \
-      --descriptors "$descriptors" --duration "${DURATION}s" --warmup "${WARMUP}s" \
-      --server-pid "$SERVER_PID" --store-pid "$REDIS_PID" --json)
-    printf '%s\t%s\t%s\t%s\n' "$algorithm" "$descriptors" "$(evalsha_calls)" "$line" >>"$CPU_RESULTS"
-  done
+SERVER_VERSION=$(cli INFO server | tr -d '\r' | sed -n 's/^\(redis_version\|valkey_version\|server_name\):/\1 /p' | tr '\n' ' ')
+MODES=""
+for calls in $CALLS; do
+  if [ "$calls" = fcall ] && ! has_functions; then
+    log "no Functions on this server: fcall skipped"
+    continue
+  fi
+  MODES="$MODES $calls"
 done
-
 OPEN_LOOP=""
-if [ "$OPEN_LOOP_RATE" != 0 ]; then
-  log "open loop: gcra, 1 descriptor, $OPEN_LOOP_RATE/s"
-  OPEN_LOOP=$("$BIN/ratelimit-bench" --addr "$SERVER_ADDR" --connections "$CONNECTIONS" \
-    --concurrency "$CONCURRENCY" --key gcra --keys "$KEYS" --descriptors 1 \
-    --duration "${DURATION}s" --warmup "${WARMUP}s" --rate "$OPEN_LOOP_RATE" \
-    --server-pid "$SERVER_PID" --store-pid "$REDIS_PID" --json)
-fi
-stop_ratelimitd
+for calls in $MODES; do
+  start_ratelimitd "$calls"
+  log "redis-server $REDIS_PID on $REDIS_PORT, ratelimitd $SERVER_PID on $SERVER_ADDR ($calls)"
+  for algorithm in $ALGORITHMS; do
+    for descriptors in $DESCRIPTORS_LIST; do
+      cli CONFIG RESETSTAT >/dev/null
+      log "cpu: $calls, $algorithm, $descriptors descriptor(s)"
+      line=$("$BIN/ratelimit-bench" --addr "$SERVER_ADDR" --connections "$CONNECTIONS" \
+        --concurrency "$CONCURRENCY" --key "$algorithm" --keys "$KEYS" \
+        --descriptors "$descriptors" --duration "${DURATION}s" --warmup "${WARMUP}s" \
+        --server-pid "$SERVER_PID" --store-pid "$REDIS_PID" --json)
+      printf '%s\t%s\t%s\t%s\t%s\n' "$calls" "$algorithm" "$descriptors" "$(script_calls)" "$line" \
+        >>"$CPU_RESULTS"
+    done
+  done
+  if [ "$OPEN_LOOP_RATE" != 0 ] && [ -z "$OPEN_LOOP" ]; then
+    log "open loop: $calls, gcra, 1 descriptor, $OPEN_LOOP_RATE/s"
+    OPEN_LOOP="$calls	$("$BIN/ratelimit-bench" --addr "$SERVER_ADDR" --connections "$CONNECTIONS" \
+      --concurrency "$CONCURRENCY" --key gcra --keys "$KEYS" --descriptors 1 \
+      --duration "${DURATION}s" --warmup "${WARMUP}s" --rate "$OPEN_LOOP_RATE" \
+      --server-pid "$SERVER_PID" --store-pid "$REDIS_PID" --json)"
+  fi
+  stop_ratelimitd
+done
 
 BASELINE="$WORK/baseline.tsv"
 : >"$BASELINE"
@@ -209,7 +249,6 @@ PROFILE_RESULTS="$WORK/profile.tsv"
 if [ "$PROFILE" = 1 ]; then
   start_redis valgrind --tool=callgrind --instr-atstart=no \
     --callgrind-out-file="$WORK/callgrind.%p" -q
-  start_ratelimitd
   log "profile: redis-server under callgrind ($REDIS_PID)"
   cell=0
   profile_cell() { # profile_cell NAME SETUP... : one dump of the load that SETUP runs
@@ -222,7 +261,7 @@ if [ "$PROFILE" = 1 ]; then
     "$@" "$PROFILE_REQUESTS" >/dev/null
     callgrind_control -i off "$REDIS_PID" >/dev/null
     local calls
-    calls=$(evalsha_calls)
+    calls=$(script_calls)
     callgrind_control -d "$REDIS_PID" >/dev/null
     cell=$((cell + 1))
     local dump
@@ -242,13 +281,16 @@ if [ "$PROFILE" = 1 ]; then
     redis-benchmark -p "$REDIS_PORT" -P 16 -c "$BASELINE_CLIENTS" -n "$1" -r "$KEYS" -q \
       EXPIRE rl:__rand_int__ 60 >/dev/null
   }
-  for algorithm in $ALGORITHMS; do
-    for descriptors in $DESCRIPTORS_LIST; do
-      log "profile: $algorithm, $descriptors descriptor(s)"
-      profile_cell "$algorithm/$descriptors" ratelimitd_load "$algorithm" "$descriptors"
+  for calls in $MODES; do
+    start_ratelimitd "$calls"
+    for algorithm in $ALGORITHMS; do
+      for descriptors in $DESCRIPTORS_LIST; do
+        log "profile: $calls, $algorithm, $descriptors descriptor(s)"
+        profile_cell "$calls $algorithm/$descriptors" ratelimitd_load "$algorithm" "$descriptors"
+      done
     done
+    stop_ratelimitd
   done
-  stop_ratelimitd
   log "profile: INCRBY + EXPIRE pipeline"
   profile_cell "INCRBY+EXPIRE/1" baseline_load
   stop_redis
@@ -258,9 +300,9 @@ fi
 # Report
 
 cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-echo "### redis-server per decision: $(date -u +%Y-%m-%d), ratelimitd $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CPUs (${cpu_model:-unknown CPU}), $(redis-server --version | cut -d' ' -f3)"
+echo "### redis-server per decision: $(date -u +%Y-%m-%d), ratelimitd $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CPUs (${cpu_model:-unknown CPU}), $SERVER_VERSION($("$REDIS_SERVER" --version | grep -o 'malloc=[a-z0-9.-]*'))"
 echo
-echo "Command: \`scripts/redis-cpu-profile.sh\` (DURATION=$DURATION WARMUP=$WARMUP CONNECTIONS=$CONNECTIONS CONCURRENCY=$CONCURRENCY KEYS=$KEYS SERVER_ARGS='$SERVER_ARGS')"
+echo "Command: \`scripts/redis-cpu-profile.sh\` (DURATION=$DURATION WARMUP=$WARMUP CONNECTIONS=$CONNECTIONS CONCURRENCY=$CONCURRENCY KEYS=$KEYS SERVER_ARGS='$SERVER_ARGS' CALLS='$CALLS' REDIS_SERVER=$(basename "$REDIS_SERVER"))"
 echo
 python3 - "$CPU_RESULTS" "$BASELINE" "$BASELINE_REQUESTS" "$PROFILE_RESULTS" "$OPEN_LOOP" "$BASELINE_CLIENTS" <<'PY'
 import json, re, subprocess, sys
@@ -276,23 +318,34 @@ for line in open(baseline_path):
     base[command] = (int(ticks) * ticks_us / baseline_requests, baseline_requests / float(seconds))
 baseline_us = sum(v[0] for v in base.values())
 
-print('| client of the same redis-server | descriptors | redis-server CPU µs / decision | x baseline | decisions / script call | redis-server µs / call | decisions/s | ratelimitd CPU µs / decision | p99 ms |')
-print('|---|---:|---:|---:|---:|---:|---:|---:|---:|')
+print('| client of the same redis-server | calls | descriptors | redis-server CPU µs / decision | x baseline | decisions / script call | redis-server µs / call | decisions/s | ratelimitd CPU µs / decision | p99 ms |')
+print('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|')
+per_decision = {}
 for line in open(cpu_path):
-    algorithm, descriptors, calls, payload = line.rstrip('\n').split('\t', 3)
+    mode, algorithm, descriptors, calls, payload = line.rstrip('\n').split('\t', 4)
     r = json.loads(payload)
     store = r['store_cpu_us_per_request']
     sent = r['requests'] + r['warmup_requests']
     calls = int(calls)
     per_call = sent / calls if calls else float('nan')
     us_call = store * per_call
-    print(f"| ratelimitd {algorithm} | {descriptors} | {store:.2f} | {store / baseline_us:.2f} | {per_call:.1f} | {us_call:.1f} | {r['throughput_rps']:.0f} | {r['server_cpu_us_per_request']:.1f} | {r['latency_us']['p99'] / 1000:.2f} |")
-print(f"| INCRBY + EXPIRE pipelined (redis-benchmark -P 16, {clients} clients) | 1 | {baseline_us:.2f} | 1.00 | — | — | INCRBY {base['INCRBY'][1]:.0f}/s, EXPIRE {base['EXPIRE'][1]:.0f}/s | — | — |")
+    per_decision[(mode, algorithm, descriptors)] = store
+    print(f"| ratelimitd {algorithm} | {mode.upper()} | {descriptors} | {store:.2f} | {store / baseline_us:.2f} | {per_call:.1f} | {us_call:.1f} | {r['throughput_rps']:.0f} | {r['server_cpu_us_per_request']:.1f} | {r['latency_us']['p99'] / 1000:.2f} |")
+print(f"| INCRBY + EXPIRE pipelined (redis-benchmark -P 16, {clients} clients) | — | 1 | {baseline_us:.2f} | 1.00 | — | — | INCRBY {base['INCRBY'][1]:.0f}/s, EXPIRE {base['EXPIRE'][1]:.0f}/s | — | — |")
 print()
+pairs = [(k[1], k[2]) for k in per_decision if k[0] == 'fcall' and ('evalsha', k[1], k[2]) in per_decision]
+if pairs:
+    print('| algorithm | descriptors | FCALL µs / decision | EVALSHA µs / decision | FCALL against EVALSHA |')
+    print('|---|---:|---:|---:|---:|')
+    for algorithm, descriptors in pairs:
+        f, e = per_decision[('fcall', algorithm, descriptors)], per_decision[('evalsha', algorithm, descriptors)]
+        print(f"| {algorithm} | {descriptors} | {f:.2f} | {e:.2f} | {100 * (f - e) / e:+.1f} % |")
+    print()
 if open_loop:
+    open_mode, open_loop = open_loop.split('\t', 1)
     r = json.loads(open_loop)
     l = r['latency_us']
-    print(f"Open loop, gcra, 1 descriptor, {r['rate']:.0f}/s: p50 {l['p50']/1000:.2f} ms, p99 {l['p99']/1000:.2f} ms, p99.9 {l['p999']/1000:.2f} ms; redis-server {r['store_cpu_us_per_request']:.1f} µs / decision; errors {r['errors']}.")
+    print(f"Open loop, {open_mode.upper()}, gcra, 1 descriptor, {r['rate']:.0f}/s: p50 {l['p50']/1000:.2f} ms, p99 {l['p99']/1000:.2f} ms, p99.9 {l['p999']/1000:.2f} ms; redis-server {r['store_cpu_us_per_request']:.1f} µs / decision; errors {r['errors']}.")
     print()
 
 rows = [l.rstrip('\n').split('\t') for l in open(profile_path)]
@@ -315,7 +368,7 @@ def inclusive(path):
 def commands(i, under_scripts):
     """Inclusive instructions of the commands redis.call ran, reads and writes apart (a helper
     that commands share, such as incrDecrCommand under INCRBY and DECRBY, is not counted again)."""
-    top = {'processCommand', 'lookupCommand', 'lookupCommandOrOriginal', 'evalCommand', 'evalShaCommand', 'evalRoCommand', 'evalShaRoCommand', 'scriptCommand',
+    top = {'processCommand', 'lookupCommand', 'lookupCommandOrOriginal', 'evalCommand', 'evalShaCommand', 'evalRoCommand', 'evalShaRoCommand', 'fcallCommand', 'fcallroCommand', 'functionLoadCommand', 'scriptCommand',
            'incrDecrCommand', 'infoCommand', 'configCommand', 'configSetCommand',
            'configResetStatCommand', 'pingCommand', 'commandCommand', 'helloCommand',
            'clientCommand', 'clientSetNameCommand'}
@@ -343,8 +396,8 @@ def groups(path):
     direct = 0 if scripted else i['incrbyCommand'] + i['expireCommand']
     g = {
         'read+parse': i['readQueryFromClient'] - i['call'],
-        'dispatch': i['call'] - i['evalGenericCommand'] - direct,
-        'lua entry': i['evalGenericCommand'] - i['luaCallFunction'],
+        'dispatch': i['call'] - i['evalGenericCommand'] - i['fcallCommand'] - direct,
+        'lua entry': i['evalGenericCommand'] + i['fcallCommand'] - i['luaCallFunction'],
         'KEYS/ARGV+reply': i['luaCallFunction'] - i['lua_pcall'],
         'lua VM': i['lua_pcall'] - i['scriptCall'],
         'redis.call': i['scriptCall'] - reads - writes,
@@ -370,7 +423,7 @@ for name, requests, calls, path in rows:
 print()
 print('Inclusive instructions per decision of the functions the groups are made of:')
 print()
-KEY_FUNCS = ['readQueryFromClient', 'processCommand', 'call', 'evalGenericCommand', 'luaCallFunction', 'lua_pcall', 'scriptCall', 'getCommand', 'timeCommand', 'setCommand', 'setExpire', 'removeExpire', 'lookupKeyRead', 'lookupKeyWrite', 'createStringObject', 'lookupCommand', 'ACLCheckAllPerm', 'alsoPropagate', 'incrbyCommand', 'expireCommand', 'handleClientsWithPendingWrites', 'addReplyBulk', 'addReplyLongLong', 'addReplyArrayLen', 'lua_gc', 'zmalloc', 'zfree', 'sdsnewlen']
+KEY_FUNCS = ['readQueryFromClient', 'processCommand', 'call', 'evalGenericCommand', 'fcallCommand', 'luaCallFunction', 'lua_pcall', 'scriptCall', 'getCommand', 'timeCommand', 'setCommand', 'setExpire', 'removeExpire', 'lookupKeyRead', 'lookupKeyWrite', 'createStringObject', 'lookupCommand', 'ACLCheckAllPerm', 'alsoPropagate', 'incrbyCommand', 'expireCommand', 'handleClientsWithPendingWrites', 'addReplyBulk', 'addReplyLongLong', 'addReplyArrayLen', 'lua_gc', 'zmalloc', 'zfree', 'sdsnewlen']
 print('| function | ' + ' | '.join(r[0] for r in rows) + ' |')
 print('|---|' + '---:|' * len(rows))
 for f in KEY_FUNCS:

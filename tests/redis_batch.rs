@@ -13,7 +13,7 @@ use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
 use ratelimitd::store::redis::scripts::keys::{redis_key, state_key};
 use ratelimitd::store::redis::scripts::reply::decode_batch_reply;
-use ratelimitd::store::redis::scripts::request::{evalsha, sha1, Invocation};
+use ratelimitd::store::redis::scripts::request::{evalsha, script_load, sha1, Invocation};
 use ratelimitd::store::redis::RedisSettings;
 use ratelimitd::store::{Check, RedisStore, Store, StoreError};
 
@@ -39,11 +39,16 @@ fn check(value: &str, limit: u32) -> Check {
     }
 }
 
-/// A store connected to `server` (which also loads the script for the raw calls below).
+/// A store connected to `server`, and the request script loaded there for the raw `EVALSHA`
+/// calls below (the store itself loads it only where the server has no Functions).
 async fn connect(server: &RedisServer) -> RedisStore {
-    RedisStore::connect(RedisSettings::new(server.url()))
+    let store = RedisStore::connect(RedisSettings::new(server.url()))
         .await
-        .expect("connect to the test redis-server")
+        .expect("connect to the test redis-server");
+    let _: String = script_load()
+        .query(&mut server.connection())
+        .expect("SCRIPT LOAD");
+    store
 }
 
 /// One raw script call carrying `requests` (each a list of checks), at a pinned time.
@@ -61,17 +66,6 @@ fn admitted(reply: redis::Value, checks: &[usize]) -> Vec<Result<Vec<bool>, Stor
         .into_iter()
         .map(|request| request.map(|verdicts| verdicts.iter().map(|v| v.admitted).collect()))
         .collect()
-}
-
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.connection())
-        .unwrap();
-    info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().unwrap())
 }
 
 #[tokio::test]
@@ -228,7 +222,7 @@ async fn a_layout_that_does_not_add_up_decides_nothing() {
 async fn concurrent_callers_share_calls_and_admit_exactly_the_limit() {
     let server = RedisServer::start();
     let store = Arc::new(connect(&server).await);
-    let before = evalsha_calls(&server);
+    let before = server.script_calls();
     let callers = 400;
     let mut tasks = Vec::new();
     for _ in 0..callers {
@@ -241,7 +235,7 @@ async fn concurrent_callers_share_calls_and_admit_exactly_the_limit() {
     for task in tasks {
         admitted += usize::from(task.await.unwrap());
     }
-    let calls = evalsha_calls(&server) - before;
+    let calls = server.script_calls() - before;
     assert_eq!(admitted, 50, "exactly the limit is admitted");
     assert!(
         calls < callers as u64 / 2,

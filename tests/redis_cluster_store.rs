@@ -111,7 +111,7 @@ fn a_batch_costs_one_script_call_per_node_and_a_denial_one_refund_per_other_node
         }
         for master in cluster.masters() {
             assert_eq!(
-                cluster.evalsha_calls(master),
+                cluster.script_calls(master),
                 1,
                 "master {master}: one script call for the batch of 64 requests"
             );
@@ -148,7 +148,7 @@ fn a_batch_costs_one_script_call_per_node_and_a_denial_one_refund_per_other_node
             .await
             .expect("decided");
         assert!(!verdicts[0].admitted && verdicts[1].admitted && verdicts[2].admitted);
-        assert_eq!(cluster.evalsha_calls(master_of(&cluster, &exhausted)), 1);
+        assert_eq!(cluster.script_calls(master_of(&cluster, &exhausted)), 1);
         assert_eq!(
             store.script_calls() - calls_before,
             3,
@@ -157,7 +157,7 @@ fn a_batch_costs_one_script_call_per_node_and_a_denial_one_refund_per_other_node
         for other in [&b, &c] {
             let master = master_of(&cluster, other);
             assert_eq!(
-                cluster.evalsha_calls(master),
+                cluster.script_calls(master),
                 2,
                 "master {master}: the decision and its refund"
             );

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::redis_server::RedisServer;
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
-use ratelimitd::store::redis::RedisSettings;
+use ratelimitd::store::redis::{CallCommand, RedisSettings};
 use ratelimitd::store::{Check, RedisStore, Store, StoreError};
 
 fn check(value: &str, limit: u32, hits: u64) -> Check {
@@ -57,10 +57,20 @@ async fn recovery_time(store: &RedisStore, limit: Duration) -> Duration {
     }
 }
 
+/// What the server runs the scripts as, flushed between calls (`SCRIPT FLUSH`, and `FUNCTION
+/// FLUSH` where the server has Functions): reloaded within the call, which goes on as if nothing
+/// happened.
 #[tokio::test]
-async fn script_flush_between_calls_is_transparent() {
+async fn script_and_function_flush_between_calls_is_transparent() {
     let server = RedisServer::start();
     let store = connect(&server).await;
+    let functions = server.has_functions();
+    let expected = if functions {
+        CallCommand::Fcall
+    } else {
+        CallCommand::Evalsha
+    };
+    assert_eq!(store.call_commands(), [Some(expected)]);
     let mut direct = server.connection();
     assert_eq!(store.script_reloads(), 0);
     let v = store.decide(&[check("flush", 3, 1)]).await.unwrap();
@@ -76,14 +86,40 @@ async fn script_flush_between_calls_is_transparent() {
             .query(&mut direct)
             .unwrap();
         assert_eq!(exists, [false]);
+        if functions {
+            let _: () = redis::cmd("FUNCTION")
+                .arg("FLUSH")
+                .query(&mut direct)
+                .unwrap();
+            let libraries: Vec<redis::Value> = redis::cmd("FUNCTION")
+                .arg("LIST")
+                .query(&mut direct)
+                .unwrap();
+            assert!(libraries.is_empty(), "{libraries:?}");
+        }
         // Reloaded and retried within the same call; the counter kept its state.
         let v = store.decide(&[check("flush", 3, 1)]).await.unwrap();
         assert!(v[0].admitted || round == 3, "round {round}: {v:?}");
         assert_eq!(store.script_reloads(), round);
+        assert_eq!(store.call_commands(), [Some(expected)]);
     }
     // The third flush round found the counter used up: 3 of 3 taken, nothing more written.
     let v = store.decide(&[check("flush", 3, 0)]).await.unwrap();
     assert_eq!(v[0].remaining, 0);
+    if functions {
+        let libraries: String = redis::cmd("FUNCTION")
+            .arg("LIST")
+            .query::<redis::Value>(&mut direct)
+            .map(|value| format!("{value:?}"))
+            .unwrap();
+        assert!(libraries.contains(store.function_library()), "{libraries}");
+        assert!(server.command_calls("fcall") > 0);
+    }
+    assert_eq!(
+        server.command_calls("evalsha") > 0,
+        !functions,
+        "the store calls by {expected:?} only"
+    );
 }
 
 #[tokio::test]

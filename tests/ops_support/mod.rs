@@ -141,19 +141,15 @@ where
     }
 }
 
-/// `cmdstat_evalsha` calls on a Redis server (0 before the first).
-pub fn evalsha_calls(connection: &mut redis::Connection) -> u64 {
+/// Script calls (`EVALSHA` and `FCALL` together: the store calls by `FCALL` where the server has
+/// Functions) on a Redis server (0 before the first).
+pub fn script_calls(connection: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(connection)
         .expect("INFO commandstats");
-    info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))
-        .and_then(|stats| {
-            stats
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("calls="))
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
+    ["evalsha", "fcall"]
+        .iter()
+        .map(|name| crate::common::redis_server::commandstats_calls(&info, name))
+        .sum()
 }

@@ -1,6 +1,6 @@
 //! Batching: the requests that arrive while script calls are in flight share the next call.
 //!
-//! Redis runs one script at a time, and most of an `EVALSHA`'s cost is per call, not per request
+//! Redis runs one script at a time, and most of a script call's cost is per call, not per request
 //! (the round trip, the syscalls on both sides, the script's set-up, `TIME`). So one dispatcher
 //! task keeps at most `max_in_flight` calls going; a request that arrives while they are all in
 //! flight waits in the queue, and the next call carries every request queued by then (up to

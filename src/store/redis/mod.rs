@@ -1,11 +1,15 @@
-//! Redis store: every request is decided by ONE `EVALSHA` of the script in `lua/` (all its
+//! Redis store: every request is decided by ONE call of the request script in `lua/` (all its
 //! checks, all or nothing, one round trip), with the time taken from Redis (`TIME`), so instances
 //! with skewed clocks agree. Concurrent requests share calls (see [`batch`]), and each thread
 //! calls through its own pool and dispatcher (see [`local`]).
 //!
-//! - Script: loaded once, called by SHA1; on `NOSCRIPT` (restart, failover, `SCRIPT FLUSH`) it is
-//!   reloaded and the call retried once, transparently. No other error is retried: the script may
-//!   have committed.
+//! - Scripts: where the server has Redis Functions (Redis 7.0+, Valkey) and lets the user load
+//!   and call them, one versioned library holding every script, called with `FCALL`; elsewhere
+//!   each script loaded once and called by SHA1 (`EVALSHA`). Chosen per server from what it
+//!   answers (see [`server`]'s `calling`, [`scripts::library`]). When the server lost them
+//!   (`NOSCRIPT`, a function not found: restart, failover, `SCRIPT FLUSH`, `FUNCTION FLUSH`) they
+//!   are loaded again and the call retried once, transparently. No other error is retried: the
+//!   script may have committed.
 //! - Keys: see [`scripts::keys`]. Every key written expires 0.5 to 1 s after its state becomes
 //!   worthless, at the end of a half-second step, so a write that stays in its key's step keeps
 //!   the expiry (`KEEPTTL`: Redis 6.0 or later, checked at startup, see [`server::version`]).
@@ -55,6 +59,7 @@ pub mod wire;
 
 pub use self::quota_demands::RedisDemands;
 pub use self::scripts::key_layout::{KeyFormat, KeyLayout, KeyLayoutError};
+pub use self::scripts::script::CallCommand;
 pub use self::scripts::side::SideScript;
 pub use self::settings::startup::StartupRetry;
 pub use self::settings::tls::{ClientIdentityFiles, RedisTlsSettings, TlsFile};

@@ -13,7 +13,9 @@ use tokio::time::Instant;
 
 use super::local::Locals;
 use super::scripts::key_layout::KeyLayout;
+use super::scripts::library::library;
 use super::scripts::request::{sha1, Invocation};
+use super::scripts::script::CallCommand;
 use super::scripts::side::SideScript;
 use super::server::errors::{command_error, is_noscript};
 use super::server::pool::PoolSettings;
@@ -218,9 +220,27 @@ impl RedisStore {
         self.settings.mode
     }
 
-    /// The SHA1 of the script this store calls.
+    /// The SHA1 of the script this store calls with `EVALSHA` (where a server runs the scripts
+    /// so).
     pub fn script_sha1(&self) -> &'static str {
         sha1()
+    }
+
+    /// The name of the Functions library this store calls with `FCALL` (where a server runs the
+    /// scripts so): `ratelimitd_<version>`.
+    pub fn function_library(&self) -> &'static str {
+        library().name()
+    }
+
+    /// How the store calls the scripts on each server it has reached, one entry per server (a
+    /// cluster's masters, and any node met since): `FCALL` where the server has the library,
+    /// `EVALSHA` where it has no Functions or refuses them; `None` for a node no call has reached
+    /// yet.
+    pub fn call_commands(&self) -> Vec<Option<CallCommand>> {
+        match &self.backend {
+            Backend::Server(server) => vec![server.calling.get()],
+            Backend::Cluster(cluster) => cluster.call_commands(),
+        }
     }
 
     /// Refunds of denied cross-node requests that failed (their reservation stays: stricter,

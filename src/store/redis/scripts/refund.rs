@@ -1,24 +1,22 @@
-//! The refund script: `lua/` with `refund.lua` as its entry point, its SHA1 and argument encoding.
+//! The refund script's call (`lua/refund.lua`, a function of the store's library or a script of its
+//! own, see [`super::library`]): its argument encoding.
 //!
 //! A request whose checks live on several Redis Cluster nodes is decided on each node in parallel
 //! (one call of the request script per node). When any node denies, each node that admitted gets
 //! one call of this script, taking back what it committed for the request, so a denied request
 //! consumes nothing anywhere; `algorithm::refund` is the math, and why it never over-admits.
 
-use super::request::{CounterKind, KeyPlacement, RateTable, Script, REDIS_TIME};
+use super::library::library;
+pub use super::library::REFUND;
+use super::request::{CallCommand, CounterKind, KeyPlacement, RateTable, REDIS_TIME};
 use crate::limiter::rate::Rate;
 
-/// The whole refund script: the library files of the request script, then the
-/// refund entry point (Redis cannot call one script from another; see `lua/refund.lua`).
-pub const REFUND_SOURCE: &str = concat!(
-    super::request::library_source!(),
-    include_str!("../../../../lua/refund.lua")
-);
+/// The refund script's script form (the library files, then `lua/refund.lua`).
+pub fn refund_source() -> &'static str {
+    REFUND.source()
+}
 
-/// The refund script, [`REFUND_SOURCE`].
-pub static REFUND: Script = Script::new(REFUND_SOURCE);
-
-/// SHA1 of [`REFUND_SOURCE`] (hex).
+/// SHA1 of [`refund_source`] (hex).
 pub fn refund_sha1() -> &'static str {
     REFUND.sha1()
 }
@@ -64,13 +62,24 @@ pub fn evalsha_refund_placed(
     pinned_now_us: Option<u64>,
     placement: KeyPlacement,
 ) -> redis::Cmd {
+    refund_command(refunds, pinned_now_us, placement, CallCommand::Evalsha)
+}
+
+/// [`evalsha_refund_placed`] carried by `command`: `FCALL` of the library's refund function, or
+/// `EVALSHA` of the refund script, with the same arguments.
+pub fn refund_command(
+    refunds: &[Refund],
+    pinned_now_us: Option<u64>,
+    placement: KeyPlacement,
+    command: CallCommand,
+) -> redis::Cmd {
     let mut table = RateTable::default();
     let positions: Vec<usize> = refunds
         .iter()
         .map(|refund| table.position_for(refund.rate, refund.counter))
         .collect();
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(refund_sha1());
+    let mut cmd = redis::cmd(command.name());
+    cmd.arg(library().target(&REFUND, command));
     match placement {
         KeyPlacement::Declared => cmd.arg(refunds.len()),
         KeyPlacement::InArguments => cmd.arg(0).arg(refunds.len()),
@@ -123,13 +132,17 @@ mod tests {
     #[test]
     fn sha1_is_of_the_refund_source_and_differs_from_the_request_script() {
         assert_eq!(refund_sha1().len(), 40);
-        assert_eq!(refund_sha1(), redis::Script::new(REFUND_SOURCE).get_hash());
+        assert_eq!(
+            refund_sha1(),
+            redis::Script::new(refund_source()).get_hash()
+        );
         assert_ne!(refund_sha1(), sha1());
-        assert!(REFUND_SOURCE.contains("function fixed_window.refund("));
-        assert!(REFUND_SOURCE.trim_end().ends_with("return changed"));
+        assert!(refund_source().contains("function fixed_window.refund("));
+        assert!(refund_source().contains("\nreturn refund_call\n"));
+        assert!(refund_source().trim_end().ends_with("\nend)()(KEYS, ARGV)"));
         assert_eq!(
             args(&refund_script_load()),
-            ["SCRIPT", "LOAD", REFUND_SOURCE]
+            ["SCRIPT", "LOAD", refund_source()]
         );
     }
 

@@ -1,8 +1,8 @@
-//! The request script: `lua/` concatenated into one Lua chunk, its SHA1 and its arguments (the
-//! reply is read by [`super::reply`]).
+//! The request script's call (`lua/request.lua`, run as a function of the store's library or as a
+//! script of its own, see [`super::library`]): its arguments, and the command that carries them
+//! (the reply is read by [`super::reply`]).
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
 
 use crate::limiter::algorithm::lease::LeaseTerms;
 use crate::limiter::clock::{Clock, SystemClock};
@@ -13,43 +13,10 @@ use crate::store::Check;
 use super::envoyproxy_key::envoyproxy_key;
 use super::key_layout::{EnvoyproxyCounting, KeyLayout};
 use super::keys::prefixed_redis_key;
+use super::library::library;
+pub use super::library::DECIDE;
+pub use super::script::{CallCommand, Script};
 use crate::store::redis::wire::resp;
-
-/// The library files both scripts start with, in order, each followed by a newline: helpers, the
-/// five algorithms, envoyproxy/ratelimit's fixed-window counter, the rate table. Redis cannot
-/// call one script from another, so every script carries them (see `lua/common.lua`).
-macro_rules! library_source {
-    () => {
-        concat!(
-            include_str!("../../../../lua/common.lua"),
-            "\n",
-            include_str!("../../../../lua/fixed_window.lua"),
-            "\n",
-            include_str!("../../../../lua/sliding_window_log.lua"),
-            "\n",
-            include_str!("../../../../lua/sliding_window_counter.lua"),
-            "\n",
-            include_str!("../../../../lua/token_bucket.lua"),
-            "\n",
-            include_str!("../../../../lua/gcra.lua"),
-            "\n",
-            include_str!("../../../../lua/envoyproxy_fixed_window.lua"),
-            "\n",
-            include_str!("../../../../lua/rates.lua"),
-            "\n",
-        )
-    };
-}
-pub(crate) use library_source;
-
-/// The whole request script: the library files, the leases (`lua/lease.lua`), then the
-/// request-level entry point (see `lua/request.lua`).
-pub const SOURCE: &str = concat!(
-    library_source!(),
-    include_str!("../../../../lua/lease.lua"),
-    "\n",
-    include_str!("../../../../lua/request.lua")
-);
 
 /// Values per rate in the call's rate table (see the header of `lua/request.lua`).
 pub const FIELDS_PER_RATE: usize = 5;
@@ -152,39 +119,7 @@ impl Spec {
 /// check of the same counter with a larger burst.
 pub const MAX_HITS_SENT: u64 = u32::MAX as u64 + 1;
 
-/// A Lua script the store calls by SHA1 (`EVALSHA`), loaded on each server it calls (`SCRIPT
-/// LOAD`) and reloaded there after `NOSCRIPT`. The hash is computed once per process, at first use.
-pub struct Script {
-    source: &'static str,
-    sha1: OnceLock<String>,
-}
-
-impl Script {
-    pub const fn new(source: &'static str) -> Script {
-        Script {
-            source,
-            sha1: OnceLock::new(),
-        }
-    }
-
-    /// The SHA1 of the source (hex).
-    pub fn sha1(&self) -> &str {
-        self.sha1
-            .get_or_init(|| redis::Script::new(self.source).get_hash().into())
-    }
-
-    /// `SCRIPT LOAD <source>`
-    pub fn load_command(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("SCRIPT");
-        cmd.arg("LOAD").arg(self.source);
-        cmd
-    }
-}
-
-/// The request script, [`SOURCE`].
-pub static DECIDE: Script = Script::new(SOURCE);
-
-/// SHA1 of [`SOURCE`] (hex).
+/// SHA1 of the request script's script form (hex).
 pub fn sha1() -> &'static str {
     DECIDE.sha1()
 }
@@ -522,19 +457,21 @@ impl RateTable {
     }
 }
 
-/// One `EVALSHA` of the request script deciding `requests` in order: its rate table built, ready
-/// to be written to a redis crate command or straight into a connection's output buffer.
-pub struct EvalSha<I> {
+/// One call of the request script deciding `requests` in order (`FCALL` of its function, or
+/// `EVALSHA` of its script: the same arguments follow either): its rate table built, ready to be
+/// written to a redis crate command or straight into a connection's output buffer.
+pub struct ScriptCall<I> {
     requests: I,
+    command: CallCommand,
     placement: KeyPlacement,
     table: RateTable,
     requests_count: usize,
     checks: usize,
 }
 
-impl<'a, I: Iterator<Item = &'a Invocation> + Clone> EvalSha<I> {
-    /// The call deciding `requests`, its keys placed as `placement` says.
-    pub fn new(requests: I, placement: KeyPlacement) -> EvalSha<I> {
+impl<'a, I: Iterator<Item = &'a Invocation> + Clone> ScriptCall<I> {
+    /// The call deciding `requests` by `command`, its keys placed as `placement` says.
+    pub fn new(requests: I, command: CallCommand, placement: KeyPlacement) -> ScriptCall<I> {
         let mut table = RateTable::default();
         let mut requests_count = 0;
         let mut checks = 0;
@@ -545,8 +482,9 @@ impl<'a, I: Iterator<Item = &'a Invocation> + Clone> EvalSha<I> {
                 table.position_for(check.rate, check.counter);
             }
         }
-        EvalSha {
+        ScriptCall {
             requests,
+            command,
             placement,
             table,
             requests_count,
@@ -559,6 +497,17 @@ impl<'a, I: Iterator<Item = &'a Invocation> + Clone> EvalSha<I> {
         self.requests_count
     }
 
+    /// The command that carries the call.
+    pub fn call_command(&self) -> CallCommand {
+        self.command
+    }
+
+    /// Carries the call by `command` from now on (the server lost its library or its scripts and
+    /// answered the reload otherwise).
+    pub fn set_call_command(&mut self, command: CallCommand) {
+        self.command = command;
+    }
+
     /// Arguments of the command, its name included.
     pub fn arg_count(&self) -> usize {
         let placement = match self.placement {
@@ -568,10 +517,11 @@ impl<'a, I: Iterator<Item = &'a Invocation> + Clone> EvalSha<I> {
         2 + placement + self.checks + self.table.arg_count() + FIELDS_PER_CHECK * self.checks
     }
 
-    /// `EVALSHA <sha> <keys> keys... rates... requests...`, every argument into `sink`.
+    /// `FCALL <function>` or `EVALSHA <sha>`, then `<keys> keys... rates... requests...`, every
+    /// argument into `sink`.
     pub fn write_to(&mut self, sink: &mut impl ArgSink) {
-        sink.bytes(b"EVALSHA");
-        sink.bytes(sha1().as_bytes());
+        sink.bytes(self.command.name().as_bytes());
+        sink.bytes(library().target(&DECIDE, self.command).as_bytes());
         match self.placement {
             KeyPlacement::Declared => sink.uint(self.checks as u64),
             KeyPlacement::InArguments => {
@@ -624,7 +574,16 @@ pub fn evalsha_placed<'a>(
     requests: impl Iterator<Item = &'a Invocation> + Clone,
     placement: KeyPlacement,
 ) -> redis::Cmd {
-    EvalSha::new(requests, placement).command()
+    ScriptCall::new(requests, CallCommand::Evalsha, placement).command()
+}
+
+/// `FCALL <function> <keys> keys... rates... requests...` deciding `requests` in order, in one
+/// call of the library's request function, the keys placed as `placement` says.
+pub fn fcall_placed<'a>(
+    requests: impl Iterator<Item = &'a Invocation> + Clone,
+    placement: KeyPlacement,
+) -> redis::Cmd {
+    ScriptCall::new(requests, CallCommand::Fcall, placement).command()
 }
 
 /// `SCRIPT LOAD <source>` of the request script.
@@ -640,7 +599,7 @@ mod tests {
     fn sha1_is_stable_and_hex() {
         assert_eq!(sha1().len(), 40);
         assert!(sha1().bytes().all(|b| b.is_ascii_hexdigit()));
-        assert_eq!(sha1(), redis::Script::new(SOURCE).get_hash());
+        assert_eq!(sha1(), redis::Script::new(DECIDE.source()).get_hash());
     }
 
     #[test]

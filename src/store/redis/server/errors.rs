@@ -23,3 +23,16 @@ pub(in crate::store::redis) fn command_error(error: RedisError) -> StoreError {
         StoreError::Unavailable(error.to_string())
     }
 }
+
+/// Whether `error`, the answer to an `FCALL`, says the call never ran because the server cannot
+/// run the library's function now: the library is gone (restart, failover to a server without
+/// it, `FUNCTION FLUSH`: "Function not found"), the server has no Functions (a Redis 6 in its
+/// place: "unknown command"), or this user may no longer call it (`NOPERM`). Each comes before
+/// the function runs, so the call may be sent again once the server's calling is established
+/// anew.
+pub(in crate::store::redis) fn is_function_unavailable(error: &RedisError) -> bool {
+    let text = error.to_string();
+    error.code() == Some("NOPERM")
+        || text.contains("Function not found")
+        || text.contains("unknown command")
+}

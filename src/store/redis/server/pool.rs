@@ -1,7 +1,7 @@
 //! One server's pool of connections, shared by the store's clones and a batch dispatcher, and the
 //! connection a call takes from it ([`Lease`]) until its deadline.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use bb8_redis::bb8;
 use redis::{RedisError, Value};
 use tokio::time::{timeout_at, Instant};
 
+use super::calling::Calling;
 use super::connection::{is_connection_error, Manager, Reachability};
 use crate::store::redis::settings::ConnectionMode;
 use crate::store::redis::wire::link::Link;
@@ -24,17 +25,24 @@ pub(in crate::store::redis) struct PoolSettings {
     pub(in crate::store::redis) scripts: Arc<ScriptCounters>,
 }
 
-/// What the scripts cost, counted over every server, for metrics: the reloads after `NOSCRIPT`,
-/// the calls of the request script sent and the requests they carried (divided, how well
-/// concurrent requests share calls, see `store::redis::batch`).
+/// What the scripts cost, counted over every server, for metrics: the reloads after `NOSCRIPT`
+/// (or a library found gone), the calls of the request script sent and the requests they carried
+/// (divided, how well concurrent requests share calls, see `store::redis::batch`); and whether a
+/// server's refusal of the Functions library was logged yet.
 #[derive(Default)]
 pub(in crate::store::redis) struct ScriptCounters {
     pub(in crate::store::redis) reloads: AtomicU64,
     pub(in crate::store::redis) calls: AtomicU64,
     pub(in crate::store::redis) requests: AtomicU64,
+    functions_refused: AtomicBool,
 }
 
 impl ScriptCounters {
+    /// A server refused the Functions library: true the first time (the one time it is logged).
+    pub(super) fn note_functions_refused(&self) -> bool {
+        !self.functions_refused.swap(true, Ordering::Relaxed)
+    }
+
     pub(super) fn reloaded(&self) {
         self.reloads.fetch_add(1, Ordering::Relaxed);
     }
@@ -55,16 +63,20 @@ pub(in crate::store::redis) struct Shared {
     mode: ConnectionMode,
     pub(super) wait_replicas: u32,
     pub(super) scripts: Arc<ScriptCounters>,
+    /// How the server runs the scripts, shared by every pool to it.
+    pub(in crate::store::redis) calling: Arc<Calling>,
     /// Used while `pool` has no connection yet: a thread's pool starts empty, and its first
     /// calls must not wait out a connection handshake (see `store::redis::local`).
     fallback: Option<bb8::Pool<Manager>>,
 }
 
 impl Shared {
-    /// A new pool through `manager`, borrowing from `fallback` until it has a connection.
+    /// A new pool through `manager` to the server whose calls go as `calling` says, borrowing
+    /// from `fallback` until it has a connection.
     pub(in crate::store::redis) fn new(
         manager: Manager,
         settings: &PoolSettings,
+        calling: Arc<Calling>,
         fallback: Option<bb8::Pool<Manager>>,
     ) -> Shared {
         Shared {
@@ -75,6 +87,7 @@ impl Shared {
             mode: settings.mode,
             wait_replicas: settings.wait_replicas,
             scripts: settings.scripts.clone(),
+            calling,
             fallback,
         }
     }

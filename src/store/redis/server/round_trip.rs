@@ -8,7 +8,7 @@ use tokio::time::{timeout_at, Instant};
 
 use super::pool::Lease;
 use crate::store::redis::scripts::reply::{decode_call_frame, decode_call_reply, CallReply};
-use crate::store::redis::scripts::request::{EvalSha, Invocation};
+use crate::store::redis::scripts::request::{Invocation, ScriptCall};
 use crate::store::redis::wire::link::Link;
 use crate::store::redis::wire::pipe::CallError;
 use crate::store::redis::wire::resp;
@@ -57,7 +57,7 @@ impl Lease<'_> {
     /// redis crate's command and value carry them.
     pub(super) async fn decide<'a, I: Iterator<Item = &'a Invocation> + Clone>(
         &mut self,
-        call: &mut EvalSha<I>,
+        call: &mut ScriptCall<I>,
         checks: impl Iterator<Item = usize>,
         asking: bool,
         replicas: u32,

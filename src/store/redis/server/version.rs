@@ -11,10 +11,13 @@ use crate::store::StoreError;
 /// The oldest `redis_version` the script runs on (major, minor).
 pub const MIN_VERSION: (u64, u64) = (6, 0);
 
-/// The error for a server older than [`MIN_VERSION`], or `Ok` when it is recent enough or does
-/// not tell: a user whose ACL denies `INFO` is still served (on a server that old, its requests
-/// would then fail with Redis's own error).
-pub async fn check(conn: &mut impl redis::aio::ConnectionLike) -> Result<(), StoreError> {
+/// The error for a server older than [`MIN_VERSION`], or, when it is recent enough or does not
+/// tell, the server's name and version for the logs (`redis 7.0.15`, `valkey 8.1.8`; `None` when
+/// it does not tell): a user whose ACL denies `INFO` is still served (on a server that old, its
+/// requests would then fail with Redis's own error).
+pub async fn check(
+    conn: &mut impl redis::aio::ConnectionLike,
+) -> Result<Option<String>, StoreError> {
     let info = match redis::cmd("INFO")
         .arg("server")
         .query_async::<Value>(conn)
@@ -24,7 +27,7 @@ pub async fn check(conn: &mut impl redis::aio::ConnectionLike) -> Result<(), Sto
         Ok(Value::VerbatimString { text, .. }) => text,
         Ok(_) | Err(_) => {
             tracing::debug!("INFO server unavailable: the Redis version is not checked");
-            return Ok(());
+            return Ok(None);
         }
     };
     match too_old(&info) {
@@ -32,8 +35,21 @@ pub async fn check(conn: &mut impl redis::aio::ConnectionLike) -> Result<(), Sto
             "redis {version} is too old: ratelimitd needs Redis {}.{} or later (SET ... KEEPTTL)",
             MIN_VERSION.0, MIN_VERSION.1
         ))),
-        None => Ok(()),
+        None => Ok(server_name(&info)),
     }
+}
+
+/// `<server name> <version>` of an `INFO server` text: Valkey names itself (`server_name`,
+/// `valkey_version`) and answers a Redis version (`redis_version:7.2.4`) beside its own.
+fn server_name(info: &str) -> Option<String> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let name = field("server_name").unwrap_or("redis");
+    let version = field(&format!("{name}_version")).or_else(|| field("redis_version"))?;
+    Some(format!("{name} {version}"))
 }
 
 /// The `redis_version` of an `INFO server` text when it is older than [`MIN_VERSION`].
@@ -70,5 +86,17 @@ mod tests {
         // No version, or one that does not parse: the check cannot tell, so it does not refuse.
         assert_eq!(too_old("# Server\r\nos:Linux\r\n"), None);
         assert_eq!(too_old(&info("unstable")), None);
+    }
+
+    #[test]
+    fn the_server_is_named_with_its_own_version() {
+        assert_eq!(
+            server_name(&info("7.0.15")).as_deref(),
+            Some("redis 7.0.15")
+        );
+        let valkey =
+            "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.8\r\n";
+        assert_eq!(server_name(valkey).as_deref(), Some("valkey 8.1.8"));
+        assert_eq!(server_name("# Server\r\nos:Linux\r\n"), None);
     }
 }

@@ -8,7 +8,6 @@ use std::time::Duration;
 use super::cluster::lane::ClusterLane;
 use super::cluster::Cluster;
 use super::route::Route;
-use crate::store::redis::scripts::request::DECIDE;
 use crate::store::redis::server::client::{client, uses_tls};
 use crate::store::redis::server::connection::Manager;
 use crate::store::redis::server::pool::PoolSettings;
@@ -51,7 +50,7 @@ impl Backend {
         let retry = settings.startup;
         let server_start = |manager: &Manager, pool_settings: &PoolSettings| {
             let (manager, pool_settings) = (manager.clone(), pool_settings.clone());
-            async move { Server::start(manager, &pool_settings, &[&DECIDE], connect_timeout).await }
+            async move { Server::start(manager, &pool_settings, connect_timeout).await }
         };
         let mut locator = None;
         let backend = match &settings.topology {

@@ -35,13 +35,12 @@ use parking_lot::Mutex;
 use tokio::time::{timeout_at, Instant};
 
 use self::slots::SlotMap;
-use crate::store::redis::scripts::refund::REFUND;
-use crate::store::redis::scripts::request::DECIDE;
+use crate::store::redis::scripts::script::CallCommand;
 use crate::store::redis::server::client::server_client;
 use crate::store::redis::server::connection::Manager;
 use crate::store::redis::server::errors::command_error;
 use crate::store::redis::server::pool::{PoolSettings, Shared};
-use crate::store::redis::server::Server;
+use crate::store::redis::server::{Calling, Server};
 use crate::store::redis::settings::topology::{HostPort, ServerAuth};
 use crate::store::redis::tls::RedisTls;
 use crate::store::StoreError;
@@ -141,19 +140,14 @@ impl Cluster {
         }
         let client = server_client(address, &self.auth)?;
         let manager = Manager::new(client, self.tls.clone(), self.connect_timeout);
-        let server = Server::start(
-            manager,
-            &self.settings,
-            &[&DECIDE, &REFUND],
-            self.connect_timeout,
-        )
-        .await
-        .map_err(|error| match error {
-            StoreError::Unavailable(message) => {
-                StoreError::Unavailable(format!("redis cluster node {address}: {message}"))
-            }
-            other => other,
-        })?;
+        let server = Server::start(manager, &self.settings, self.connect_timeout)
+            .await
+            .map_err(|error| match error {
+                StoreError::Unavailable(message) => {
+                    StoreError::Unavailable(format!("redis cluster node {address}: {message}"))
+                }
+                other => other,
+            })?;
         Ok(self
             .servers
             .lock()
@@ -164,7 +158,8 @@ impl Cluster {
 
     /// The node at `address`, known from the slot map; a node met for the first time (a promoted
     /// replica, a node added to the cluster) gets a manager and a startup pool that connects in
-    /// the background, and loads the scripts on its first `NOSCRIPT`.
+    /// the background, and establishes how it runs the scripts at its first call (see
+    /// `server::calling`: a replica holds its master's Functions library, replicated).
     pub(in crate::store::redis) fn server(&self, address: &HostPort) -> Result<Server, StoreError> {
         if let Some(server) = self.servers.lock().get(address) {
             return Ok(server.clone());
@@ -172,9 +167,16 @@ impl Cluster {
         let client = server_client(address, &self.auth)?;
         let manager = Manager::new(client, self.tls.clone(), self.connect_timeout)
             .driven_on(self.home.clone());
+        let calling = Arc::<Calling>::default();
         let server = Server {
-            startup: Arc::new(Shared::new(manager.clone(), &self.settings, None)),
+            startup: Arc::new(Shared::new(
+                manager.clone(),
+                &self.settings,
+                calling.clone(),
+                None,
+            )),
             manager: manager.driven_by_caller(),
+            calling,
         };
         Ok(self
             .servers
@@ -235,6 +237,15 @@ impl Cluster {
                 self.slots.store(Arc::new(map.clone()));
             }
         }
+    }
+
+    /// How each node known so far runs the scripts (see `RedisStore::call_commands`).
+    pub fn call_commands(&self) -> Vec<Option<CallCommand>> {
+        self.servers
+            .lock()
+            .values()
+            .map(|server| server.calling.get())
+            .collect()
     }
 
     /// Slot map reads after the first.

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::lane::ClusterLane;
 use super::slots::{slot_of, SlotMap};
 use crate::limiter::algorithm::{self, Verdict};
-use crate::store::redis::scripts::refund::{evalsha_refund_placed, Refund, REFUND};
+use crate::store::redis::scripts::refund::{refund_command, Refund, REFUND};
 use crate::store::redis::scripts::request::{Invocation, KeyPlacement};
 use crate::store::redis::server::errors::command_error;
 use crate::store::redis::settings::topology::HostPort;
@@ -502,9 +502,9 @@ async fn refund(lane: &ClusterLane, refunds: HashMap<HostPort, Vec<Refund>>, pin
         lane.cluster
             .refunds_sent
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let command = evalsha_refund_placed(&refunds, pinned, KeyPlacement::InArguments);
+        let command = |by| refund_command(&refunds, pinned, KeyPlacement::InArguments, by);
         let result = match lane.link(&node) {
-            Ok(link) => link.evaluate(&REFUND, &command, deadline).await.map(|_| ()),
+            Ok(link) => link.evaluate(&REFUND, command, deadline).await.map(|_| ()),
             Err(error) => Err(error),
         };
         if let Err(error) = result {
