@@ -31,10 +31,11 @@ pub struct LeasePolicy {
     pub period_us: u64,
     /// The largest lease (hits).
     pub max_hits: u64,
-    /// Whether a grant must be at least half of what is asked (token_bucket, gcra: they refill
-    /// continuously, and a replica that asked again for every hit refilled would call the store
-    /// per hit when the counter is over its limit); the window algorithms take whatever is left.
-    pub continuous: bool,
+    /// Whether a grant must be the whole lease asked for: token_bucket, gcra and
+    /// sliding_window_counter free hits continuously (refill, or the previous window's weight
+    /// decaying), so over its limit a counter would otherwise be asked again for every hit freed,
+    /// by every replica; fixed_window frees none before its window ends and grants what is left.
+    pub whole: bool,
 }
 
 impl LeasePolicy {
@@ -50,6 +51,7 @@ impl LeasePolicy {
         }
         let configured = u64::try_from(period.as_micros()).unwrap_or(u64::MAX).max(1);
         let continuous = matches!(rate.algorithm(), Algorithm::TokenBucket | Algorithm::Gcra);
+        let whole = rate.algorithm() != Algorithm::FixedWindow;
         let period_us = if continuous {
             let fill_us =
                 u64::from(rate.burst()).saturating_mul(rate.window_us()) / u64::from(rate.limit());
@@ -63,13 +65,14 @@ impl LeasePolicy {
         Some(LeasePolicy {
             period_us,
             max_hits,
-            continuous,
+            whole,
         })
     }
 
     /// The terms to ask for, for a replica spending `per_period` hits per period (its estimate)
     /// and needing `needed` now: twice the estimate (so a refill asked at half a lease comes back
-    /// before the rest is spent), at least `needed` and [`MIN_LEASE`], at most `max_hits`.
+    /// before the rest is spent), at least `needed` and [`MIN_LEASE`], at most `max_hits`; the
+    /// whole of it or nothing where [`LeasePolicy::whole`] says so.
     pub fn terms(&self, per_period: f64, needed: u64) -> LeaseTerms {
         let estimate = (per_period * 2.0).ceil();
         let estimate = if estimate.is_finite() && estimate > 0.0 {
@@ -78,11 +81,7 @@ impl LeasePolicy {
             0
         };
         let want = estimate.max(needed).max(MIN_LEASE).min(self.max_hits);
-        let min = if self.continuous {
-            (want / 2).max(needed).max(1).min(want)
-        } else {
-            1
-        };
+        let min = if self.whole { want } else { 1 };
         LeaseTerms {
             want,
             min,
@@ -135,11 +134,11 @@ mod tests {
         .unwrap();
         assert_eq!(policy.max_hits, 100);
         let idle = policy.terms(0.0, 1);
-        assert_eq!((idle.want, idle.min), (MIN_LEASE, 2));
+        assert_eq!((idle.want, idle.min), (MIN_LEASE, MIN_LEASE));
         let busy = policy.terms(30.0, 1);
-        assert_eq!((busy.want, busy.min), (60, 30));
+        assert_eq!((busy.want, busy.min), (60, 60));
         let flooded = policy.terms(1e9, 1);
-        assert_eq!((flooded.want, flooded.min), (100, 50));
+        assert_eq!((flooded.want, flooded.min), (100, 100));
         let window = LeasePolicy::for_rate(
             &rate(Algorithm::FixedWindow, 1_600, None),
             Duration::from_millis(100),
