@@ -27,7 +27,8 @@ pub const FIELDS_PER_CHECK: usize = 1;
 /// The `now` argument of the refund script that makes it read Redis's own clock (`TIME`).
 pub const REDIS_TIME: &str = "-";
 
-/// Longest spec text: `+`, then a position, hits, shadow, check count and time with their `:`s.
+/// Longest spec text: a lease's (`L`, a position, then want, min, period and time with their
+/// `:`s), longer than any check's.
 const SPEC_MAX_LEN: usize = 1 + 20 + 4 * (1 + 20);
 
 /// One check's spec as the request script reads it (see the header of `lua/request.lua`): the
@@ -620,7 +621,19 @@ mod tests {
             true,
             Some((usize::MAX, Some(u64::MAX))),
         );
-        assert_eq!(longest.len(), SPEC_MAX_LEN - 1);
+        assert!(longest.len() < SPEC_MAX_LEN);
         assert_eq!(text(9, 1, true, None), "+9:1:1");
+    }
+
+    #[test]
+    fn a_lease_spec_names_its_terms_and_fits_at_the_longest() {
+        let lease = |position, want, min, period, pinned| {
+            let spec = Spec::lease(position, want, min, period, pinned);
+            String::from_utf8(spec.as_bytes().to_vec()).unwrap()
+        };
+        assert_eq!(lease(2, 75, 1, 100_000, None), "L2:75:1:100000");
+        assert_eq!(lease(1, 4, 4, 9, Some(17)), "L1:4:4:9:17");
+        let longest = lease(usize::MAX, u64::MAX, u64::MAX, u64::MAX, Some(u64::MAX));
+        assert_eq!(longest.len(), SPEC_MAX_LEN);
     }
 }
