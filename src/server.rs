@@ -369,7 +369,6 @@ pub async fn run<'a>(
     bind: impl Future<Output = std::io::Result<Listeners>> + 'a,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    memory_release::fix_thresholds();
     let listeners = match &settings.xds {
         Some(options) if settings.drop_in.is_some() && !settings.initial_config.force_start => {
             tracing::warn!(

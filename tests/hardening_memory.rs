@@ -24,7 +24,7 @@ const CONNECTIONS: usize = 200;
 const STREAMS: usize = 100;
 const DECLARED: u32 = 65_000;
 const ROUNDS: usize = 3;
-const BUDGET_MIB: u64 = 64;
+const BUDGET_MIB: u64 = 32;
 /// How far above its idle VmRSS the server may stay once every connection has closed.
 const RSS_BACK_WITHIN_MIB: f64 = 32.0;
 /// How long the memory may take to go back.

@@ -12,12 +12,6 @@
 //! bytes held against the memory budgets (the gRPC calls' and the RLQS streams' state) have
 //! fallen [`RELEASE_STEP`] below their highest point since the last release and stopped
 //! falling, and after every configuration load (applied or rejected), from files or over xDS.
-//!
-//! `malloc_trim` leaves one thing behind: the free space at the top of each thread arena's heap,
-//! which glibc gives back only when a `free` leaves more of it than the trim threshold. By
-//! default that threshold follows the largest block freed (up to 64 MiB), so after a large
-//! configuration was parsed and dropped each arena kept up to that much: 20 MiB of a 100,000-rule
-//! xDS resource stayed resident. [`fix_thresholds`] pins the thresholds at startup.
 
 use std::time::Duration;
 
@@ -38,26 +32,6 @@ pub fn give_back() {
     // SAFETY: malloc_trim has no preconditions; it only reorganizes the allocator's free lists.
     unsafe {
         libc::malloc_trim(0);
-    }
-}
-
-/// Blocks of at least this size are mapped on their own and unmapped when freed.
-pub const MMAP_THRESHOLD: usize = 1 << 20;
-
-/// Free space above this at the top of a heap is given back when a block next to it is freed.
-pub const TRIM_THRESHOLD: usize = 2 << 20;
-
-/// Pins glibc's allocator thresholds to [`MMAP_THRESHOLD`] and [`TRIM_THRESHOLD`] (nothing with
-/// other C libraries), instead of letting them grow with the largest block freed. Blocks the
-/// serving path allocates (requests, responses, Redis batches) stay below the mapping threshold;
-/// the rare large ones (a configuration's parse, the `/metrics` text) are mapped on their own and
-/// go back to the system when freed. Called once, at startup, before the serving threads start.
-pub fn fix_thresholds() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets the allocator's parameters; both values fit in a C int.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD as libc::c_int);
     }
 }
 
