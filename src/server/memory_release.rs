@@ -41,23 +41,32 @@ pub async fn watch(held: impl Fn() -> usize, stopping: CancellationToken) {
     let mut ticks = tokio::time::interval(CHECK_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut bursts = Bursts::default();
+    let mut again = false;
     loop {
         tokio::select! {
             _ = stopping.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        if bursts.observe(held()) {
+        let ended = bursts.observe(held());
+        if ended || again {
             let _ = tokio::task::spawn_blocking(give_back).await;
         }
+        // The charges go back when a call ends, its connection's buffers when the connection's
+        // task does, which may be after this look: give back once more at the next.
+        again = ended;
     }
 }
 
 /// When a burst is over: the held bytes fell [`RELEASE_STEP`] below their high-water mark and
-/// did not fall further since the last look.
+/// did not fall further since the last look; or they are back to nothing after at least
+/// [`RELEASE_STEP`] was held since they last were (a release in the middle of a burst lowers the
+/// high-water mark, and the rest of the fall may be shorter than the step).
 #[derive(Debug, Default)]
 struct Bursts {
     high_water: usize,
     last: usize,
+    /// The most held since the bytes were last back to nothing and given back.
+    peak_since_idle: usize,
 }
 
 impl Bursts {
@@ -66,8 +75,17 @@ impl Bursts {
         let settled = held >= self.last;
         self.last = held;
         self.high_water = self.high_water.max(held);
-        if settled && self.high_water - held >= RELEASE_STEP {
+        self.peak_since_idle = self.peak_since_idle.max(held);
+        if !settled {
+            return false;
+        }
+        let fell = self.high_water - held >= RELEASE_STEP;
+        let idle_again = held == 0 && self.peak_since_idle >= RELEASE_STEP;
+        if fell || idle_again {
             self.high_water = held;
+            if held == 0 {
+                self.peak_since_idle = 0;
+            }
             return true;
         }
         false
@@ -93,6 +111,24 @@ mod tests {
         assert!(!bursts.observe(2 * step));
         assert!(!bursts.observe(0));
         assert!(bursts.observe(0));
+    }
+
+    #[test]
+    fn a_burst_given_back_halfway_is_given_back_again_once_it_is_over() {
+        let mut bursts = Bursts::default();
+        let step = RELEASE_STEP;
+        assert!(!bursts.observe(2 * step));
+        assert!(!bursts.observe(step / 2));
+        assert!(bursts.observe(step / 2), "halfway down");
+        assert!(!bursts.observe(0));
+        assert!(
+            bursts.observe(0),
+            "over: less than a step since, but back to nothing"
+        );
+        assert!(!bursts.observe(0));
+        assert!(!bursts.observe(step / 4));
+        assert!(!bursts.observe(0));
+        assert!(!bursts.observe(0), "a small burst is not worth it");
     }
 
     #[test]
