@@ -58,6 +58,25 @@ struct Offered {
     with_exact: bool,
 }
 
+/// `count` replicas on one memory store, all on `clock`.
+fn replicas(clock: &Arc<ManualClock>, count: usize) -> Vec<LeasedStore<MemoryStore>> {
+    let shared = Arc::new(MemoryStore::with_clock(clock.clone() as Arc<dyn Clock>));
+    let settings = LeaseSettings {
+        period: PERIOD,
+        wait: Duration::from_secs(5),
+        max_counters: 1_000,
+    };
+    (0..count)
+        .map(|_| {
+            LeasedStore::start_with_clock(
+                Arc::clone(&shared),
+                settings,
+                clock.clone() as Arc<dyn Clock>,
+            )
+        })
+        .collect()
+}
+
 /// Replays `admitted` (instant, hits) in order through the exact algorithm: every one must pass.
 fn assert_exact_admits(rate: &Rate, admitted: &[(u64, u64)], algorithm: Algorithm) {
     let mut state: Option<State> = None;
@@ -81,21 +100,7 @@ async fn run(algorithm: Algorithm, rng: &mut StdRng) {
     let tight = Rate::new(Algorithm::FixedWindow, 40, Unit::Second, 1, None).unwrap();
     let start = 1_700_000_000_000_000u64 + rng.random_range(0..1_000_000);
     let clock = Arc::new(ManualClock::new(start));
-    let shared = Arc::new(MemoryStore::with_clock(clock.clone() as Arc<dyn Clock>));
-    let settings = LeaseSettings {
-        period: PERIOD,
-        wait: Duration::from_secs(5),
-        max_counters: 1_000,
-    };
-    let replicas: Vec<LeasedStore<MemoryStore>> = (0..REPLICAS)
-        .map(|_| {
-            LeasedStore::start_with_clock(
-                Arc::clone(&shared),
-                settings,
-                clock.clone() as Arc<dyn Clock>,
-            )
-        })
-        .collect();
+    let replicas = replicas(&clock, REPLICAS);
 
     let leased = |hits| Check {
         key: key("hot"),
@@ -251,20 +256,8 @@ async fn late_spender(algorithm: Algorithm) {
     let rate = Rate::new(algorithm, 320, Unit::Second, 1, None).unwrap();
     let start = 1_700_000_000_000_000u64;
     let clock = Arc::new(ManualClock::new(start));
-    let shared = Arc::new(MemoryStore::with_clock(clock.clone() as Arc<dyn Clock>));
-    let settings = LeaseSettings {
-        period: PERIOD,
-        wait: Duration::from_secs(5),
-        max_counters: 1_000,
-    };
-    let start_replica = || {
-        LeasedStore::start_with_clock(
-            Arc::clone(&shared),
-            settings,
-            clock.clone() as Arc<dyn Clock>,
-        )
-    };
-    let (a, b) = (start_replica(), start_replica());
+    let replicas = replicas(&clock, 2);
+    let (a, b) = (&replicas[0], &replicas[1]);
     let check = Check {
         key: key("hot"),
         rate,
@@ -287,21 +280,21 @@ async fn late_spender(algorithm: Algorithm) {
     // A warms up: its demand grows its leases to the largest size.
     for _ in 0..200 {
         let at = clock.now_us();
-        decide(&a, &check, at, &mut admitted).await;
+        decide(a, &check, at, &mut admitted).await;
         tokio::task::yield_now().await;
         clock.advance_us(500);
     }
     // Idle long enough for the counter to be full again, then A takes one hit (and a lease).
     clock.advance_us(2_000_000);
     let at = clock.now_us();
-    decide(&a, &check, at, &mut admitted).await;
+    decide(a, &check, at, &mut admitted).await;
     tokio::task::yield_now().await;
     // Just before A's lease ends: A spends the rest, and B drains everything it can get.
     clock.advance_us(PERIOD.as_micros() as u64 - 1_000);
     for _ in 0..2_000 {
         let at = clock.now_us();
-        decide(&a, &check, at, &mut admitted).await;
-        decide(&b, &check, at, &mut admitted).await;
+        decide(a, &check, at, &mut admitted).await;
+        decide(b, &check, at, &mut admitted).await;
         tokio::task::yield_now().await;
     }
     assert_exact_admits(&rate, &admitted, algorithm);

@@ -6,7 +6,6 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use common::ratelimitd::*;
 use common::redis_server::RedisServer;
@@ -23,21 +22,30 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 5}
 ";
 
-fn replicas(redis: &RedisServer, config: &std::path::Path) -> Vec<Ratelimitd> {
-    (0..3)
-        .map(|_| {
-            Ratelimitd::start(&[
-                "--config",
-                config.to_str().unwrap(),
-                "--redis-url",
-                &redis.url(),
-                "--redis-timeout",
-                "5s",
-                "--threads",
-                "1",
-            ])
-        })
-        .collect()
+/// The configuration above, written to a file in `dir`.
+fn config_file(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    let config = dir.path().join("hot.yaml");
+    std::fs::write(&config, CONFIG).expect("config written");
+    config
+}
+
+/// A replica serving `config` on `redis`, each store call bounded by `timeout`.
+fn replica(
+    redis: &RedisServer,
+    config: &std::path::Path,
+    timeout: &str,
+    threads: &str,
+) -> Ratelimitd {
+    Ratelimitd::start(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--redis-url",
+        &redis.url(),
+        "--redis-timeout",
+        timeout,
+        "--threads",
+        threads,
+    ])
 }
 
 /// One series of a metric family from `/metrics`.
@@ -62,9 +70,10 @@ async fn three_replicas_never_admit_more_than_a_leased_limit() {
     wait_for_window_room(3600, 60);
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("hot.yaml");
-    std::fs::write(&config, CONFIG).expect("config written");
-    let servers = replicas(&redis, &config);
+    let config = config_file(&dir);
+    let servers: Vec<Ratelimitd> = (0..3)
+        .map(|_| replica(&redis, &config, "5s", "1"))
+        .collect();
     let addrs: Vec<SocketAddr> = servers.iter().map(Ratelimitd::grpc_addr).collect();
 
     for key in ["fixed", "gcra"] {
@@ -104,16 +113,7 @@ async fn a_request_denied_by_its_exact_descriptor_takes_nothing_from_its_leased_
     wait_for_window_room(3600, 60);
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("hot.yaml");
-    std::fs::write(&config, CONFIG).expect("config written");
-    let server = Ratelimitd::start(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--redis-url",
-        &redis.url(),
-        "--redis-timeout",
-        "5s",
-    ]);
+    let server = replica(&redis, &config_file(&dir), "5s", "2");
     let mut client = server.client().await;
     let mut codes = Vec::new();
     for _ in 0..50 {
@@ -138,7 +138,6 @@ async fn a_request_denied_by_its_exact_descriptor_takes_nothing_from_its_leased_
         admitted, 395,
         "the leased descriptor alone admits the rest of its limit"
     );
-    tokio::time::sleep(Duration::from_millis(10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -146,16 +145,7 @@ async fn with_redis_gone_the_hits_in_hand_are_spent_then_the_failure_policy_answ
     wait_for_window_room(3600, 60);
     let mut redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("hot.yaml");
-    std::fs::write(&config, CONFIG).expect("config written");
-    let server = Ratelimitd::start(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--redis-url",
-        &redis.url(),
-        "--redis-timeout",
-        "500ms",
-    ]);
+    let server = replica(&redis, &config_file(&dir), "500ms", "2");
     let mut client = server.client().await;
     let one = || request("hot", &[&[("fixed", "outage")]], 0);
     // Enough requests for the replica to hold a lease sized to them.
