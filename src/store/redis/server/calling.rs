@@ -12,7 +12,7 @@ use redis::{RedisError, Value};
 use super::connection::is_connection_error;
 use super::errors::{is_function_unavailable, is_noscript};
 use super::load::{check_loaded_sha, load_error, load_script};
-use super::pool::ScriptCounters;
+use super::script_counters::ScriptCounters;
 use crate::store::redis::scripts::library::{library, SCRIPTS};
 use crate::store::redis::scripts::script::{CallCommand, Script};
 use crate::store::redis::wire::link::Link;

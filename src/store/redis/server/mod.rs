@@ -13,6 +13,7 @@ pub(super) mod errors;
 mod load;
 pub(super) mod pool;
 mod round_trip;
+mod script_counters;
 pub(super) mod sentinel;
 pub(super) mod version;
 

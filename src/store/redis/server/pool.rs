@@ -1,7 +1,6 @@
 //! One server's pool of connections, shared by the store's clones and a batch dispatcher, and the
 //! connection a call takes from it ([`Lease`]) until its deadline.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +10,7 @@ use tokio::time::{timeout_at, Instant};
 
 use super::calling::Calling;
 use super::connection::{is_connection_error, Manager, Reachability};
+use super::script_counters::ScriptCounters;
 use crate::store::redis::settings::ConnectionMode;
 use crate::store::redis::wire::link::Link;
 use crate::store::StoreError;
@@ -23,34 +23,6 @@ pub(in crate::store::redis) struct PoolSettings {
     pub(in crate::store::redis) mode: ConnectionMode,
     pub(in crate::store::redis) wait_replicas: u32,
     pub(in crate::store::redis) scripts: Arc<ScriptCounters>,
-}
-
-/// What the scripts cost, counted over every server, for metrics: the reloads after `NOSCRIPT`
-/// (or a library found gone), the calls of the request script sent and the requests they carried
-/// (divided, how well concurrent requests share calls, see `store::redis::batch`); and whether a
-/// server's refusal of the Functions library was logged yet.
-#[derive(Default)]
-pub(in crate::store::redis) struct ScriptCounters {
-    pub(in crate::store::redis) reloads: AtomicU64,
-    pub(in crate::store::redis) calls: AtomicU64,
-    pub(in crate::store::redis) requests: AtomicU64,
-    functions_refused: AtomicBool,
-}
-
-impl ScriptCounters {
-    /// A server refused the Functions library: true the first time (the one time it is logged).
-    pub(super) fn note_functions_refused(&self) -> bool {
-        !self.functions_refused.swap(true, Ordering::Relaxed)
-    }
-
-    pub(super) fn reloaded(&self) {
-        self.reloads.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(super) fn sent(&self, requests: usize) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.requests.fetch_add(requests as u64, Ordering::Relaxed);
-    }
 }
 
 /// One server's connections (a thread's own pool, or the startup pool) and what every script call
