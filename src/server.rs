@@ -759,7 +759,13 @@ async fn serve<S: Store>(
     let budget = MemoryBudget::new(context.grpc_memory_budget);
     let held = {
         let (budget, quotas) = (budget.clone(), quotas.clone());
-        move || budget.held().saturating_add(quotas.budget().held())
+        move || {
+            let quotas = quotas.budget().held();
+            (
+                budget.take_peak().saturating_add(quotas),
+                budget.held().saturating_add(quotas),
+            )
+        }
     };
     tokio::spawn(memory_release::watch(held, stopping.clone()));
     let registry = Registry::new(caps.grpc, budget, metrics.clone());

@@ -36,6 +36,8 @@ const DEFAULT_UNKNOWN: u64 = 1 << 30;
 pub struct MemoryBudget {
     limit: usize,
     held: AtomicUsize,
+    /// The most held since [`MemoryBudget::take_peak`] last looked.
+    peak: AtomicUsize,
     calls: AtomicUsize,
 }
 
@@ -48,6 +50,7 @@ impl MemoryBudget {
         Arc::new(MemoryBudget {
             limit,
             held: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
             calls: AtomicUsize::new(0),
         })
     }
@@ -63,6 +66,14 @@ impl MemoryBudget {
     }
 
     /// Calls open (each charged [`CALL_COST`] and its head).
+    /// The most held since the last call (at least what is held now): a burst that came and
+    /// went between two looks still shows.
+    pub fn take_peak(&self) -> usize {
+        self.peak
+            .swap(self.held(), Ordering::Relaxed)
+            .max(self.held())
+    }
+
     pub fn calls(&self) -> usize {
         self.calls.load(Ordering::Relaxed)
     }
@@ -81,15 +92,15 @@ impl MemoryBudget {
 
     /// Charges `bytes` more, or nothing when they do not fit.
     pub fn charge(&self, bytes: usize) -> Result<(), Spent> {
-        if self
+        let held = self
             .held
             .fetch_add(bytes, Ordering::AcqRel)
-            .saturating_add(bytes)
-            > self.limit
-        {
+            .saturating_add(bytes);
+        if held > self.limit {
             self.held.fetch_sub(bytes, Ordering::AcqRel);
             return Err(Spent);
         }
+        self.peak.fetch_max(held, Ordering::Relaxed);
         Ok(())
     }
 

@@ -10,8 +10,9 @@
 //!
 //! It runs when there is something to give back, not on a timer that costs when idle: once the
 //! bytes held against the memory budgets (the gRPC calls' and the RLQS streams' state) have
-//! fallen [`RELEASE_STEP`] below their highest point since the last release and stopped
-//! falling, and after every configuration load (applied or rejected), from files or over xDS.
+//! fallen [`RELEASE_STEP`] below their highest point since the last release (a peak between two
+//! looks included) and stopped falling, or are back to nothing after such a burst; and after
+//! every configuration load (applied or rejected), from files or over xDS.
 
 use std::time::Duration;
 
@@ -37,7 +38,7 @@ pub fn give_back() {
 
 /// Watches the bytes `held` against the memory budgets (the gRPC calls' and the RLQS state's)
 /// until `stopping`, and gives freed memory back after each burst (see the module docs).
-pub async fn watch(held: impl Fn() -> usize, stopping: CancellationToken) {
+pub async fn watch(held: impl Fn() -> (usize, usize), stopping: CancellationToken) {
     let mut ticks = tokio::time::interval(CHECK_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut bursts = Bursts::default();
@@ -47,7 +48,8 @@ pub async fn watch(held: impl Fn() -> usize, stopping: CancellationToken) {
             _ = stopping.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        let ended = bursts.observe(held());
+        let (peak, now) = held();
+        let ended = bursts.observe(peak, now);
         if ended || again {
             let _ = tokio::task::spawn_blocking(give_back).await;
         }
@@ -70,12 +72,13 @@ struct Bursts {
 }
 
 impl Bursts {
-    /// Takes in the bytes held now; true when freed memory should be given back.
-    fn observe(&mut self, held: usize) -> bool {
+    /// Takes in the most bytes held since the last look and those held now; true when freed
+    /// memory should be given back.
+    fn observe(&mut self, peak: usize, held: usize) -> bool {
         let settled = held >= self.last;
         self.last = held;
-        self.high_water = self.high_water.max(held);
-        self.peak_since_idle = self.peak_since_idle.max(held);
+        self.high_water = self.high_water.max(peak);
+        self.peak_since_idle = self.peak_since_idle.max(peak);
         if !settled {
             return false;
         }
@@ -100,35 +103,43 @@ mod tests {
     fn memory_is_given_back_once_a_burst_has_ended() {
         let mut bursts = Bursts::default();
         let step = RELEASE_STEP;
-        assert!(!bursts.observe(0));
-        assert!(!bursts.observe(3 * step));
+        assert!(!bursts.observe(0, 0));
+        assert!(!bursts.observe(3 * step, 3 * step));
         // Still falling: calls are still closing.
-        assert!(!bursts.observe(step));
-        assert!(bursts.observe(step));
+        assert!(!bursts.observe(step, step));
+        assert!(bursts.observe(step, step));
         // Given back once; a small dip after that is not a burst.
-        assert!(!bursts.observe(step / 2));
-        assert!(!bursts.observe(step / 2));
-        assert!(!bursts.observe(2 * step));
-        assert!(!bursts.observe(0));
-        assert!(bursts.observe(0));
+        assert!(!bursts.observe(step / 2, step / 2));
+        assert!(!bursts.observe(step / 2, step / 2));
+        assert!(!bursts.observe(2 * step, 2 * step));
+        assert!(!bursts.observe(0, 0));
+        assert!(bursts.observe(0, 0));
     }
 
     #[test]
     fn a_burst_given_back_halfway_is_given_back_again_once_it_is_over() {
         let mut bursts = Bursts::default();
         let step = RELEASE_STEP;
-        assert!(!bursts.observe(2 * step));
-        assert!(!bursts.observe(step / 2));
-        assert!(bursts.observe(step / 2), "halfway down");
-        assert!(!bursts.observe(0));
+        assert!(!bursts.observe(2 * step, 2 * step));
+        assert!(!bursts.observe(step / 2, step / 2));
+        assert!(bursts.observe(step / 2, step / 2), "halfway down");
+        assert!(!bursts.observe(0, 0));
         assert!(
-            bursts.observe(0),
+            bursts.observe(0, 0),
             "over: less than a step since, but back to nothing"
         );
-        assert!(!bursts.observe(0));
-        assert!(!bursts.observe(step / 4));
-        assert!(!bursts.observe(0));
-        assert!(!bursts.observe(0), "a small burst is not worth it");
+        assert!(!bursts.observe(0, 0));
+        assert!(!bursts.observe(step / 4, step / 4));
+        assert!(!bursts.observe(0, 0));
+        assert!(!bursts.observe(0, 0), "a small burst is not worth it");
+    }
+
+    #[test]
+    fn a_burst_between_two_looks_is_given_back() {
+        let mut bursts = Bursts::default();
+        assert!(!bursts.observe(0, 0));
+        assert!(bursts.observe(2 * RELEASE_STEP, 0));
+        assert!(!bursts.observe(0, 0));
     }
 
     #[test]
