@@ -204,7 +204,7 @@ impl<S: Store> LeasedStore<S> {
                         if ledger.wants_refill(now) {
                             self.refill(slot, &mut ledger);
                         }
-                        self.stats.record_local(hits, waited);
+                        self.stats.record_local(waited);
                         let verdict = Verdict {
                             admitted: true,
                             remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
@@ -218,13 +218,15 @@ impl<S: Store> LeasedStore<S> {
                         return Ok(Some((denied(retry_after_us), Vec::new())));
                     }
                     Take::Wait => {
-                        if let Some(error) = ledger_failure(&mut ledger, waited) {
-                            return Err(error);
+                        // The refill this request waited for failed and left nothing.
+                        if waited {
+                            if let Some(error) = ledger.failure.take() {
+                                return Err(error);
+                            }
                         }
                         if !ledger.refilling {
                             ledger.failure = None;
-                            let terms_needed = hits;
-                            ledger.needed = ledger.needed.max(terms_needed);
+                            ledger.needed = ledger.needed.max(hits);
                             self.refill(slot, &mut ledger);
                         }
                     }
@@ -235,15 +237,6 @@ impl<S: Store> LeasedStore<S> {
                 return Err(StoreError::Timeout(self.settings.wait));
             }
         }
-    }
-}
-
-/// The error of the refill a request waited for, if it failed and left nothing.
-fn ledger_failure(ledger: &mut Ledger, waited: bool) -> Option<StoreError> {
-    if waited {
-        ledger.failure.take()
-    } else {
-        None
     }
 }
 

@@ -24,7 +24,7 @@ pub struct LeaseStats {
 }
 
 impl LeaseStats {
-    pub(super) fn record_local(&self, _hits: u64, waited: bool) {
+    pub(super) fn record_local(&self, waited: bool) {
         let counter = if waited { &self.waited } else { &self.local };
         counter.fetch_add(1, Ordering::Relaxed);
     }
