@@ -245,6 +245,7 @@ fn checks_for(algorithm: Algorithm, keys: u64) -> Vec<Check> {
             hits: 1,
             shadow: false,
             consistency: ratelimitd::limiter::Consistency::Exact,
+            rule: None,
         })
         .collect()
 }
@@ -472,6 +473,7 @@ fn full_log_store() -> (Arc<ManualClock>, MemoryStore, Vec<Check>) {
         hits: 1,
         shadow: false,
         consistency: ratelimitd::limiter::Consistency::Exact,
+        rule: None,
     }];
     for _ in 0..FULL_LOG {
         clock.advance_us(FULL_LOG_STEP_US);

@@ -67,7 +67,7 @@ use crate::service::statsd::{self, StatsdSettings};
 use crate::service::statsd_exporter::{EnvoyproxyMetrics, EnvoyproxyMetricsSettings};
 use crate::service::version_info::shown;
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
-use crate::store::lease::{LeaseSettings, LeaseStats, LeasedStore};
+use crate::store::lease::{LeaseSettings, LeaseStats, LeasedStore, RuleLeaseCounts};
 use crate::store::redis::{KeyFormat, KeyLayout};
 use crate::store::{
     Connecting, Demands, DenyCache, DenyCacheSettings, FailureHealth, FailureHealthSettings,
@@ -1320,55 +1320,83 @@ fn with_leases<S: Store>(
     metrics: &Metrics,
 ) -> Arc<LeasedStore<S>> {
     let leased = LeasedStore::start(store, settings);
-    let stats = leased.stats();
-    let read = |pick: fn(&LeaseStats) -> &std::sync::atomic::AtomicU64| {
-        let stats = stats.clone();
-        move || LeaseStats::get(pick(&stats))
+    register_lease_metrics(metrics, &leased.stats());
+    Arc::new(leased)
+}
+
+/// The lease layer's totals as metric families, per rule (domain, rule) where they have one.
+fn register_lease_metrics(metrics: &Metrics, stats: &Arc<LeaseStats>) {
+    type Pick = fn(&RuleLeaseCounts) -> u64;
+    let per_rule = |kinds: &'static [(&'static str, Pick)]| {
+        let stats = Arc::clone(stats);
+        move || {
+            let mut series = Vec::new();
+            for (rule, counts) in stats.by_rule() {
+                for (kind, pick) in kinds {
+                    let labels = vec![
+                        rule.domain.to_string(),
+                        rule.rule.to_string(),
+                        (*kind).to_owned(),
+                    ];
+                    series.push((labels, pick(&counts)));
+                }
+            }
+            series
+        }
     };
-    let decisions = stats.clone();
-    metrics.register_labelled_counter(
+    metrics.register_counter_family(
         "ratelimitd_lease_decisions_total",
-        "Checks of leased rules decided by this replica: from hits it held (local), after waiting for a refill (after_refill), or denied without a store call because the store had nothing to grant (denied_locally).",
-        "decided",
-        move || {
-            let get = |c: &std::sync::atomic::AtomicU64| LeaseStats::get(c);
-            vec![
-                ("local".to_owned(), get(&decisions.local)),
-                ("after_refill".to_owned(), get(&decisions.waited)),
-                ("denied_locally".to_owned(), get(&decisions.denied_locally)),
-            ]
-        },
+        "Checks of leased rules, by how this replica decided them: from hits it held (local), after waiting for a refill (after_refill), denied without a store call because the store had nothing to grant (denied_locally), or by the store exactly (store: a limit too small to lease, or the replica held leases on its most counters).",
+        &["domain", "rule", "decided"],
+        per_rule(&[
+                ("local", |c| c.local),
+                ("after_refill", |c| c.waited),
+                ("denied_locally", |c| c.denied_locally),
+                ("store", |c| c.exact),
+            ],
+        ),
     );
-    let hits = stats.clone();
-    metrics.register_labelled_counter(
+    metrics.register_counter_family(
         "ratelimitd_lease_hits_total",
-        "Hits of leased counters: granted to this replica by the store, used by admitted requests, and expired unused when their lease ended.",
-        "hits",
+        "Hits of leased counters: granted to this replica by the store, used by admitted requests, returned to the store unused, and expired unused when their lease ended.",
+        &["domain", "rule", "hits"],
+        per_rule(&[
+                ("granted", |c| c.granted),
+                ("used", |c| c.used),
+                ("returned", |c| c.returned),
+                ("expired", |c| c.expired),
+            ],
+        ),
+    );
+    let asks = Arc::clone(stats);
+    metrics.register_counter_family(
+        "ratelimitd_lease_asks_total",
+        "Leases asked for (one per counter per store call), by rule.",
+        &["domain", "rule"],
         move || {
-            let get = |c: &std::sync::atomic::AtomicU64| LeaseStats::get(c);
-            vec![
-                ("granted".to_owned(), get(&hits.granted)),
-                ("used".to_owned(), get(&hits.used)),
-                ("expired".to_owned(), get(&hits.expired)),
-            ]
+            asks.by_rule()
+                .into_iter()
+                .map(|(rule, counts)| {
+                    (
+                        vec![rule.domain.to_string(), rule.rule.to_string()],
+                        counts.asks,
+                    )
+                })
+                .collect()
         },
     );
+    let rounds = Arc::clone(stats);
     metrics.register_counter(
         "ratelimitd_lease_calls_total",
-        "Store calls that asked for leases: each carries every counter due for a refill then.",
-        read(|s| &s.rounds),
+        "Store calls that asked for leases: each carries every counter due for a refill then, whatever its rule.",
+        move || rounds.rounds(),
     );
-    metrics.register_counter(
-        "ratelimitd_lease_asks_total",
-        "Leases asked for (one per counter per call).",
-        read(|s| &s.asks),
-    );
+    let refused = Arc::clone(stats);
     metrics.register_counter(
         "ratelimitd_lease_counters_refused_total",
         "Checks of leased rules decided exactly because the replica already held leases on as many counters as it may.",
-        read(|s| &s.counters_refused),
+        move || refused.counters_refused(),
     );
-    Arc::new(leased)
 }
 
 fn register_failure_health<S: Store>(metrics: &Metrics, store: &Arc<FailureHealth<S>>) {

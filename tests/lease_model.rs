@@ -108,6 +108,7 @@ async fn run(algorithm: Algorithm, rng: &mut StdRng) {
         hits,
         shadow: false,
         consistency: Consistency::Leased,
+        rule: None,
     };
     let exact = Check {
         key: key("tight"),
@@ -115,6 +116,7 @@ async fn run(algorithm: Algorithm, rng: &mut StdRng) {
         hits: 1,
         shadow: false,
         consistency: Consistency::Exact,
+        rule: None,
     };
 
     let mut offered = Vec::new();
@@ -264,6 +266,7 @@ async fn late_spender(algorithm: Algorithm) {
         hits: 1,
         shadow: false,
         consistency: Consistency::Leased,
+        rule: None,
     };
     let mut admitted = Vec::new();
     async fn decide(

@@ -92,18 +92,44 @@ async fn three_replicas_never_admit_more_than_a_leased_limit() {
         );
     }
 
-    let mut local = 0;
     let mut calls = 0;
+    let mut local = 0;
     for server in &servers {
-        local += metric(
-            server.http_addr(),
-            "ratelimitd_lease_decisions_total{decided=\"local\"}",
-        )
-        .await;
         calls += metric(server.http_addr(), "ratelimitd_lease_calls_total").await;
+        for rule in ["hot.fixed", "hot.gcra"] {
+            let series = |family: &str, kind: &str| {
+                format!("{family}{{domain=\"hot\",rule=\"{rule}\",{kind}}}")
+            };
+            let by_rule = metric(
+                server.http_addr(),
+                &series("ratelimitd_lease_decisions_total", "decided=\"local\""),
+            )
+            .await;
+            assert!(by_rule > 0, "{rule}: no local decision on a replica");
+            local += by_rule;
+            let granted = metric(
+                server.http_addr(),
+                &series("ratelimitd_lease_hits_total", "hits=\"granted\""),
+            )
+            .await;
+            let used = metric(
+                server.http_addr(),
+                &series("ratelimitd_lease_hits_total", "hits=\"used\""),
+            )
+            .await;
+            assert!(
+                0 < used && used <= granted,
+                "{rule}: {used} hits used of {granted} granted"
+            );
+        }
+        let (_, body) = http_get(server.http_addr(), "/metrics").await;
+        assert!(
+            !body.contains("rule=\"hot.tight\",decided="),
+            "an exact rule has no lease series"
+        );
     }
     assert!(
-        local > 0 && calls < local,
+        calls < local,
         "leases decided requests locally: {local} local decisions, {calls} lease calls"
     );
 }
@@ -153,16 +179,11 @@ async fn with_redis_gone_the_hits_in_hand_are_spent_then_the_failure_policy_answ
         let response = should(&mut client, one()).await;
         assert_eq!(response.overall_code, Code::Ok as i32);
     }
-    let held = metric(
-        server.http_addr(),
-        "ratelimitd_lease_hits_total{hits=\"granted\"}",
-    )
-    .await
-        - metric(
-            server.http_addr(),
-            "ratelimitd_lease_hits_total{hits=\"used\"}",
-        )
-        .await;
+    let hits = |kind: &str| {
+        format!("ratelimitd_lease_hits_total{{domain=\"hot\",rule=\"hot.fixed\",hits=\"{kind}\"}}")
+    };
+    let held = metric(server.http_addr(), &hits("granted")).await
+        - metric(server.http_addr(), &hits("used")).await;
     assert!(held > 0, "the replica holds hits of its lease");
     redis.kill();
     let mut admitted = 0;

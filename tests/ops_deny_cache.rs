@@ -381,6 +381,7 @@ async fn a_restart_the_health_probe_heals_unnoticed_still_clears_the_cache() {
         hits: 1,
         shadow: false,
         consistency: ratelimitd::limiter::Consistency::Exact,
+        rule: None,
     };
     let checks = std::slice::from_ref(&check);
     assert!(store.is_healthy().await);

@@ -36,6 +36,7 @@ fn check(value: &str, limit: u32) -> Check {
         hits: 1,
         shadow: false,
         consistency: ratelimitd::limiter::Consistency::Exact,
+        rule: None,
     }
 }
 

@@ -37,6 +37,7 @@ fn check(counter: &CounterKey, rate: Rate, hits: u64) -> Check {
         hits,
         shadow: false,
         consistency: ratelimitd::limiter::Consistency::Exact,
+        rule: None,
     }
 }
 

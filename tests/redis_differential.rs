@@ -280,6 +280,7 @@ fn random_checks(
                 rate,
                 shadow: rng.random_bool(0.1),
                 consistency: ratelimitd::limiter::Consistency::Exact,
+                rule: None,
             }
         } else {
             let rate = rates[rng.random_range(0..rates.len())];
@@ -732,6 +733,7 @@ async fn a_sliding_log_refund_keeps_every_later_hit_of_its_instant() {
             hits,
             shadow: false,
             consistency: ratelimitd::limiter::Consistency::Exact,
+            rule: None,
         };
         let mut reserved: Vec<Reservation> = Vec::new();
         for &(hits, reserve, refund_one) in steps {
@@ -990,6 +992,7 @@ async fn sliding_window_counter_with_a_wait_beyond_u64() {
             hits,
             shadow: false,
             consistency: ratelimitd::limiter::Consistency::Exact,
+            rule: None,
         }];
         let expected = model.decide(&checks, now);
         let from_redis = redis.decide(&checks).await.expect("redis decides");

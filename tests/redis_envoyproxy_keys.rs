@@ -218,6 +218,7 @@ async fn the_keys_of_envoyproxy_ratelimit_s_own_tests_at_their_instants() {
         hits: 1,
         shadow: false,
         consistency: ratelimitd::limiter::Consistency::Exact,
+        rule: None,
     };
     let set = |connection: &mut redis::Connection, key: &str, count: u64| {
         let _: () = redis::cmd("SET")
@@ -328,6 +329,7 @@ async fn huge_and_unreadable_counts_never_break_a_request_halfway() {
         hits,
         shadow: false,
         consistency: ratelimitd::limiter::Consistency::Exact,
+        rule: None,
     };
     let saturated = 1u64 << 50;
     for (stored, hits, expected) in [

@@ -28,6 +28,7 @@ fn check(value: &str, limit: u32, hits: u64) -> Check {
         hits,
         shadow: false,
         consistency: ratelimitd::limiter::Consistency::Exact,
+        rule: None,
     }
 }
 

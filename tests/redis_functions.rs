@@ -280,6 +280,7 @@ async fn a_library_of_another_version_is_never_called() {
         hits: 1,
         shadow: false,
         consistency: ratelimitd::limiter::Consistency::Exact,
+        rule: None,
     };
     let admitted: Vec<bool> = {
         let mut answers = Vec::new();

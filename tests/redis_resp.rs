@@ -153,6 +153,7 @@ fn check(value: &str, limit: u32, hits: u64, algorithm: Algorithm) -> Check {
         hits,
         shadow: false,
         consistency: ratelimitd::limiter::Consistency::Exact,
+        rule: None,
     }
 }
 

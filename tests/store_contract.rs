@@ -93,6 +93,7 @@ fn check(key: &CounterKey, rate: Rate, hits: u64) -> Check {
         hits,
         shadow: false,
         consistency: ratelimitd::limiter::Consistency::Exact,
+        rule: None,
     }
 }
 

@@ -1,8 +1,11 @@
 //! The unit of work a store decides: one counter, one rate, some hits.
 
+use std::sync::Arc;
+
 use super::consistency::Consistency;
 use super::counter_key::CounterKey;
 use super::rate::Rate;
+use super::rules::ConfiguredLimit;
 
 /// One counted descriptor of a request.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,4 +19,7 @@ pub struct Check {
     pub shadow: bool,
     /// Whether this replica may decide the check from a lease (see `store::lease`).
     pub consistency: Consistency,
+    /// The configured rule the check counts for, given to leased checks only: the lease layer
+    /// reports what it did per rule. `None` for exact checks, whose rule the stores never need.
+    pub rule: Option<Arc<ConfiguredLimit>>,
 }

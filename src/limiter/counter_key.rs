@@ -53,6 +53,14 @@ impl CounterKey {
         &self.0
     }
 
+    /// The domain the identity was built from, decoded.
+    pub fn domain(&self) -> String {
+        let first = self.0.split([':', '=']).next().unwrap_or_default();
+        let mut out = Vec::with_capacity(first.len());
+        unescape_into(first, &mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
     /// Writes the strings the identity was built from to `out`, decoded and in order, with
     /// `separator` between them: the domain, then each entry's key and its value (a shared
     /// entry's wildcard pattern in place of the value). Other stores' key formats are built from

@@ -156,6 +156,9 @@ pub fn plan_with(rules: &Rules, request: &Request, modes: Modes) -> Result<Plan,
                 hits,
                 shadow: modes.shadow_mode || enforcement != Enforcement::Enforced,
                 consistency,
+                rule: (consistency == Consistency::Leased)
+                    .then(|| found.as_ref().map(|found| Arc::clone(&found.limit)))
+                    .flatten(),
             });
             Resolution::Counted {
                 limit: current,
@@ -285,6 +288,7 @@ fn veto(like: &Check) -> Check {
         hits: u64::from(like.rate.burst()) + 1,
         shadow: false,
         consistency: Consistency::Exact,
+        rule: None,
     }
 }
 

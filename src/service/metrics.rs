@@ -329,13 +329,13 @@ impl Histogram {
 
 type Source = Box<dyn Fn() -> u64 + Send + Sync>;
 
-type LabelledSource = Box<dyn Fn() -> Vec<(String, u64)> + Send + Sync>;
+type LabelledSource = Box<dyn Fn() -> Vec<(Vec<String>, u64)> + Send + Sync>;
 
-/// A counter family read from another component when scraped, one series per label value.
+/// A counter family read from another component when scraped, one series per label set.
 struct LabelledExternal {
     name: &'static str,
     help: &'static str,
-    label: &'static str,
+    labels: Box<[&'static str]>,
     read: LabelledSource,
 }
 
@@ -721,12 +721,30 @@ impl Metrics {
         label: &'static str,
         read: impl Fn() -> Vec<(String, u64)> + Send + Sync + 'static,
     ) {
+        self.register_counter_family(name, help, &[label], move || {
+            read()
+                .into_iter()
+                .map(|(value, count)| (vec![value], count))
+                .collect()
+        });
+    }
+
+    /// Adds a counter family read from `read` when scraped: one series per `(label values,
+    /// count)` it returns, the values in the order of `labels` (the family shows, without series,
+    /// before the first). The caller bounds how many it returns.
+    pub fn register_counter_family(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[&'static str],
+        read: impl Fn() -> Vec<(Vec<String>, u64)> + Send + Sync + 'static,
+    ) {
         let mut externals = self.labelled_externals.lock();
         externals.retain(|e| e.name != name);
         externals.push(LabelledExternal {
             name,
             help,
-            label,
+            labels: labels.into(),
             read: Box::new(read),
         });
     }
@@ -965,14 +983,13 @@ impl Metrics {
         }
         for external in self.labelled_externals.lock().iter() {
             family(&mut out, external.name, external.help, "counter");
-            for (value, count) in (external.read)() {
-                let _ = writeln!(
-                    out,
-                    "{}{{{}=\"{}\"}} {count}",
-                    external.name,
-                    external.label,
-                    escape(&value)
-                );
+            for (values, count) in (external.read)() {
+                let _ = write!(out, "{}{{", external.name);
+                for (index, (label, value)) in external.labels.iter().zip(&values).enumerate() {
+                    let comma = if index > 0 { "," } else { "" };
+                    let _ = write!(out, "{comma}{label}=\"{}\"", escape(value));
+                }
+                let _ = writeln!(out, "}} {count}");
             }
         }
         out

@@ -403,6 +403,7 @@ mod tests {
             hits,
             shadow,
             consistency: crate::limiter::Consistency::Exact,
+            rule: None,
         }
     }
 

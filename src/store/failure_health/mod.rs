@@ -266,6 +266,7 @@ mod tests {
             hits: 1,
             shadow: false,
             consistency: crate::limiter::Consistency::Exact,
+            rule: None,
         }
     }
 

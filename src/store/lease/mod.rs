@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, Notify};
 use self::ledger::{Ledger, Take, Taken};
 use self::refill::Refills;
 pub use self::sizing::{LeasePolicy, MAX_LEASE_SHARE, MIN_LEASE};
-pub use self::stats::LeaseStats;
+pub use self::stats::{LeaseStats, RuleLabel, RuleLeaseCounts, RuleLeaseStats};
 use super::{Check, LeaseAnswer, LeaseAsk, Store, StoreError};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::clock::{Clock, MonotonicClock};
@@ -61,6 +61,8 @@ struct LeaseSlot {
     key: CounterKey,
     rate: Rate,
     policy: LeasePolicy,
+    /// The totals of the rule whose check made the slot.
+    stats: Arc<RuleLeaseStats>,
     ledger: Mutex<Ledger>,
     /// Woken when a refill of this counter was answered.
     refilled: Notify,
@@ -155,6 +157,7 @@ impl<S: Store> LeasedStore<S> {
             key: check.key.clone(),
             rate: check.rate,
             policy,
+            stats: self.stats.rule(check),
             ledger: Mutex::default(),
             refilled: Notify::new(),
         });
@@ -194,7 +197,7 @@ impl<S: Store> LeasedStore<S> {
                     return Ok(None);
                 }
                 let now = self.clock.now_us();
-                self.stats.record_expired(ledger.drop_expired(now));
+                slot.stats.record_expired(ledger.drop_expired(now));
                 match ledger.take(now, hits) {
                     Take::Taken {
                         taken,
@@ -204,7 +207,7 @@ impl<S: Store> LeasedStore<S> {
                         if ledger.wants_refill(now) {
                             self.refill(slot, &mut ledger);
                         }
-                        self.stats.record_local(waited);
+                        slot.stats.record_local(waited);
                         let verdict = Verdict {
                             admitted: true,
                             remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
@@ -214,7 +217,7 @@ impl<S: Store> LeasedStore<S> {
                         return Ok(Some((verdict, taken)));
                     }
                     Take::Denied { retry_after_us } => {
-                        self.stats.record_denied_locally();
+                        slot.stats.record_denied_locally();
                         return Ok(Some((denied(retry_after_us), Vec::new())));
                     }
                     Take::Wait => {
@@ -269,6 +272,9 @@ impl<S: Store> Store for LeasedStore<S> {
                 Consistency::Exact => None,
             };
             let Some(slot) = slot else {
+                if check.consistency == Consistency::Leased {
+                    self.stats.rule(check).record_exact();
+                }
                 exact.push(index);
                 continue;
             };
@@ -280,7 +286,10 @@ impl<S: Store> Store for LeasedStore<S> {
                     verdicts[index] = Some(verdict);
                     held.push((slot, taken));
                 }
-                Ok(None) => exact.push(index),
+                Ok(None) => {
+                    slot.stats.record_exact();
+                    exact.push(index);
+                }
                 Err(error) => {
                     give_back(&held);
                     return Err(error);
@@ -315,8 +324,9 @@ impl<S: Store> Store for LeasedStore<S> {
         if vetoed {
             give_back(&held);
         } else {
-            let used = held.iter().flat_map(|(_, taken)| taken).map(|t| t.1).sum();
-            self.stats.record_used(used);
+            for (slot, taken) in &held {
+                slot.stats.record_used(taken.iter().map(|t| t.1).sum());
+            }
         }
         verdicts
             .into_iter()

@@ -47,14 +47,17 @@ impl<S: Store> Refills<S> {
             })
             .collect();
         let answers = self.store.lease(&asks).await;
-        self.stats.record_round(asks.len());
+        self.stats.record_round();
+        for slot in round {
+            slot.stats.record_ask();
+        }
         match answers {
             Ok(answers) => {
                 for (slot, answer) in round.iter().zip(answers) {
                     let mut ledger = slot.ledger.lock();
                     match answer {
                         Ok(Some(grant)) => {
-                            self.stats.record_granted(grant.hits);
+                            slot.stats.record_granted(grant.hits);
                             ledger.granted(sent_at_us, grant);
                         }
                         Ok(None) => {

@@ -35,6 +35,7 @@ fn check(value: &str, rate: Rate, hits: u64) -> Check {
         hits,
         shadow: false,
         consistency: crate::limiter::Consistency::Exact,
+        rule: None,
     }
 }
 

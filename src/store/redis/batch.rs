@@ -285,6 +285,7 @@ mod tests {
                 hits: 1,
                 shadow: false,
                 consistency: crate::limiter::Consistency::Exact,
+                rule: None,
             })
             .collect();
         Invocation::new(&checks, None)

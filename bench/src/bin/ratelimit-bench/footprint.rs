@@ -115,6 +115,7 @@ fn check(rate: &Rate, key: &str, i: u64) -> Check {
         hits: 1,
         shadow: false,
         consistency: ratelimitd::limiter::Consistency::Exact,
+        rule: None,
     }
 }
 

@@ -268,6 +268,7 @@ impl Invocation {
             hits: 1,
             shadow: false,
             consistency: crate::limiter::Consistency::Leased,
+            rule: None,
         };
         if layout.envoyproxy_counting().is_some() && KeyLayout::counts_as_envoyproxy(&probe) {
             return None;
