@@ -48,6 +48,7 @@ fn checks_for(task: usize, per_request: usize) -> Vec<Check> {
             hits: 1,
             shadow: false,
             consistency: ratelimitd::limiter::Consistency::Exact,
+            rule: None,
         })
         .collect()
 }

@@ -1,7 +1,8 @@
 //! Leases granted by the Lua script in a real redis-server against the pure Rust grant
 //! (`algorithm::lease::grant`, through the memory store), on one random trace that mixes leases
-//! with ordinary requests on the same counters, time pinned to the same instants: every grant
-//! (hits and µs), every verdict and so every state after them must be identical.
+//! with ordinary requests and give-backs of leased hits on the same counters, time pinned to the
+//! same instants: every grant (hits and µs), every verdict and so every state after them must be
+//! identical.
 //!
 //! The seed is printed; rerun a failure with `RATELIMITD_SEED=<seed>`.
 
@@ -16,7 +17,7 @@ use ratelimitd::limiter::algorithm::lease::LeaseTerms;
 use ratelimitd::limiter::counter_key::CounterKey;
 use ratelimitd::limiter::{Algorithm, Clock, Consistency, Entry, ManualClock, Rate, Unit};
 use ratelimitd::store::redis::RedisSettings;
-use ratelimitd::store::{Check, LeaseAsk, MemoryStore, RedisStore, Store};
+use ratelimitd::store::{Check, LeaseAsk, LeaseReturn, MemoryStore, RedisStore, Store};
 
 const STEPS: usize = 4_000;
 
@@ -72,9 +73,41 @@ async fn lua_and_rust_grant_the_same_leases_and_leave_the_same_states() {
         .collect();
 
     let mut grants = 0u64;
+    let mut given_back = 0u64;
+    // Grants not given back yet: (counter, hits, granted at, period).
+    let mut held: Vec<(usize, u64, u64, u64)> = Vec::new();
     for step in 0..STEPS {
-        let (key, rate) = &counters[rng.random_range(0..counters.len())];
-        if rng.random_bool(0.5) {
+        let counter = rng.random_range(0..counters.len());
+        let (key, rate) = &counters[counter];
+        if !held.is_empty() && rng.random_bool(0.2) {
+            let (counter, hits, granted_at_us, period_us) =
+                held.swap_remove(rng.random_range(0..held.len()));
+            let (key, rate) = &counters[counter];
+            let returned = [LeaseReturn {
+                key: key.clone(),
+                rate: *rate,
+                hits: rng.random_range(1..=hits),
+                granted_at_us,
+                period_us,
+            }];
+            memory
+                .give_back(&returned)
+                .await
+                .expect("memory gives back");
+            redis.give_back(&returned).await.expect("redis gives back");
+            given_back += returned[0].hits;
+            let probe = [Check {
+                key: key.clone(),
+                rate: *rate,
+                hits: 0,
+                shadow: false,
+                consistency: Consistency::Leased,
+                rule: None,
+            }];
+            let rust = memory.decide(&probe).await.expect("memory decides");
+            let lua = redis.decide(&probe).await.expect("redis decides");
+            assert_eq!(rust, lua, "step {step}: after giving back {returned:?}");
+        } else if rng.random_bool(0.5) {
             let want = rng.random_range(0..=u64::from(rate.burst()) + 2);
             let terms = LeaseTerms {
                 want,
@@ -95,6 +128,9 @@ async fn lua_and_rust_grant_the_same_leases_and_leave_the_same_states() {
             );
             if let Ok(Some(grant)) = &rust[0] {
                 grants += grant.hits;
+                if grant.hits > 0 {
+                    held.push((counter, grant.hits, grant.granted_at_us, terms.period_us));
+                }
             }
         } else {
             let check = [Check {
@@ -103,6 +139,7 @@ async fn lua_and_rust_grant_the_same_leases_and_leave_the_same_states() {
                 hits: rng.random_range(0..3),
                 shadow: false,
                 consistency: Consistency::Leased,
+                rule: None,
             }];
             let rust = memory.decide(&check).await.expect("memory decides");
             let lua = redis.decide(&check).await.expect("redis decides");
@@ -116,6 +153,7 @@ async fn lua_and_rust_grant_the_same_leases_and_leave_the_same_states() {
         clock.advance_us(step_us);
     }
     assert!(grants > 0, "the trace granted leases");
+    assert!(given_back > 0, "the trace gave leased hits back");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

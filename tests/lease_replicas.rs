@@ -171,7 +171,19 @@ async fn with_redis_gone_the_hits_in_hand_are_spent_then_the_failure_policy_answ
     wait_for_window_room(3600, 60);
     let mut redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = replica(&redis, &config_file(&dir), "500ms", "2");
+    // A long lease period: an idle replica gives back what it holds after two of them, which
+    // must not happen before Redis is gone.
+    let config = config_file(&dir);
+    let server = Ratelimitd::start(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--redis-url",
+        &redis.url(),
+        "--redis-timeout",
+        "500ms",
+        "--lease-period",
+        "10s",
+    ]);
     let mut client = server.client().await;
     let one = || request("hot", &[&[("fixed", "outage")]], 0);
     // Enough requests for the replica to hold a lease sized to them.
@@ -204,4 +216,54 @@ async fn with_redis_gone_the_hits_in_hand_are_spent_then_the_failure_policy_answ
     );
     let status = failed.expect("once they are spent, the store failure shows");
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hits_a_replica_stops_using_go_back_to_the_other_replicas() {
+    wait_for_window_room(3600, 60);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config_file(&dir);
+    let first = replica(&redis, &config, "5s", "2");
+    let second = replica(&redis, &config, "5s", "2");
+    let one = || request("hot", &[&[("fixed", "moved")]], 0);
+    let mut client = first.client().await;
+    for _ in 0..40 {
+        let response = should(&mut client, one()).await;
+        assert_eq!(response.overall_code, Code::Ok as i32);
+    }
+    let hits = |kind: &str| {
+        format!("ratelimitd_lease_hits_total{{domain=\"hot\",rule=\"hot.fixed\",hits=\"{kind}\"}}")
+    };
+    let granted = metric(first.http_addr(), &hits("granted")).await;
+    assert!(granted > 40, "the first replica holds more than it used");
+    // Idle for two lease periods (100 ms), the first replica gives back what it holds.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let returned = loop {
+        let returned = metric(first.http_addr(), &hits("returned")).await;
+        if returned > 0 || std::time::Instant::now() > deadline {
+            break returned;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let used = metric(first.http_addr(), &hits("used")).await;
+    assert_eq!(used, 40);
+    assert_eq!(
+        returned,
+        granted - used,
+        "every unused hit went back: {granted} granted, {used} used"
+    );
+
+    let mut client = second.client().await;
+    let mut admitted = 0;
+    for _ in 0..400 {
+        if should(&mut client, one()).await.overall_code == Code::Ok as i32 {
+            admitted += 1;
+        }
+    }
+    assert_eq!(
+        admitted,
+        400 - 40,
+        "the second replica admits all the first one did not use"
+    );
 }

@@ -94,6 +94,7 @@ fn random_checks(rng: &mut StdRng, keys: &[Key]) -> Vec<Check> {
                 hits,
                 shadow: rng.random_bool(0.08),
                 consistency: ratelimitd::limiter::Consistency::Exact,
+                rule: None,
             }
         })
         .collect()

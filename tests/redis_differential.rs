@@ -290,6 +290,7 @@ fn random_checks(
                 rate,
                 shadow: rng.random_bool(0.1),
                 consistency: ratelimitd::limiter::Consistency::Exact,
+                rule: None,
             }
         };
         if recent.len() == 12 {
@@ -936,6 +937,7 @@ async fn lua_and_rust_agree_at_the_extremes() {
                     rate,
                     shadow: rng.random_bool(0.2),
                     consistency: ratelimitd::limiter::Consistency::Exact,
+                    rule: None,
                 }
             })
             .collect();

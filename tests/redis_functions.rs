@@ -77,6 +77,7 @@ fn random_request(rng: &mut StdRng, rates: &[Rate]) -> Vec<Check> {
             hits: [0, 1, 1, 1, 2, 3][rng.random_range(0..6)],
             shadow: rng.random_range(0..8) == 0,
             consistency: ratelimitd::limiter::Consistency::Exact,
+            rule: None,
         })
         .collect()
 }

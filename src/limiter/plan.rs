@@ -157,7 +157,7 @@ pub fn plan_with(rules: &Rules, request: &Request, modes: Modes) -> Result<Plan,
                 shadow: modes.shadow_mode || enforcement != Enforcement::Enforced,
                 consistency,
                 rule: (consistency == Consistency::Leased)
-                    .then(|| found.as_ref().map(|found| Arc::clone(&found.limit)))
+                    .then(|| found.as_ref().map(|found| Arc::clone(found.limit)))
                     .flatten(),
             });
             Resolution::Counted {

@@ -9,7 +9,7 @@
 
 use std::sync::OnceLock;
 
-use super::{Check, LeaseAnswer, LeaseAsk, Store, StoreError};
+use super::{Check, LeaseAnswer, LeaseAsk, LeaseReturn, Store, StoreError};
 use crate::limiter::algorithm::Verdict;
 
 /// The connected `T`, once there is one.
@@ -58,6 +58,13 @@ impl<S: Store> Store for Connecting<S> {
     async fn lease(&self, asks: &[LeaseAsk]) -> Result<Vec<LeaseAnswer>, StoreError> {
         match self.get() {
             Some(store) => store.lease(asks).await,
+            None => Err(self.not_yet()),
+        }
+    }
+
+    async fn give_back(&self, returns: &[LeaseReturn]) -> Result<(), StoreError> {
+        match self.get() {
+            Some(store) => store.give_back(returns).await,
             None => Err(self.not_yet()),
         }
     }

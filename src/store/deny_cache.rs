@@ -53,7 +53,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::{Check, LeaseAnswer, LeaseAsk, Store, StoreError};
+use super::{Check, LeaseAnswer, LeaseAsk, LeaseReturn, Store, StoreError};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::clock::Clock;
 use crate::limiter::counter_key::CounterKey;
@@ -336,6 +336,10 @@ impl<S: Store> Store for DenyCache<S> {
     /// Leases go to the store: a denial this cache remembers is about requests, not grants.
     async fn lease(&self, asks: &[LeaseAsk]) -> Result<Vec<LeaseAnswer>, StoreError> {
         self.inner.lease(asks).await
+    }
+
+    async fn give_back(&self, returns: &[LeaseReturn]) -> Result<(), StoreError> {
+        self.inner.give_back(returns).await
     }
 
     async fn decide(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {

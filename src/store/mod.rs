@@ -70,6 +70,18 @@ pub struct LeaseAsk {
     pub terms: LeaseTerms,
 }
 
+/// Hits of a lease that its replica gives back unspent: `hits` of the lease on the counter `key`
+/// of `rate` that the store granted at `granted_at_us` (its own clock, [`Grant::granted_at_us`]),
+/// lasting `period_us` for token_bucket and gcra (see `limiter::algorithm::lease::give_back`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseReturn {
+    pub key: CounterKey,
+    pub rate: Rate,
+    pub hits: u64,
+    pub granted_at_us: u64,
+    pub period_us: u64,
+}
+
 /// A store's answer to one [`LeaseAsk`]: the grant, `None` when this store cannot lease that
 /// counter (its algorithm, or a key kept in envoyproxy/ratelimit's format), or why it failed.
 pub type LeaseAnswer = Result<Option<Grant>, StoreError>;
@@ -96,6 +108,14 @@ pub trait Store: Send + Sync + 'static {
         &self,
         asks: &[LeaseAsk],
     ) -> impl Future<Output = Result<Vec<LeaseAnswer>, StoreError>> + Send;
+
+    /// Gives back each of `returns` (see [`LeaseReturn`]), each on its own. Given back at most
+    /// once: a call that fails leaves (some of) the hits charged, which is stricter and never
+    /// more permissive, so it is never retried.
+    fn give_back(
+        &self,
+        returns: &[LeaseReturn],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Whether the store can currently serve decisions (drives health checks).
     fn is_healthy(&self) -> impl Future<Output = bool> + Send;

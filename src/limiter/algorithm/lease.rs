@@ -35,6 +35,8 @@ pub struct Grant {
     /// When hits were granted, µs from the grant until the lease ends; when none were, µs until
     /// `min` hits could be granted.
     pub after_us: u64,
+    /// The store's clock (µs) when it granted: the instant a [`give_back`] of these hits names.
+    pub granted_at_us: u64,
 }
 
 /// Grants a lease on `state` at `now_us`: the hits granted and how long they last (or when to ask
@@ -51,6 +53,7 @@ pub fn grant(
         let none = Grant {
             hits: 0,
             after_us: rate.window_us(),
+            granted_at_us: now_us,
         };
         return (none, None);
     }
@@ -64,6 +67,7 @@ pub fn grant(
         let none = Grant {
             hits: 0,
             after_us: reset_after_us.max(1),
+            granted_at_us: now_us,
         };
         return (none, None);
     }
@@ -91,5 +95,167 @@ pub fn grant(
             (window_end - now_us, charged)
         }
     };
-    (Grant { hits, after_us }, Some(charged))
+    let grant = Grant {
+        hits,
+        after_us,
+        granted_at_us: now_us,
+    };
+    (grant, Some(charged))
+}
+
+/// The state after `hits` of a lease granted at `granted_at_us` (lasting `period_us` for
+/// token_bucket and gcra) are given back unspent at `now_us`: a [`super::refund`] of them,
+/// committed at the grant with a debt of one period for token_bucket and gcra.
+///
+/// Never more permissive than had those hits never been leased, by the refund's contract: a
+/// window algorithm's lease is a commit at its grant. A token_bucket or gcra lease is a commit at
+/// `granted_at + period` (TAT := max(TAT, g + P) + n·T; the bucket is the same on its deficit),
+/// which leaves TAT beyond g + P, so every other commit made before g + P only adds its own
+/// m·T, as it would after. A refund at t of a commit at g with debt P gives back
+/// n·T − max(0, t − g − P): all of it before the lease ends, exactly what taking back a commit
+/// made at g + P leaves; after it ends, the refill of (g + P, t] is kept as spent, as the refund of
+/// that commit keeps it. Hits given back by a replica are hits it did not admit and will not.
+pub fn give_back(
+    rate: &Rate,
+    state: Option<State>,
+    now_us: u64,
+    hits: u64,
+    granted_at_us: u64,
+    period_us: u64,
+) -> Option<State> {
+    super::refund(
+        rate,
+        state,
+        granted_at_us,
+        now_us,
+        hits,
+        give_back_debt_us(rate, period_us),
+    )
+}
+
+/// The `debt_before` a give-back of a lease on `rate` sends with its refund: the lease period for
+/// token_bucket and gcra (see [`give_back`]), 0 for the window algorithms.
+pub fn give_back_debt_us(rate: &Rate, period_us: u64) -> u64 {
+    match rate.algorithm() {
+        Algorithm::Gcra | Algorithm::TokenBucket => period_us,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::algorithm::testkit::{random_rate, random_step_us, Rng};
+    use crate::limiter::algorithm::{commit, evaluate};
+
+    /// What a lease of `hits` at `now_us` charges (as [`grant`] does, without its checks).
+    fn charge(rate: &Rate, state: Option<State>, now_us: u64, hits: u64, period_us: u64) -> State {
+        match (rate.algorithm(), state) {
+            (Algorithm::Gcra, Some(State::Gcra(s))) => {
+                State::Gcra(gcra::commit(rate, Some(s), now_us + period_us, hits))
+            }
+            (Algorithm::Gcra, _) => State::Gcra(gcra::commit(rate, None, now_us + period_us, hits)),
+            (Algorithm::TokenBucket, state) => {
+                let state = state.and_then(|s| match s {
+                    State::TokenBucket(s) => Some(s),
+                    _ => None,
+                });
+                State::TokenBucket(token_bucket::lease(
+                    rate,
+                    state.as_ref(),
+                    now_us,
+                    hits,
+                    period_us,
+                ))
+            }
+            (_, state) => commit(rate, state, now_us, hits),
+        }
+    }
+
+    /// A lease of n hits at g of which s are spent and n − s given back at t1, with other
+    /// commits between, against a lease of s alone with the same other commits: the counter
+    /// after the give-back never admits what the counterfactual denies (token_bucket: up to one
+    /// hit of rounding), and decides exactly like it when nothing else happened before the
+    /// lease ended (gcra, fixed_window).
+    fn check_give_backs(algorithm: Algorithm, seed: u64) {
+        let mut rng = Rng(seed);
+        let mut cases = 0;
+        for _ in 0..2_000 {
+            let rate = random_rate(&mut rng, algorithm);
+            let mut now = 1_000_000_000 + rng.below(rate.window_us());
+            let mut before: Option<State> = None;
+            for _ in 0..rng.below(4) {
+                now += random_step_us(&mut rng, &rate);
+                let hits = rng.range(1, u64::from(rate.burst()));
+                if evaluate(&rate, before.as_ref(), now, hits).admitted {
+                    before = Some(commit(&rate, before, now, hits));
+                }
+            }
+            let period_us = rng.range(1, rate.window_us());
+            let terms = LeaseTerms {
+                want: rng.range(1, u64::from(rate.burst())),
+                min: 1,
+                period_us,
+            };
+            let granted_at = now;
+            let (granted, Some(leased)) = grant(&rate, before.as_ref(), granted_at, terms) else {
+                continue;
+            };
+            cases += 1;
+            let spent = rng.range(0, granted.hits);
+            let mut leased = Some(leased);
+            let mut counterfactual = Some(charge(&rate, before, granted_at, spent, period_us));
+            let others = rng.below(3);
+            for _ in 0..others {
+                now += random_step_us(&mut rng, &rate);
+                let hits = rng.range(1, u64::from(rate.burst()));
+                leased = Some(commit(&rate, leased, now, hits));
+                counterfactual = Some(commit(&rate, counterfactual, now, hits));
+            }
+            now += random_step_us(&mut rng, &rate);
+            let unspent = granted.hits - spent;
+            let given = give_back(&rate, leased, now, unspent, granted_at, period_us);
+            let ended = granted_at + granted.after_us <= now;
+            let exact = others == 0
+                && !ended
+                && matches!(algorithm, Algorithm::Gcra | Algorithm::FixedWindow);
+            for _ in 0..20 {
+                let at = now + random_step_us(&mut rng, &rate);
+                let hits = rng.range(1, u64::from(rate.burst()));
+                let after = evaluate(&rate, given.as_ref(), at, hits);
+                let reference = evaluate(&rate, counterfactual.as_ref(), at, hits);
+                let context = || {
+                    format!(
+                        "{rate:?}: lease {granted:?} at {granted_at}, {spent} spent, \
+                         {others} others, given back at {now}; {hits} at {at}: \
+                         {after:?} vs {reference:?}"
+                    )
+                };
+                if exact {
+                    assert_eq!(after, reference, "{}", context());
+                } else if algorithm == Algorithm::TokenBucket {
+                    let after = evaluate(&rate, given.as_ref(), at, 0).remaining;
+                    let reference = evaluate(&rate, counterfactual.as_ref(), at, 0).remaining;
+                    assert!(after <= reference + 1, "{}", context());
+                } else {
+                    assert!(!after.admitted || reference.admitted, "{}", context());
+                }
+            }
+        }
+        assert!(cases > 500, "{cases} leases granted");
+    }
+
+    #[test]
+    fn giving_back_is_never_more_permissive_than_leasing_only_what_was_spent() {
+        for algorithm in [
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindowCounter,
+            Algorithm::TokenBucket,
+            Algorithm::Gcra,
+        ] {
+            for seed in 0..5 {
+                check_give_backs(algorithm, seed);
+            }
+        }
+    }
 }

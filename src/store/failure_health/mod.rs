@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 pub use self::window::{FailureWindow, Tally};
 
-use super::{Check, LeaseAnswer, LeaseAsk, Store, StoreError};
+use super::{Check, LeaseAnswer, LeaseAsk, LeaseReturn, Store, StoreError};
 use crate::limiter::algorithm::Verdict;
 
 /// When failed store calls make the store unhealthy.
@@ -164,6 +164,10 @@ impl<S: Store> Store for FailureHealth<S> {
         result
     }
 
+    async fn give_back(&self, returns: &[LeaseReturn]) -> Result<(), StoreError> {
+        self.inner.give_back(returns).await
+    }
+
     /// Counted like decisions: a lease call that fails is a store call that failed.
     async fn lease(&self, asks: &[LeaseAsk]) -> Result<Vec<LeaseAnswer>, StoreError> {
         let connected = self.inner.is_connected();
@@ -234,6 +238,10 @@ mod tests {
     impl Store for Flaky {
         async fn lease(&self, asks: &[LeaseAsk]) -> Result<Vec<LeaseAnswer>, StoreError> {
             Ok(asks.iter().map(|_| Ok(None)).collect())
+        }
+
+        async fn give_back(&self, _: &[LeaseReturn]) -> Result<(), StoreError> {
+            Ok(())
         }
 
         async fn decide(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {

@@ -12,6 +12,25 @@ use crate::store::StoreError;
 struct Tranche {
     hits: u64,
     expires_at_us: u64,
+    /// The store's clock when it granted them, which a give-back names.
+    granted_at_us: u64,
+}
+
+/// Unspent hits of one grant, to give back to the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unspent {
+    pub hits: u64,
+    pub granted_at_us: u64,
+}
+
+/// What [`Ledger::sweep`] took out of the ledger.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Swept {
+    /// Hits to give back to the store.
+    pub unspent: Vec<Unspent>,
+    /// Hits whose lease ended unspent, which no give-back would restore (a fixed window that
+    /// ended counts nothing any more).
+    pub expired: u64,
 }
 
 /// Hits one request took, by the instant their tranche expires (to give them back there).
@@ -68,17 +87,31 @@ impl Ledger {
             .sum()
     }
 
-    /// Drops the tranches that ended by `now_us`; returns their unspent hits.
-    pub fn drop_expired(&mut self, now_us: u64) -> u64 {
-        let mut expired = 0;
-        while let Some(front) = self.tranches.front() {
-            if front.expires_at_us > now_us {
-                break;
+    /// Takes out the hits not worth keeping at `now_us`: those of the tranches that ended
+    /// (given back when `ended_are_given_back`, the algorithm's refund restoring some of them;
+    /// expired otherwise), and, when no request used the counter for `idle_after_us`, every hit
+    /// held (given back, so that the other replicas may have them).
+    pub fn sweep(&mut self, now_us: u64, idle_after_us: u64, ended_are_given_back: bool) -> Swept {
+        let idle = self.last_used_us.saturating_add(idle_after_us) <= now_us;
+        let mut swept = Swept::default();
+        self.tranches.retain(|tranche| {
+            let ended = tranche.expires_at_us <= now_us;
+            if !ended && !idle {
+                return true;
             }
-            expired += front.hits;
-            self.tranches.pop_front();
-        }
-        expired
+            if tranche.hits > 0 {
+                if ended && !ended_are_given_back {
+                    swept.expired += tranche.hits;
+                } else {
+                    swept.unspent.push(Unspent {
+                        hits: tranche.hits,
+                        granted_at_us: tranche.granted_at_us,
+                    });
+                }
+            }
+            false
+        });
+        swept
     }
 
     /// Takes `hits` from the tranches that end first, if they hold enough (nothing otherwise).
@@ -180,6 +213,7 @@ impl Ledger {
             self.tranches.push_back(Tranche {
                 hits: grant.hits,
                 expires_at_us: until,
+                granted_at_us: grant.granted_at_us,
             });
             self.denied_until_us = 0;
         } else {
@@ -198,7 +232,11 @@ mod tests {
     use super::*;
 
     fn grant(hits: u64, after_us: u64) -> Grant {
-        Grant { hits, after_us }
+        Grant {
+            hits,
+            after_us,
+            granted_at_us: 7,
+        }
     }
 
     #[test]
@@ -242,6 +280,33 @@ mod tests {
         let mut ledger = Ledger::default();
         ledger.granted(0, grant(10, 1_000));
         assert_eq!(ledger.take(1_000, 1), Take::Wait);
-        assert_eq!(ledger.drop_expired(1_000), 10);
+        let swept = ledger.sweep(1_000, u64::MAX, false);
+        assert_eq!((swept.unspent, swept.expired), (vec![], 10));
+    }
+
+    #[test]
+    fn a_sweep_gives_back_what_ended_and_everything_of_an_idle_counter() {
+        let mut ledger = Ledger::default();
+        ledger.granted(0, grant(10, 1_000));
+        ledger.granted(0, grant(5, 5_000));
+        assert!(matches!(ledger.take(100, 3), Take::Taken { .. }));
+        let swept = ledger.sweep(1_000, 2_000, true);
+        let unspent = |hits| Unspent {
+            hits,
+            granted_at_us: 7,
+        };
+        assert_eq!(
+            swept.unspent,
+            vec![unspent(7)],
+            "the ended tranche, less 3 spent"
+        );
+        assert_eq!(ledger.balance(1_000), 5, "the other one is kept");
+        let swept = ledger.sweep(2_100, 2_000, true);
+        assert_eq!(
+            swept.unspent,
+            vec![unspent(5)],
+            "idle since 100: all given back"
+        );
+        assert_eq!(ledger.balance(2_100), 0);
     }
 }

@@ -10,10 +10,14 @@
 //! when its counter holds too few hits and the refill is not back yet. When the store grants
 //! nothing, the counter's requests are denied here until the store said it could grant again.
 //!
-//! All or nothing still holds: the hits a request took here are given back when another of its
+//! Hits a replica does not spend go back to the store (see [`give_backs`]): those of leases that
+//! ended, and all those of a counter no request used for two lease periods.
+//!
+//! All or nothing still holds: the hits a request took here are put back when another of its
 //! checks (leased or exact) denies it. Counters of small limits, of algorithms that cannot be
 //! leased, and beyond [`LeaseSettings::max_counters`] are decided exactly.
 
+mod give_backs;
 mod ledger;
 mod refill;
 mod sizing;
@@ -28,11 +32,12 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, Notify};
 
+use self::give_backs::GiveBacks;
 use self::ledger::{Ledger, Take, Taken};
 use self::refill::Refills;
 pub use self::sizing::{LeasePolicy, MAX_LEASE_SHARE, MIN_LEASE};
 pub use self::stats::{LeaseStats, RuleLabel, RuleLeaseCounts, RuleLeaseStats};
-use super::{Check, LeaseAnswer, LeaseAsk, Store, StoreError};
+use super::{Check, LeaseAnswer, LeaseAsk, LeaseReturn, Store, StoreError};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::clock::{Clock, MonotonicClock};
 use crate::limiter::consistency::Consistency;
@@ -78,7 +83,7 @@ pub struct LeasedStore<S> {
     inner: Arc<S>,
     settings: LeaseSettings,
     clock: Arc<dyn Clock>,
-    shards: Box<[Shard]>,
+    shards: Arc<[Shard]>,
     hasher: RandomState,
     refills: mpsc::UnboundedSender<Arc<LeaseSlot>>,
     stats: Arc<LeaseStats>,
@@ -105,11 +110,19 @@ impl<S: Store> LeasedStore<S> {
             stats: Arc::clone(&stats),
         };
         tokio::spawn(task.run(queue));
+        let shards: Arc<[Shard]> = (0..SHARDS).map(|_| Mutex::default()).collect();
+        let give_backs = GiveBacks {
+            store: Arc::clone(&inner),
+            clock: Arc::clone(&clock),
+            shards: Arc::downgrade(&shards),
+            period: settings.period,
+        };
+        tokio::spawn(give_backs.run());
         LeasedStore {
             inner,
             settings,
             clock,
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shards,
             hasher: RandomState::new(),
             refills,
             stats,
@@ -197,7 +210,6 @@ impl<S: Store> LeasedStore<S> {
                     return Ok(None);
                 }
                 let now = self.clock.now_us();
-                slot.stats.record_expired(ledger.drop_expired(now));
                 match ledger.take(now, hits) {
                     Take::Taken {
                         taken,
@@ -341,6 +353,13 @@ impl<S: Store> Store for LeasedStore<S> {
         asks: &[LeaseAsk],
     ) -> impl std::future::Future<Output = Result<Vec<LeaseAnswer>, StoreError>> + Send {
         self.inner.lease(asks)
+    }
+
+    fn give_back(
+        &self,
+        returns: &[LeaseReturn],
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send {
+        self.inner.give_back(returns)
     }
 
     fn is_healthy(&self) -> impl std::future::Future<Output = bool> + Send {

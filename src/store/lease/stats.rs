@@ -119,6 +119,9 @@ pub struct RuleLabel {
     pub rule: Arc<str>,
 }
 
+/// Rule path -> its domain and totals, at most [`MAX_RULES`].
+type RulesByPath = HashMap<Arc<str>, (Arc<str>, Arc<RuleLeaseStats>)>;
+
 /// The replica's lease totals: per rule, and the store calls, which serve many rules at once.
 #[derive(Debug)]
 pub struct LeaseStats {
@@ -126,8 +129,7 @@ pub struct LeaseStats {
     rounds: AtomicU64,
     /// Leased checks decided exactly because the table of leased counters was full.
     counters_refused: AtomicU64,
-    /// Rule path -> its domain and totals, at most [`MAX_RULES`].
-    rules: Mutex<HashMap<Arc<str>, (Arc<str>, Arc<RuleLeaseStats>)>>,
+    rules: Mutex<RulesByPath>,
     overflow: Arc<RuleLeaseStats>,
 }
 

@@ -27,7 +27,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, MutexGuard};
 
 use self::slot::{counter_id, counter_id_of, CounterId, IdHasher, Slot};
-use super::{Check, LeaseAnswer, LeaseAsk, Store, StoreError};
+use super::{Check, LeaseAnswer, LeaseAsk, LeaseReturn, Store, StoreError};
 use crate::limiter::algorithm::{self, lease, Verdict};
 use crate::limiter::clock::{Clock, SystemClock};
 use crate::limiter::consistency::Consistency;
@@ -165,6 +165,36 @@ impl MemoryStore {
             .collect()
     }
 
+    /// Gives back each of `returns` at once (what [`Store::give_back`] does), each under its
+    /// shard's lock.
+    pub fn give_back_now(&self, returns: &[LeaseReturn]) {
+        for given in returns {
+            if given.hits == 0 || !Consistency::can_lease(given.rate.algorithm()) {
+                continue;
+            }
+            let id = counter_id_of(&self.keys, &given.key, &given.rate);
+            let shard = (id.high >> (64 - SHARD_BITS)) as usize;
+            let mut map = self.shards[shard].0.lock();
+            let now = self.clock.now_us();
+            let Entry::Occupied(mut entry) = map.entry(id) else {
+                continue;
+            };
+            if entry.get().is_expired(now) {
+                entry.remove();
+                continue;
+            }
+            let state = entry.get().state.view().into_owned();
+            let rate = &given.rate;
+            let (hits, at, period) = (given.hits, given.granted_at_us, given.period_us);
+            match lease::give_back(rate, Some(state), now, hits, at, period) {
+                Some(state) => *entry.get_mut() = Slot::new(rate, state),
+                None => {
+                    entry.remove();
+                }
+            }
+        }
+    }
+
     /// Removes every expired counter; returns how many.
     pub fn sweep_expired(&self) -> usize {
         (0..SHARDS).map(|index| self.sweep_shard(index)).sum()
@@ -249,6 +279,11 @@ impl Store for MemoryStore {
 
     async fn lease(&self, asks: &[LeaseAsk]) -> Result<Vec<LeaseAnswer>, StoreError> {
         Ok(self.lease_now(asks))
+    }
+
+    async fn give_back(&self, returns: &[LeaseReturn]) -> Result<(), StoreError> {
+        self.give_back_now(returns);
+        Ok(())
     }
 
     fn is_healthy(&self) -> impl Future<Output = bool> + Send {

@@ -18,6 +18,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use super::scripts::refund::Refund;
 use super::scripts::request::Invocation;
 use super::topology::pending::{Answer, Pending};
 use super::topology::route::Route;
@@ -70,6 +71,16 @@ impl Batcher {
     /// Whether the servers this dispatcher calls answer (see `RedisStore::is_healthy`).
     pub(super) async fn is_healthy(&self, deadline: Instant) -> bool {
         self.route.is_healthy(deadline).await
+    }
+
+    /// Gives back `refunds` of leases through this dispatcher's servers (see [`Route::give_back`]).
+    pub(super) async fn give_back(
+        &self,
+        refunds: Vec<Refund>,
+        pinned: Option<u64>,
+        deadline: Instant,
+    ) -> Result<(), StoreError> {
+        self.route.give_back(refunds, pinned, deadline).await
     }
 
     /// Whether the dispatcher still runs (it ends with the runtime that spawned it).

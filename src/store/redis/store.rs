@@ -13,8 +13,10 @@ use tokio::time::Instant;
 
 use super::local::Locals;
 use super::scripts::key_layout::KeyLayout;
+use super::scripts::keys::prefixed_redis_key;
 use super::scripts::library::library;
-use super::scripts::request::{sha1, Invocation};
+use super::scripts::refund::Refund;
+use super::scripts::request::{sha1, CounterKind, Invocation};
 use super::scripts::script::CallCommand;
 use super::scripts::side::SideScript;
 use super::server::errors::{command_error, is_noscript};
@@ -23,10 +25,11 @@ use super::server::sentinel::MasterLocator;
 use super::settings::{ConnectionMode, RedisSettings};
 use super::topology::backend::Backend;
 use super::topology::cluster;
-use crate::limiter::algorithm::lease::Grant;
+use super::topology::pending::Decided;
+use crate::limiter::algorithm::lease::{give_back_debt_us, Grant};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::clock::Clock;
-use crate::store::{Check, LeaseAnswer, LeaseAsk, Store, StoreError};
+use crate::store::{Check, LeaseAnswer, LeaseAsk, LeaseReturn, Store, StoreError};
 
 /// The Redis-backed [`Store`]. Cheap to clone; clones share the pool.
 #[derive(Clone)]
@@ -275,7 +278,8 @@ impl Store for RedisStore {
             .locals
             .dispatcher()
             .decide(invocation, deadline)
-            .await?;
+            .await?
+            .verdicts;
         if let Some(counted) = counted_when_vetoed {
             for (verdict, counted) in verdicts.iter_mut().zip(counted) {
                 verdict.counted_when_vetoed = counted;
@@ -304,10 +308,11 @@ impl Store for RedisStore {
             .decide_many(sent, deadline)
             .await
             .into_iter();
-        let grant = |verdicts: Vec<Verdict>| match verdicts.first() {
+        let grant = |decided: Decided| match decided.verdicts.first() {
             Some(verdict) => Ok(Some(Grant {
                 hits: u64::from(verdict.remaining),
                 after_us: verdict.reset_after_us,
+                granted_at_us: decided.clock_us,
             })),
             None => Err(StoreError::Protocol("a lease without its verdict".into())),
         };
@@ -319,6 +324,42 @@ impl Store for RedisStore {
                 None => Ok(None),
             })
             .collect())
+    }
+
+    /// One refund per lease given back (`lua/refund.lua`, see `algorithm::lease::give_back` for
+    /// why a refund is the give-back), one call per server; counters kept in
+    /// envoyproxy/ratelimit's format were never leased and are left alone.
+    async fn give_back(&self, returns: &[LeaseReturn]) -> Result<(), StoreError> {
+        let refunds: Vec<Refund> = returns
+            .iter()
+            .filter(|given| given.hits > 0)
+            .filter(|given| {
+                let probe = Check {
+                    key: given.key.clone(),
+                    rate: given.rate,
+                    hits: given.hits,
+                    shadow: false,
+                    consistency: crate::limiter::Consistency::Leased,
+                    rule: None,
+                };
+                self.layout.envoyproxy_counting().is_none()
+                    || !KeyLayout::counts_as_envoyproxy(&probe)
+            })
+            .map(|given| Refund {
+                key: prefixed_redis_key(self.layout.prefix(), &given.key, &given.rate),
+                rate: given.rate,
+                counter: CounterKind::Native,
+                hits: given.hits.min(u64::from(given.rate.burst())),
+                committed_at_us: given.granted_at_us,
+                debt_before_us: give_back_debt_us(&given.rate, given.period_us),
+            })
+            .collect();
+        let pinned = self.pinned_clock.as_ref().map(|clock| clock.now_us());
+        let deadline = Instant::now() + self.settings.timeout;
+        self.locals
+            .dispatcher()
+            .give_back(refunds, pinned, deadline)
+            .await
     }
 
     /// A `PING` through the calling thread's pool(s), the ones its requests use, so health and

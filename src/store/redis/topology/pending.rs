@@ -11,8 +11,17 @@ use crate::otel::StoreCallSpan;
 use crate::store::redis::scripts::request::Invocation;
 use crate::store::StoreError;
 
-/// A request's answer: its verdicts in check order, or why it was not decided.
-pub(in crate::store::redis) type Answer = Result<Vec<Verdict>, StoreError>;
+/// A request's answer: what decided it, or why it was not decided.
+pub(in crate::store::redis) type Answer = Result<Decided, StoreError>;
+
+/// A request's verdicts in check order, with the clock of the call that decided it.
+#[derive(Debug)]
+pub(in crate::store::redis) struct Decided {
+    pub(in crate::store::redis) verdicts: Vec<Verdict>,
+    /// The µs of the `TIME` the call read, the instant of its writes (a pinned request's own
+    /// time instead); on a cluster, the earliest of the calls of its nodes.
+    pub(in crate::store::redis) clock_us: u64,
+}
 
 /// A request waiting for a script call.
 pub(in crate::store::redis) struct Pending {

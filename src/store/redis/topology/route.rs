@@ -6,10 +6,13 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::cluster::lane::ClusterLane;
-use super::cluster::route::decide;
+use super::cluster::route::{decide, give_back};
 use super::pending::Pending;
 use super::single::call_server;
+use crate::store::redis::scripts::refund::{refund_command, Refund, REFUND};
+use crate::store::redis::scripts::request::KeyPlacement;
 use crate::store::redis::server::pool::Shared;
+use crate::store::StoreError;
 
 /// Where a dispatcher's calls go.
 pub(in crate::store::redis) enum Route {
@@ -25,6 +28,29 @@ impl Route {
         match self {
             Route::Server(shared) => shared.ping(deadline).await,
             Route::Cluster(lane) => lane.is_healthy(deadline).await,
+        }
+    }
+
+    /// The refund script call(s) giving back `refunds` of leases (see `Store::give_back`), at
+    /// `pinned` µs instead of the server's clock when set (tests).
+    pub(in crate::store::redis) async fn give_back(
+        &self,
+        refunds: Vec<Refund>,
+        pinned: Option<u64>,
+        deadline: Instant,
+    ) -> Result<(), StoreError> {
+        if refunds.is_empty() {
+            return Ok(());
+        }
+        match self {
+            Route::Server(shared) => {
+                let command = |by| refund_command(&refunds, pinned, KeyPlacement::Declared, by);
+                shared
+                    .evaluate(&REFUND, command, deadline)
+                    .await
+                    .map(|_| ())
+            }
+            Route::Cluster(lane) => give_back(lane, refunds, pinned, deadline).await,
         }
     }
 

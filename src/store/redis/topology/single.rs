@@ -2,7 +2,7 @@
 
 use tokio::time::Instant;
 
-use super::pending::Pending;
+use super::pending::{Decided, Pending};
 use crate::store::redis::server::pool::Shared;
 
 /// One script call deciding `batch`, answering every request of it; the batch back, emptied.
@@ -12,13 +12,14 @@ pub(super) async fn call_server(shared: &Shared, mut batch: Vec<Pending>) -> Vec
         .map(|pending| pending.deadline)
         .min()
         .unwrap_or_else(Instant::now);
-    let replies = shared
+    let reply = shared
         .decide(batch.iter().map(|pending| &pending.invocation), deadline)
-        .await
-        .map(|reply| reply.answers);
-    match replies {
-        Ok(replies) => {
-            for (pending, answer) in batch.drain(..).zip(replies) {
+        .await;
+    match reply {
+        Ok(reply) => {
+            for (pending, answer) in batch.drain(..).zip(reply.answers) {
+                let clock_us = pending.invocation.pinned_now_us().unwrap_or(reply.clock_us);
+                let answer = answer.map(|verdicts| Decided { verdicts, clock_us });
                 let _ = pending.answer.send(answer);
             }
         }

@@ -16,7 +16,7 @@ use crate::store::redis::scripts::refund::{refund_command, Refund, REFUND};
 use crate::store::redis::scripts::request::{Invocation, KeyPlacement};
 use crate::store::redis::server::errors::command_error;
 use crate::store::redis::settings::topology::HostPort;
-use crate::store::redis::topology::pending::Pending;
+use crate::store::redis::topology::pending::{self, Pending};
 use crate::store::StoreError;
 
 /// Rounds of calls for one batch: the first, and retries after redirections.
@@ -166,7 +166,7 @@ pub(in crate::store::redis) async fn decide(lane: &ClusterLane, batch: Vec<Pendi
             None => merged(&pending.invocation, &parts),
         };
         let vetoed = match &answer {
-            Ok(verdicts) => is_vetoed(&pending.invocation, verdicts),
+            Ok(decided) => is_vetoed(&pending.invocation, &decided.verdicts),
             Err(_) => true,
         };
         if vetoed {
@@ -407,7 +407,7 @@ fn request_redirect(error: &StoreError) -> Option<Redirect> {
 }
 
 /// A request's verdicts in its check order, from the parts its nodes decided.
-fn merged(invocation: &Invocation, parts: &[Decided]) -> Result<Vec<Verdict>, StoreError> {
+fn merged(invocation: &Invocation, parts: &[Decided]) -> Result<pending::Decided, StoreError> {
     let mut verdicts: Vec<Option<Verdict>> = vec![None; invocation.checks()];
     for part in parts {
         for (&check, verdict) in part.checks.iter().zip(&part.verdicts) {
@@ -416,10 +416,16 @@ fn merged(invocation: &Invocation, parts: &[Decided]) -> Result<Vec<Verdict>, St
             }
         }
     }
-    verdicts
+    let verdicts = verdicts
         .into_iter()
         .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| StoreError::Protocol("a check of the request was not decided".into()))
+        .ok_or_else(|| StoreError::Protocol("a check of the request was not decided".into()))?;
+    let clock_us = parts
+        .iter()
+        .map(|part| part.committed_at_us)
+        .min()
+        .unwrap_or_default();
+    Ok(pending::Decided { verdicts, clock_us })
 }
 
 /// Whether a non-shadow check denied the request.
@@ -492,6 +498,33 @@ fn committed(invocation: &Invocation, part: &Decided) -> Option<Vec<Refund>> {
         })
         .collect();
     Some(refunds).filter(|refunds| !refunds.is_empty())
+}
+
+/// Gives back `refunds` of leases (see `Store::give_back`): one call of the refund script per
+/// master owning their keys, all at once; the first failure, if any, once every call ended.
+pub(in crate::store::redis) async fn give_back(
+    lane: &ClusterLane,
+    refunds: Vec<Refund>,
+    pinned: Option<u64>,
+    deadline: Instant,
+) -> Result<(), StoreError> {
+    let map = lane.cluster.slot_map();
+    let mut by_node: HashMap<HostPort, Vec<Refund>> = HashMap::new();
+    for refund in refunds {
+        let slot = slot_of(refund.key.as_bytes());
+        let Some(master) = map.master_of(slot) else {
+            return Err(StoreError::Unavailable(format!(
+                "no redis cluster master serves slot {slot} (CLUSTERDOWN)"
+            )));
+        };
+        by_node.entry(master.clone()).or_default().push(refund);
+    }
+    let calls = by_node.into_iter().map(|(node, refunds)| async move {
+        let command = |by| refund_command(&refunds, pinned, KeyPlacement::InArguments, by);
+        let link = lane.link(&node)?;
+        link.evaluate(&REFUND, command, deadline).await.map(|_| ())
+    });
+    join_all(calls).await.into_iter().collect()
 }
 
 /// Sends each node its refunds, one call per node, all at once. A refund that fails is logged and
