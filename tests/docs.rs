@@ -1,4 +1,4 @@
-//! The documentation (README.md and docs/*.md) says only what the code does:
+//! The documentation (README.md and the Markdown files under docs/) says only what the code does:
 //!
 //! - every ratelimitd configuration in a ```` ```yaml ```` block (one with a top-level `domain:`)
 //!   passes `ratelimitd check`; one marked ```` ```yaml invalid ```` fails with `file:line:column`

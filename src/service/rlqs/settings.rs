@@ -164,7 +164,7 @@ mod tests {
     #[test]
     fn the_default_report_cap_holds_every_bucket_and_stays_within_a_length_prefix() {
         let cap = RlqsSettings::default().max_report_bytes();
-        assert_eq!(cap, 10_801_029, "as docs/operations.md says");
+        assert_eq!(cap, 10_801_029, "as docs/operations/hardening.md says");
         let huge = RlqsSettings {
             max_buckets_per_stream: usize::MAX,
             ..RlqsSettings::default()
