@@ -17,6 +17,7 @@
 mod ledger;
 mod refill;
 mod sizing;
+mod slot;
 mod stats;
 
 use std::collections::hash_map::RandomState;
@@ -31,13 +32,12 @@ use tokio::sync::{mpsc, Notify};
 use self::ledger::{Ledger, Take, Taken};
 use self::refill::Refills;
 pub use self::sizing::{LeasePolicy, MAX_LEASE_SHARE, MIN_LEASE};
+use self::slot::LeaseSlot;
 pub use self::stats::LeaseStats;
 use super::{Check, LeaseAnswer, LeaseAsk, Store, StoreError};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::clock::{Clock, MonotonicClock};
 use crate::limiter::consistency::Consistency;
-use crate::limiter::counter_key::CounterKey;
-use crate::limiter::rate::Rate;
 
 /// How leases are taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,16 +54,6 @@ pub struct LeaseSettings {
 impl LeaseSettings {
     /// Counters held by default: hot keys are few, and each costs a few hundred bytes.
     pub const DEFAULT_MAX_COUNTERS: usize = 65_536;
-}
-
-/// One leased counter of this replica.
-struct LeaseSlot {
-    key: CounterKey,
-    rate: Rate,
-    policy: LeasePolicy,
-    ledger: Mutex<Ledger>,
-    /// Woken when a refill of this counter was answered.
-    refilled: Notify,
 }
 
 const SHARDS: usize = 16;
