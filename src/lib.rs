@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod config;
 pub mod envoyproxy_env;
+pub mod go_values;
 pub mod limiter;
 pub mod otel;
 pub mod proto;

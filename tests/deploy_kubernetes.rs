@@ -39,7 +39,7 @@ const KUSTOMIZATIONS: [&str; 3] = ["base", "redis", "xds"];
 /// `sleep` action generally available, and the newest the validator carries.
 const KUBERNETES_VERSIONS: [&str; 2] = ["1.34.0", "1.37.0"];
 
-/// How long ratelimitd drains after SIGTERM at most (docs/operations.md, "Health and shutdown").
+/// How long ratelimitd drains after SIGTERM at most (docs/operations/health.md).
 const DRAIN_SECONDS: i64 = 5;
 
 const TIMEOUT: Duration = Duration::from_secs(30);

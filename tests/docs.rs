@@ -1,4 +1,4 @@
-//! The documentation (README.md and docs/*.md) says only what the code does:
+//! The documentation (README.md and the Markdown files under docs/) says only what the code does:
 //!
 //! - every ratelimitd configuration in a ```` ```yaml ```` block (one with a top-level `domain:`)
 //!   passes `ratelimitd check`; one marked ```` ```yaml invalid ```` fails with `file:line:column`
@@ -12,6 +12,10 @@
 //! - every script, test, example and bench named in a command exists (with the variables it is
 //!   given);
 //! - every relative link resolves to a file, and its `#anchor` to a heading of that file.
+//! - docs/architecture.md names only what `src/` has: every module path (`store::redis::batch`,
+//!   `server::lanes::Lanes::accept`: the modules, then an item the last one defines or
+//!   re-exports, then a method), every child it describes as `` `name` (what it holds) `` under
+//!   a module's heading or table row, and every `src/`, `tests/`, `lua/`, `scripts/` path.
 
 mod common;
 #[path = "common/markdown.rs"]
@@ -643,5 +647,267 @@ fn the_markdown_reader_splits_commands_finds_flags_and_slugs_headings() {
     assert_eq!(
         pointed_at("redis://127.0.0.1:6379", 7),
         "redis://127.0.0.1:7"
+    );
+}
+
+/// The modules of `src/` a path names from the crate's root: `store::redis::batch` is
+/// `src/store/redis/batch.rs` (or `.../batch/mod.rs`); with the folder of each module that has
+/// one. `None` when the first segment is no module of the crate's root.
+fn module_files(src: &Path, path: &[&str]) -> Option<Vec<(PathBuf, Option<PathBuf>)>> {
+    let mut dir = src.to_path_buf();
+    let mut found = Vec::new();
+    for segment in path {
+        let file = dir.join(format!("{segment}.rs"));
+        let folder = dir.join(segment);
+        let own = if file.is_file() {
+            file
+        } else if folder.join("mod.rs").is_file() {
+            folder.join("mod.rs")
+        } else {
+            break;
+        };
+        found.push((own, folder.is_dir().then(|| folder.clone())));
+        dir = folder;
+    }
+    (!found.is_empty()).then_some(found)
+}
+
+/// The sources of a module: its own file and every file under its folder.
+fn module_sources(own: &Path, folder: Option<&Path>) -> String {
+    let mut text = fs::read_to_string(own).unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = folder.into_iter().map(Path::to_path_buf).collect();
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).expect("a readable module folder") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                text.push_str(&fs::read_to_string(&path).unwrap_or_default());
+            }
+        }
+    }
+    text
+}
+
+/// Whether `source` (a module's own file) defines `name` (a function, type, trait, constant or
+/// module) or re-exports it (`pub use`).
+fn defines(source: &str, name: &str) -> bool {
+    let word = |text: &str| {
+        text.match_indices(name).any(|(at, _)| {
+            let before = text[..at].chars().next_back();
+            let after = text[at + name.len()..].chars().next();
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+        })
+    };
+    source.lines().any(|line| {
+        let line = line.trim_start();
+        let definition = [
+            "fn ", "struct ", "enum ", "trait ", "type ", "const ", "static ", "mod ",
+        ]
+        .iter()
+        .any(|keyword| {
+            line.split(keyword)
+                .skip(1)
+                .any(|rest| rest.starts_with(name) && word(rest))
+        });
+        definition || (line.starts_with("pub") && line.contains(" use ") && word(line))
+    })
+}
+
+/// Why `span`, a path from a module of the crate's root (`server::lanes::Lanes::accept`), names
+/// nothing in `src/`, if it does not.
+fn unresolved_module_path(src: &Path, span: &str) -> Option<String> {
+    let segments: Vec<&str> = span.split("::").collect();
+    let modules = module_files(src, &segments)?;
+    let (own, folder) = modules.last().expect("at least one module");
+    let items = &segments[modules.len()..];
+    let source = module_sources(own, folder.as_deref());
+    match items {
+        [] => None,
+        [item, rest @ ..] => {
+            if !defines(&fs::read_to_string(own).unwrap_or_default(), item) {
+                return Some(format!(
+                    "`{span}`: {} has no `{item}`",
+                    segments[..modules.len()].join("::")
+                ));
+            }
+            let missing = rest
+                .iter()
+                .find(|method| !source.contains(&format!("fn {method}")))?;
+            Some(format!("`{span}`: no `fn {missing}` for `{item}`"))
+        }
+    }
+}
+
+/// The code spans of `text` with what follows each.
+fn spans_with_rest(text: &str) -> Vec<(&str, &str)> {
+    let mut found = Vec::new();
+    let mut parts = text.split('`');
+    parts.next();
+    while let (Some(span), Some(rest)) = (parts.next(), parts.next()) {
+        found.push((span, rest));
+    }
+    found
+}
+
+/// The module a paragraph or a table row describes the children of: a paragraph opening with
+/// ``**`store`**`` or ``**`store/redis`**``, a row whose first cell opens with a module path: a
+/// module of `src/`.
+fn described_module(src: &Path, text: &str) -> Option<String> {
+    let name = if let Some(rest) = text.strip_prefix("**`") {
+        rest.split('`').next()?
+    } else {
+        text.strip_prefix("| `")?.split('`').next()?
+    };
+    let path = name.trim_end_matches('/').replace('/', "::");
+    let segments: Vec<&str> = path.split("::").collect();
+    let resolved = module_files(src, &segments).map_or(0, |found| found.len());
+    (resolved == segments.len()).then_some(path)
+}
+
+/// Whether a module named `name` is somewhere under the folder `dir`.
+fn has_descendant_module(dir: &Path, name: &str) -> bool {
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        if dir.join(format!("{name}.rs")).is_file() || dir.join(name).join("mod.rs").is_file() {
+            return true;
+        }
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        dirs.extend(entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+    }
+    false
+}
+
+/// Why a paragraph or table row that describes the children of a module (`**`config`**: `yaml`
+/// (a positioned YAML tree ...), ...`) names one, `` `name` (what it holds) ``, that is no module
+/// under it, if it does.
+fn unknown_child_module(src: &Path, text: &str) -> Option<String> {
+    let module = described_module(src, text)?;
+    let dir = module
+        .split("::")
+        .fold(src.to_path_buf(), |dir, s| dir.join(s));
+    spans_with_rest(text)
+        .into_iter()
+        .skip(1)
+        .filter(|(_, rest)| rest.trim_start().starts_with('('))
+        .map(|(span, _)| span.trim_end_matches('/').trim_end_matches(".rs"))
+        .filter(|name| {
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        })
+        .find(|name| *name != "mod" && !has_descendant_module(&dir, name))
+        .map(|name| format!("`{name}` is no module under `{module}`"))
+}
+
+/// The repository paths a text names (`src/store/redis/local.rs`, `tests/docs.rs`,
+/// `lua/request.lua`): words under `src/`, `tests/`, `lua/`, `scripts/`, `examples/` or
+/// `benches/`, without placeholders.
+fn repository_paths(text: &str) -> Vec<String> {
+    text.split(|c: char| c.is_whitespace() || matches!(c, '`' | '(' | ')' | '[' | ']' | ','))
+        .map(|word| word.trim_end_matches(['.', ':', ';']))
+        .filter(|word| {
+            [
+                "src/",
+                "tests/",
+                "lua/",
+                "scripts/",
+                "examples/",
+                "benches/",
+            ]
+            .iter()
+            .any(|prefix| word.starts_with(prefix))
+                && !word.contains(['<', '>', '*', '…', '$', '{'])
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_module_and_file_the_architecture_page_names_exists() {
+    let root = repo_root();
+    let src = root.join("src");
+    let doc = docs()
+        .iter()
+        .find(|doc| doc.path == Path::new("docs/architecture.md"))
+        .expect("docs/architecture.md");
+    let (mut modules, mut files) = (0, 0);
+    for (line, span) in doc.code_spans() {
+        let is_path = span.contains("::")
+            && span
+                .split("::")
+                .all(|s| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_'));
+        if !is_path {
+            continue;
+        }
+        if let Some(why) = unresolved_module_path(&src, &span) {
+            panic!("{}: {why}", doc.at(line));
+        }
+        modules += usize::from(module_files(&src, &span.split("::").collect::<Vec<_>>()).is_some());
+    }
+    let mut described = 0;
+    for paragraph in &doc.paragraphs {
+        let rows = paragraph.text.split('\n').enumerate();
+        let pieces: Vec<(usize, &str)> = if paragraph.text.starts_with('|') {
+            rows.map(|(offset, row)| (paragraph.line + offset, row))
+                .collect()
+        } else {
+            vec![(paragraph.line, paragraph.text.as_str())]
+        };
+        for (line, text) in pieces {
+            if let Some(why) = unknown_child_module(&src, text) {
+                panic!("{}: {why}", doc.at(line));
+            }
+            described += usize::from(described_module(&src, text).is_some());
+        }
+    }
+    let texts = doc
+        .paragraphs
+        .iter()
+        .map(|p| (p.line, p.text.clone()))
+        .chain(doc.blocks.iter().map(|b| (b.line, b.lines.join("\n"))));
+    for (line, text) in texts {
+        for path in repository_paths(&text) {
+            assert!(
+                root.join(&path).exists(),
+                "{}: {path} does not exist",
+                doc.at(line)
+            );
+            files += 1;
+        }
+    }
+    assert!(modules >= 40, "only {modules} module paths found");
+    assert!(
+        described >= 12,
+        "only {described} descriptions of a module's children found"
+    );
+    assert!(files >= 20, "only {files} repository paths found");
+}
+
+#[test]
+fn the_architecture_check_finds_a_missing_module_or_item() {
+    let src = repo_root().join("src");
+    assert_eq!(unresolved_module_path(&src, "store::redis::batch"), None);
+    assert_eq!(
+        unresolved_module_path(&src, "server::lanes::Lanes::accept"),
+        None
+    );
+    assert_eq!(unresolved_module_path(&src, "tokio::spawn"), None);
+    assert!(unresolved_module_path(&src, "config::file").is_some());
+    assert_eq!(
+        unknown_child_module(&src, "**`config`**: `yaml` (a tree), `reload` (swap)"),
+        None
+    );
+    assert!(unknown_child_module(&src, "**`config`**: `file` (reads one file)").is_some());
+    assert!(unknown_child_module(&src, "| `store::redis::topology` | `nothing` (x) |").is_some());
+    assert!(unresolved_module_path(&src, "store::redis::batch::NoSuchThing").is_some());
+    assert!(unresolved_module_path(&src, "server::lanes::Lanes::no_such_method").is_some());
+    assert_eq!(
+        repository_paths("`src/store/redis/local.rs`, tests/docs.rs. fuzz/x src/{a,b}.rs"),
+        ["src/store/redis/local.rs", "tests/docs.rs"]
     );
 }

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
 
-use super::Cli;
+use super::command::Cli;
 use crate::envoyproxy_env::Translation;
 
 /// Parses `arguments`, keeping clap's matches beside (they tell a flag from its variable); help

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::parse;
 use crate::store::FailureHealthSettings;
 
-/// When failed store calls turn health NOT_SERVING (docs/operations.md, "Health and shutdown").
+/// When failed store calls turn health NOT_SERVING (docs/operations/health.md).
 #[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Health")]
 pub struct FailureHealthArgs {

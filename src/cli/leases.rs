@@ -25,7 +25,7 @@ impl From<DefaultConsistency> for Consistency {
     }
 }
 
-/// Leases for hot keys (docs/configuration.md, "Consistency"; docs/operations.md, "Leases").
+/// Leases for hot keys (docs/configuration.md, "Consistency"; docs/operations/store.md, "Leases").
 #[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Leases for hot keys")]
 pub struct LeaseArgs {

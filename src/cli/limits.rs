@@ -33,7 +33,7 @@ impl RequestLimitArgs {
     }
 }
 
-/// Transport limits (README: "Limits and hardening").
+/// Transport limits (docs/operations/hardening.md).
 #[derive(clap::Args)]
 #[command(next_help_heading = "Limits")]
 pub struct LimitArgs {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::failure_health::FailureHealthArgs;
 use crate::envoyproxy_env::Translation;
 use crate::server;
-use crate::service::rls::StoreErrorPolicy;
+use crate::service::store_error_policy::StoreErrorPolicy;
 use crate::store::redis::settings::tls::{CA_FLAG, CLIENT_CERT_FLAG, CLIENT_KEY_FLAG};
 use crate::store::redis::{
     ClientIdentityFiles, HostPort, KeyFormat, KeyLayout, RedisTlsSettings, ServerAuth,

@@ -20,13 +20,10 @@
 //! in [`Translation::differences`]. With `--config`, upstream variables that are set are still
 //! read, but unset ones keep ratelimitd's defaults.
 
-pub(crate) mod go;
-
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use go::{duration_flag, parse_bool, parse_duration, parse_unsigned};
-
+use crate::go_values::{duration_flag, parse_bool, parse_duration, parse_unsigned};
 use crate::service::statsd::Mogrifiers;
 
 /// Every variable envoyproxy/ratelimit reads (its `settings.go`), in its order.

@@ -516,7 +516,7 @@ mod tests {
                     unit: Unit::Minute,
                     unit_multiplier: 1,
                     rate,
-                    consistency: crate::limiter::Consistency::Exact,
+                    consistency: crate::limiter::consistency::Consistency::Exact,
                 }),
                 replaces: replaces.iter().map(|s| s.to_string()).collect(),
                 shadow_mode: shadow,

@@ -9,7 +9,7 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use opentelemetry_sdk::Resource;
 
-use super::EXPORT_FAILURES;
+use super::failure_count::EXPORT_FAILURES;
 
 /// How often a failing export is logged at most.
 const WARN_EVERY: Duration = Duration::from_secs(60);

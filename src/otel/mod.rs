@@ -20,7 +20,9 @@
 //! Built without the `otel` cargo feature, [`Pipeline::start`] refuses `--tracing` and the span
 //! types are empty: the request path carries no span code at all.
 
+mod failure_count;
 pub mod settings;
+mod span_target;
 mod store_span;
 
 #[cfg(feature = "otel")]
@@ -42,19 +44,10 @@ pub mod sampling;
 pub(crate) use pipeline::records_descriptor_values;
 pub use pipeline::Pipeline;
 
-/// Span exports that failed since the process started (a collector down, unreachable or slow);
-/// each failure drops its batch.
-static EXPORT_FAILURES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// The number of span exports that failed (`ratelimitd_tracing_export_failures_total`).
-pub fn export_failures() -> u64 {
-    EXPORT_FAILURES.load(std::sync::atomic::Ordering::Relaxed)
-}
+pub use failure_count::export_failures;
 pub use settings::{Protocol, TraceSettings};
+pub use span_target::SPAN_TARGET;
 pub use store_span::StoreCallSpan;
-
-/// The `tracing` target of every span exported as OpenTelemetry (and of no log event).
-pub const SPAN_TARGET: &str = "ratelimitd::spans";
 
 /// Whether a [`Pipeline`] exports spans (never, in a build without the `otel` feature).
 #[inline]

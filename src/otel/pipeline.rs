@@ -19,7 +19,7 @@ use tracing_subscriber::Layer;
 use super::export_failures::Reported;
 use super::sampling::{self, EdgeIdGenerator};
 use super::settings::{Protocol, TraceSettings};
-use super::SPAN_TARGET;
+use super::span_target::SPAN_TARGET;
 
 /// Set while a pipeline runs: the request path looks at nothing else to know whether to build
 /// spans at all.

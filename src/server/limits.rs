@@ -1,8 +1,8 @@
 //! Transport limits: how much one peer, and all peers together, may make the gRPC and HTTP ports
 //! hold (streams, bytes, connections, time), and the descriptor budget they share.
 //!
-//! Each limit has a flag and a `RATELIMITD_...` variable (see `ratelimitd serve --help` and the
-//! README's "Limits and hardening"); [`Limits::default`] holds the defaults those fall back to.
+//! Each limit has a flag and a `RATELIMITD_...` variable (see `ratelimitd serve --help` and
+//! docs/operations/hardening.md); [`Limits::default`] holds the defaults those fall back to.
 
 use std::time::Duration;
 

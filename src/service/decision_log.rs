@@ -17,7 +17,7 @@
 use std::fmt::{self, Display, Formatter};
 use std::time::Instant;
 
-use super::rls::StoreErrorPolicy;
+use super::store_error_policy::StoreErrorPolicy;
 use crate::limiter::{
     Code, CurrentLimit, DescriptorOutcome, Enforcement, Outcome, Plan, Request, Resolution, Rules,
 };

@@ -38,7 +38,10 @@
 //! in an unknown domain, requests global shadow mode let through, and the counters other
 //! components expose (Redis script reloads, deny-cache hits, open connections, the statsd
 //! sink's datagrams), read when scraped.
+mod overflow_label;
 mod rule_series;
+
+pub use overflow_label::OVERFLOW_LABEL;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -62,8 +65,6 @@ use crate::store::StoreError;
 pub const DETAILED_METRIC_CAP: usize = 1000;
 /// Longest `descriptor` label value, in bytes; longer ones are cut (at a character boundary).
 pub const DETAILED_LABEL_MAX_BYTES: usize = 256;
-/// The `descriptor` label of the hits beyond [`DETAILED_METRIC_CAP`].
-pub const OVERFLOW_LABEL: &str = "_other";
 /// The `rule` label of descriptors limited by a client override without a configured rule.
 pub const OVERRIDE_RULE: &str = "(override)";
 /// envoyproxy/ratelimit's default `NEAR_LIMIT_RATIO`.

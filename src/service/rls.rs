@@ -1,7 +1,5 @@
 //! `envoy.service.ratelimit.v3.RateLimitService`: decode, plan, decide in the store, encode.
 
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,6 +11,7 @@ use super::convert::{dynamic_metadata, request_from_proto, response_to_proto, Re
 use super::decision_log::{self, StoreCall};
 use super::headers::ResponseHeaders;
 use super::metrics::{Metrics, RequestResult};
+use super::store_error_policy::StoreErrorPolicy;
 use super::throttle::WarnThrottle;
 use super::unknown_domains::UnknownDomains;
 use crate::limiter::algorithm::Verdict;
@@ -21,52 +20,6 @@ use crate::proto::rls::rate_limit_response::Code as ProtoCode;
 use crate::proto::rls::rate_limit_service_server::RateLimitService;
 use crate::proto::rls::{RateLimitRequest, RateLimitResponse};
 use crate::store::{Store, StoreError};
-
-/// What to answer when the store fails (error or timeout).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum StoreErrorPolicy {
-    /// gRPC `UNAVAILABLE` (the default): Envoy's `failure_mode_deny` decides.
-    #[default]
-    Unavailable,
-    /// OK: every counted descriptor is admitted (nothing is counted).
-    Allow,
-    /// OVER_LIMIT: every counted non-shadow descriptor is denied.
-    Deny,
-}
-
-impl StoreErrorPolicy {
-    /// The name the command line and the metrics use.
-    pub fn name(self) -> &'static str {
-        match self {
-            StoreErrorPolicy::Unavailable => "unavailable",
-            StoreErrorPolicy::Allow => "allow",
-            StoreErrorPolicy::Deny => "deny",
-        }
-    }
-}
-
-impl fmt::Display for StoreErrorPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for StoreErrorPolicy {
-    type Err = String;
-
-    fn from_str(name: &str) -> Result<StoreErrorPolicy, String> {
-        [
-            StoreErrorPolicy::Unavailable,
-            StoreErrorPolicy::Allow,
-            StoreErrorPolicy::Deny,
-        ]
-        .into_iter()
-        .find(|policy| policy.name().eq_ignore_ascii_case(name))
-        .ok_or_else(|| {
-            format!("unknown store error policy `{name}` (expected unavailable, allow or deny)")
-        })
-    }
-}
 
 /// The RLS gRPC service over a store and the current rules (swapped atomically on reload; a
 /// request keeps the rules it started with).

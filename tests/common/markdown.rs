@@ -1,4 +1,4 @@
-//! The documentation (README.md and docs/*.md) as the documentation tests read it: fenced code
+//! The documentation (README.md and the Markdown files under docs/) as the documentation tests read it: fenced code
 //! blocks, paragraphs with their inline code spans and links, headings as GitHub anchors, and the
 //! command lines of shell blocks split into words the way a shell would.
 //!
@@ -56,19 +56,26 @@ pub fn repo_root() -> PathBuf {
     }
 }
 
-/// README.md and every docs/*.md, in that order (docs sorted by name).
+/// README.md and every `.md` file under docs/ (its subfolders included), in that order (docs
+/// sorted by path).
 pub fn documentation(root: &Path) -> Vec<Doc> {
     let mut paths = vec![PathBuf::from("README.md")];
-    let mut docs: Vec<PathBuf> = fs::read_dir(root.join("docs"))
-        .expect("read docs/")
-        .map(|entry| entry.expect("docs/ entry").path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
-        .map(|path| {
-            path.strip_prefix(root)
-                .expect("under the root")
-                .to_path_buf()
-        })
-        .collect();
+    let mut docs = Vec::new();
+    let mut dirs = vec![root.join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display())) {
+            let path = entry.expect("a docs/ entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "md") {
+                docs.push(
+                    path.strip_prefix(root)
+                        .expect("under the root")
+                        .to_path_buf(),
+                );
+            }
+        }
+    }
     docs.sort();
     paths.extend(docs);
     paths

@@ -30,8 +30,9 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::backoff::{Backoff, BackoffPolicy};
 use super::convert::{self, RATE_LIMIT_CONFIG_TYPE};
+use super::options::{NodeIdentity, XdsOptions};
+use super::received::XdsConfig;
 use super::watched::{Progress, Watched};
-use super::{NodeIdentity, XdsConfig, XdsOptions};
 use crate::config::{ConfigErrors, Loader};
 use crate::proto::discovery::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use crate::proto::discovery::{DiscoveryRequest, DiscoveryResponse};

@@ -72,7 +72,8 @@ mod tests {
 
     use super::*;
     use crate::config::parse_domain;
-    use crate::limiter::quota::{find_quota, BucketId};
+    use crate::limiter::quota::bucket::BucketId;
+    use crate::limiter::quota::rule::find_quota;
 
     /// The strategy for a one-key bucket `k=v` under a rule written as `node`'s YAML fields.
     fn strategy(node: &str, unmatched: BlanketRule) -> QuotaStrategy {

@@ -11,7 +11,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 
 use super::client_san::{SanPin, SanVerifier};
-use super::{ClientAuth, TlsSettings};
+use super::settings::{ClientAuth, TlsSettings};
 use crate::regular_file::{self, FileError, MAX_PEM_FILE_BYTES};
 
 const CERT_FLAG: &str = "--grpc-tls-cert";

@@ -11,33 +11,10 @@
 mod client_san;
 mod files;
 mod reload;
+mod settings;
 mod uri_sans;
-
-use std::path::PathBuf;
 
 pub use self::client_san::SanPin;
 pub use self::files::TlsError;
 pub use self::reload::{watch, ServerTls, TLS_RELOAD_INTERVAL};
-
-/// Where the gRPC port's TLS material lives (`--grpc-tls-cert`, `--grpc-tls-key`, ...).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsSettings {
-    /// PEM certificate chain, the server's own certificate first.
-    pub cert: PathBuf,
-    /// PEM private key of that certificate (PKCS#8, PKCS#1 or SEC1).
-    pub key: PathBuf,
-    /// Client certificates to require; `None`: clients are not asked for one.
-    pub client_auth: Option<ClientAuth>,
-}
-
-/// Mutual TLS: what a client's certificate must be for its handshake to succeed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientAuth {
-    /// PEM file of the CA certificate(s) a client certificate must chain to.
-    pub ca: PathBuf,
-    /// A Subject Alternative Name the client certificate must also carry, as
-    /// `--grpc-tls-client-san` spells it (see [`SanPin::parse`]: `dns:`, `ip:`, `uri:` or an
-    /// untyped name), matched against SANs of its type only. `None`: any certificate the CA
-    /// signed for client authentication will do.
-    pub san: Option<String>,
-}
+pub use self::settings::{ClientAuth, TlsSettings};

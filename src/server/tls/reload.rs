@@ -17,7 +17,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::files::{server_config, TlsError, TlsFileContents};
-use super::TlsSettings;
+use super::settings::TlsSettings;
 
 /// How often the TLS files are read to see whether they changed.
 pub const TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(1);

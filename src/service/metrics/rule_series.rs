@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use super::OVERFLOW_LABEL;
+use super::overflow_label::OVERFLOW_LABEL;
 
 /// The labels of one series of the per-rule families: domain, rule path, descriptor.
 pub(super) type Labels = (Arc<str>, Arc<str>, Option<String>);

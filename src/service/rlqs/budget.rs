@@ -11,7 +11,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::registry::BucketKey;
+use super::bucket_key::BucketKey;
 
 /// What a stream holds besides its buckets: its entry, outbox, reader task and their maps'
 /// first allocations (the call itself is charged to the gRPC memory budget).

@@ -6,8 +6,9 @@ use bytes::Bytes;
 use futures::Stream;
 use serde_json::{json, Map, Value};
 
+use super::bucket_key::BucketKey;
 use super::convert::Assignment;
-use super::registry::{BucketKey, BucketView, QuotaRegistry};
+use super::registry::{BucketView, QuotaRegistry};
 use crate::limiter::quota::{BlanketRule, BucketId, QuotaStrategy};
 use crate::store::QuotaDemands;
 

@@ -2,7 +2,9 @@
 //! `rate_limit_quota` filter: protocol at the edge, the quota domain in `crate::limiter::quota`.
 //! docs/rlqs.md is the reference.
 
+pub mod bucket_key;
 pub mod budget;
+pub mod connection;
 pub mod convert;
 pub mod json;
 pub mod refusals;
@@ -10,8 +12,9 @@ pub mod registry;
 pub mod settings;
 pub mod stream;
 
-pub use registry::{QuotaRegistry, REBALANCE_GAP};
-pub use settings::RlqsSettings;
+pub use connection::Connection;
+pub use registry::QuotaRegistry;
+pub use settings::{RlqsSettings, REBALANCE_GAP};
 pub use stream::RlqsService;
 
 /// The gRPC service name, also a gRPC health service name.
@@ -20,8 +23,3 @@ pub const SERVICE_NAME: &str = "envoy.service.rate_limit_quota.v3.RateLimitQuota
 /// `:path` of the one method.
 pub const METHOD_PATH: &str =
     "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas";
-
-/// The transport's number of the connection an RLQS call came on, set in the call's extensions:
-/// what `--rlqs-max-streams-per-connection` counts by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Connection(pub u64);

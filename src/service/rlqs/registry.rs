@@ -24,14 +24,15 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tonic::Status;
 
+use super::bucket_key::BucketKey;
 use super::budget::{bucket_bytes, StateBudget, MEMBER_COST, STREAM_COST};
+use super::connection::Connection;
 use super::convert::{self, Action, Assignment};
 use super::refusals::{Refusals, RlqsLimit};
 use super::settings::RlqsSettings;
-use super::Connection;
 use crate::limiter::quota::{
-    assignment_ttl, fair_shares, find_quota, should_abandon, token_bucket, BlanketRule, BucketId,
-    Demand, QuotaStrategy, DEFAULT_FLOOR_FRACTION, DEFAULT_HALF_LIFE, DEFAULT_MAX_FILL_INTERVAL,
+    assignment_ttl, fair_shares, find_quota, should_abandon, token_bucket, BlanketRule, Demand,
+    QuotaStrategy, DEFAULT_FLOOR_FRACTION, DEFAULT_HALF_LIFE, DEFAULT_MAX_FILL_INTERVAL,
     DEFAULT_TTL_PERIODS,
 };
 use crate::limiter::Rules;
@@ -41,29 +42,6 @@ use crate::store::{QuotaDemands, StreamDemand};
 
 /// The `rule` label of buckets no rule matches.
 pub const UNMATCHED: &str = "unmatched";
-
-/// The shortest time between two computations of one bucket's shares (the default of
-/// [`RlqsSettings::rebalance_gap`]; for buckets of more than 100 streams it grows with their
-/// number, up to 1 s: [`gap_for`]): reports and streams coming and going in between are folded
-/// into the next one, which [`QuotaRegistry::rebalance_due`] runs when no report does. A tenth
-/// of a second keeps a newcomer's first assignment and a departure's release prompt (Envoy
-/// reports every 5 s), while a bucket that 1 000 Envoys report costs 1 000 demands once a
-/// second, not a million.
-pub const REBALANCE_GAP: Duration = Duration::from_millis(100);
-
-/// A bucket of a domain.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BucketKey {
-    pub domain: String,
-    pub bucket: BucketId,
-}
-
-impl BucketKey {
-    /// The key of the bucket's demands in [`QuotaDemands`].
-    fn demands_key(&self) -> String {
-        format!("{}\u{0}{}", self.domain, self.bucket)
-    }
-}
 
 /// What one stream holds of one bucket.
 #[derive(Debug)]
@@ -1057,6 +1035,7 @@ mod tests {
     use crate::limiter::quota::TokenBucketAssignment;
     use crate::proto::rlqs;
     use crate::proto::rlqs::rate_limit_quota_usage_reports::BucketQuotaUsage;
+    use crate::service::rlqs::settings::REBALANCE_GAP;
     use crate::store::MemoryDemands;
 
     const CONFIG: &str = "domain: d\ndescriptors:\n  - key: name\n    rate_limit: {unit: second, requests_per_unit: 10}\n";

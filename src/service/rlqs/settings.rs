@@ -4,6 +4,14 @@ use std::time::Duration;
 
 use crate::limiter::quota::{BlanketRule, DEFAULT_IDLE_ABANDON, DEFAULT_REPORT_PERIOD};
 
+/// The shortest time between two computations of one bucket's shares (the default of
+/// [`RlqsSettings::rebalance_gap`]; for buckets of more than 100 streams it grows with their
+/// number, up to 1 s): reports and streams coming and going in between are folded into the next
+/// one, which the registry runs when no report does. A tenth of a second keeps a newcomer's first
+/// assignment and a departure's release prompt (Envoy reports every 5 s), while a bucket that
+/// 1 000 Envoys report costs 1 000 demands once a second, not a million.
+pub const REBALANCE_GAP: Duration = Duration::from_millis(100);
+
 /// The RLQS service's parameters (docs/rlqs.md, "Parameters").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RlqsSettings {
@@ -34,7 +42,7 @@ pub struct RlqsSettings {
     /// assignment time to live is a few of them.
     pub report_period: Duration,
     /// The shortest time between two computations of one bucket's shares
-    /// ([`super::REBALANCE_GAP`]; no flag).
+    /// ([`REBALANCE_GAP`]; no flag).
     pub rebalance_gap: Duration,
     /// Global shadow or quota mode (`--shadow-mode`, `--quota-mode`): no limit denies, so every
     /// bucket gets ALLOW_ALL, as every RLS answer is OK; reports are still counted.
@@ -93,7 +101,7 @@ impl Default for RlqsSettings {
             max_bucket_id_bytes: RlqsSettings::DEFAULT_MAX_BUCKET_ID_BYTES,
             memory_budget: RlqsSettings::DEFAULT_MEMORY_BUDGET,
             report_period: DEFAULT_REPORT_PERIOD,
-            rebalance_gap: super::REBALANCE_GAP,
+            rebalance_gap: REBALANCE_GAP,
             never_deny: false,
         }
     }
@@ -164,7 +172,7 @@ mod tests {
     #[test]
     fn the_default_report_cap_holds_every_bucket_and_stays_within_a_length_prefix() {
         let cap = RlqsSettings::default().max_report_bytes();
-        assert_eq!(cap, 10_801_029, "as docs/operations.md says");
+        assert_eq!(cap, 10_801_029, "as docs/operations/hardening.md says");
         let huge = RlqsSettings {
             max_buckets_per_stream: usize::MAX,
             ..RlqsSettings::default()

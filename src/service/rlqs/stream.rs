@@ -8,8 +8,8 @@ use futures::Stream;
 use tokio::runtime::Handle;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::connection::Connection;
 use super::registry::QuotaRegistry;
-use super::Connection;
 use crate::proto::rlqs::rate_limit_quota_service_server::RateLimitQuotaService;
 use crate::proto::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use crate::service::throttle::WarnThrottle;

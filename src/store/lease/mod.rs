@@ -21,6 +21,7 @@ mod give_backs;
 mod ledger;
 mod refill;
 mod sizing;
+mod slot;
 mod stats;
 
 use std::collections::hash_map::RandomState;
@@ -36,13 +37,12 @@ use self::give_backs::GiveBacks;
 use self::ledger::{Ledger, Take, Taken};
 use self::refill::Refills;
 pub use self::sizing::{LeasePolicy, MAX_LEASE_SHARE, MIN_LEASE};
+use self::slot::LeaseSlot;
 pub use self::stats::{LeaseStats, RuleLabel, RuleLeaseCounts, RuleLeaseStats};
 use super::{Check, LeaseAnswer, LeaseAsk, LeaseReturn, Store, StoreError};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::clock::{Clock, MonotonicClock};
 use crate::limiter::consistency::Consistency;
-use crate::limiter::counter_key::CounterKey;
-use crate::limiter::rate::Rate;
 
 /// How leases are taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,18 +59,6 @@ pub struct LeaseSettings {
 impl LeaseSettings {
     /// Counters held by default: hot keys are few, and each costs a few hundred bytes.
     pub const DEFAULT_MAX_COUNTERS: usize = 65_536;
-}
-
-/// One leased counter of this replica.
-struct LeaseSlot {
-    key: CounterKey,
-    rate: Rate,
-    policy: LeasePolicy,
-    /// The totals of the rule whose check made the slot.
-    stats: Arc<RuleLeaseStats>,
-    ledger: Mutex<Ledger>,
-    /// Woken when a refill of this counter was answered.
-    refilled: Notify,
 }
 
 const SHARDS: usize = 16;

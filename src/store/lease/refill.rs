@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
+use super::slot::LeaseSlot;
 use super::stats::LeaseStats;
-use super::LeaseSlot;
 use crate::limiter::clock::Clock;
 use crate::store::{LeaseAsk, Store};
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::yaml::{self, MapEntry, Node, Scalar, ScalarType, Value};
-use crate::envoyproxy_env::go::parse_duration;
+use crate::go_values::parse_duration;
 use crate::service::go_regex;
 
 fn at(node: &Node, message: impl std::fmt::Display) -> MapperError {
