@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::MissedTickBehavior;
 
 use super::ledger::Unspent;
-use super::{LeaseSlot, Shard};
+use super::slot::{LeaseSlot, Shard};
 use crate::limiter::clock::Clock;
 use crate::limiter::rate::Algorithm;
 use crate::store::{LeaseReturn, Store};

@@ -25,7 +25,6 @@ mod slot;
 mod stats;
 
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,7 +36,7 @@ use self::give_backs::GiveBacks;
 use self::ledger::{Ledger, Take, Taken};
 use self::refill::Refills;
 pub use self::sizing::{LeasePolicy, MAX_LEASE_SHARE, MIN_LEASE};
-use self::slot::LeaseSlot;
+use self::slot::{LeaseSlot, Shard};
 pub use self::stats::{LeaseStats, RuleLabel, RuleLeaseCounts, RuleLeaseStats};
 use super::{Check, LeaseAnswer, LeaseAsk, LeaseReturn, Store, StoreError};
 use crate::limiter::algorithm::Verdict;
@@ -62,9 +61,6 @@ impl LeaseSettings {
 }
 
 const SHARDS: usize = 16;
-
-/// Leased counters by a keyed hash of their identity.
-type Shard = Mutex<HashMap<u64, Arc<LeaseSlot>>>;
 
 /// The [`Store`] that decides leased checks locally; see the module documentation.
 pub struct LeasedStore<S> {

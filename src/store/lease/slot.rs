@@ -1,6 +1,7 @@
 //! One leased counter: its identity, its rate and policy, and the ledger of the hits this
 //! replica holds for it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -23,3 +24,6 @@ pub(super) struct LeaseSlot {
     /// Woken when a refill of this counter was answered.
     pub(super) refilled: Notify,
 }
+
+/// Leased counters by a keyed hash of their identity.
+pub(super) type Shard = Mutex<HashMap<u64, Arc<LeaseSlot>>>;
