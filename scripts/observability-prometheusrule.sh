@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Writes deploy/observability/ratelimitd-prometheusrule.yaml: the Prometheus Operator's
 # PrometheusRule carrying the groups of deploy/observability/ratelimitd-alerts.yaml unchanged.
-# Edit the rules file, then run this; tests/observability.rs fails while the two differ.
+# Edit the rules file, then run this; tests/observability.rs fails while the two differ. With an
+# argument, writes that file instead (the test compares it with the one in the repository).
 set -euo pipefail
 
+out="$(realpath -m "${1:-$(dirname "$0")/../deploy/observability/ratelimitd-prometheusrule.yaml}")"
 cd "$(dirname "$0")/.."
 
 rules=deploy/observability/ratelimitd-alerts.yaml
-out=deploy/observability/ratelimitd-prometheusrule.yaml
 {
     cat <<'HEADER'
 # The alerting rules of ratelimitd-alerts.yaml as a PrometheusRule for the Prometheus Operator,
