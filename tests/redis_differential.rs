@@ -569,9 +569,11 @@ fn behind_window_counts(
         }
         let window_us = commit.rate.window_us();
         let window_start = reservation.committed_at - reservation.committed_at % window_us;
-        let moved_on = matches!(
+        // The model keeps that window's count only while it is the counter's latest and still
+        // live: a later window, or none (dropped once expired at a later instant), moved on.
+        let moved_on = !matches!(
             model.states.get(&commit.counter),
-            Some(State::FixedWindow(state)) if state.window_start_us > window_start
+            Some(State::FixedWindow(state)) if state.window_start_us == window_start
         );
         if !moved_on || refunded_at >= window_start + window_us {
             continue;
