@@ -74,21 +74,19 @@ async fn lua_and_rust_grant_the_same_leases_and_leave_the_same_states() {
 
     let mut grants = 0u64;
     let mut given_back = 0u64;
-    // Grants not given back yet: (counter, hits, granted at, period).
-    let mut held: Vec<(usize, u64, u64, u64)> = Vec::new();
+    // Grants not given back yet: (counter, hits, granted at).
+    let mut held: Vec<(usize, u64, u64)> = Vec::new();
     for step in 0..STEPS {
         let counter = rng.random_range(0..counters.len());
         let (key, rate) = &counters[counter];
         if !held.is_empty() && rng.random_bool(0.2) {
-            let (counter, hits, granted_at_us, period_us) =
-                held.swap_remove(rng.random_range(0..held.len()));
+            let (counter, hits, granted_at_us) = held.swap_remove(rng.random_range(0..held.len()));
             let (key, rate) = &counters[counter];
             let returned = [LeaseReturn {
                 key: key.clone(),
                 rate: *rate,
                 hits: rng.random_range(1..=hits),
                 granted_at_us,
-                period_us,
             }];
             memory
                 .give_back(&returned)
@@ -129,7 +127,7 @@ async fn lua_and_rust_grant_the_same_leases_and_leave_the_same_states() {
             if let Ok(Some(grant)) = &rust[0] {
                 grants += grant.hits;
                 if grant.hits > 0 {
-                    held.push((counter, grant.hits, grant.granted_at_us, terms.period_us));
+                    held.push((counter, grant.hits, grant.granted_at_us));
                 }
             }
         } else {

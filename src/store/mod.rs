@@ -71,15 +71,14 @@ pub struct LeaseAsk {
 }
 
 /// Hits of a lease that its replica gives back unspent: `hits` of the lease on the counter `key`
-/// of `rate` that the store granted at `granted_at_us` (its own clock, [`Grant::granted_at_us`]),
-/// lasting `period_us` for token_bucket and gcra (see `limiter::algorithm::lease::give_back`).
+/// of `rate` that the store granted at `granted_at_us` (its own clock, [`Grant::granted_at_us`]).
+/// Only the window algorithms' are taken back (see `limiter::algorithm::lease::give_back`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaseReturn {
     pub key: CounterKey,
     pub rate: Rate,
     pub hits: u64,
     pub granted_at_us: u64,
-    pub period_us: u64,
 }
 
 /// A store's answer to one [`LeaseAsk`]: the grant, `None` when this store cannot lease that

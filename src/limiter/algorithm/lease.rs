@@ -103,43 +103,36 @@ pub fn grant(
     (grant, Some(charged))
 }
 
-/// The state after `hits` of a lease granted at `granted_at_us` (lasting `period_us` for
-/// token_bucket and gcra) are given back unspent at `now_us`: a [`super::refund`] of them,
-/// committed at the grant with a debt of one period for token_bucket and gcra.
-///
-/// Never more permissive than had those hits never been leased, by the refund's contract: a
-/// window algorithm's lease is a commit at its grant. A token_bucket or gcra lease is a commit at
-/// `granted_at + period` (TAT := max(TAT, g + P) + n·T; the bucket is the same on its deficit),
-/// which leaves TAT beyond g + P, so every other commit made before g + P only adds its own
-/// m·T, as it would after. A refund at t of a commit at g with debt P gives back
-/// n·T − max(0, t − g − P): all of it before the lease ends, exactly what taking back a commit
-/// made at g + P leaves; after it ends, the refill of (g + P, t] is kept as spent, as the refund of
-/// that commit keeps it. Hits given back by a replica are hits it did not admit and will not.
+/// Whether unspent hits of a lease on `algorithm` can be given back (see [`give_back`]): the
+/// window algorithms' only. token_bucket and gcra charge a lease as spent at its end, g + P; a
+/// lease another replica takes at g' < t charges g' + P, which may lie beyond the instant t of a
+/// give-back, and where it moved TAT forward (TAT := max(TAT, g' + P) + k·T), hits taken back at
+/// t would let the counter admit what it would deny had they never been leased. Their leases end
+/// after one period, and what is left of them stays spent.
+pub fn can_give_back(algorithm: Algorithm) -> bool {
+    matches!(
+        algorithm,
+        Algorithm::FixedWindow | Algorithm::SlidingWindowCounter
+    )
+}
+
+/// The state after `hits` of a lease granted at `granted_at_us` are given back unspent at
+/// `now_us`: a [`super::refund`] of them, committed at the grant. Never more permissive than had
+/// those hits never been leased: a window algorithm's lease is a commit at its grant, and every
+/// other commit (a request, another replica's lease) is made at its own instant, by `now_us`, so
+/// this is the refund's own contract. Hits given back by a replica are hits it did not admit and
+/// will not. An algorithm that cannot give back (see [`can_give_back`]) keeps its state.
 pub fn give_back(
     rate: &Rate,
     state: Option<State>,
     now_us: u64,
     hits: u64,
     granted_at_us: u64,
-    period_us: u64,
 ) -> Option<State> {
-    super::refund(
-        rate,
-        state,
-        granted_at_us,
-        now_us,
-        hits,
-        give_back_debt_us(rate, period_us),
-    )
-}
-
-/// The `debt_before` a give-back of a lease on `rate` sends with its refund: the lease period for
-/// token_bucket and gcra (see [`give_back`]), 0 for the window algorithms.
-pub fn give_back_debt_us(rate: &Rate, period_us: u64) -> u64 {
-    match rate.algorithm() {
-        Algorithm::Gcra | Algorithm::TokenBucket => period_us,
-        _ => 0,
+    if !can_give_back(rate.algorithm()) {
+        return state;
     }
+    super::refund(rate, state, granted_at_us, now_us, hits, 0)
 }
 
 #[cfg(test)]
@@ -174,9 +167,9 @@ mod tests {
 
     /// A lease of n hits at g of which s are spent and n − s given back at t1, with other
     /// commits between, against a lease of s alone with the same other commits: the counter
-    /// after the give-back never admits what the counterfactual denies (token_bucket: up to one
-    /// hit of rounding), and decides exactly like it when nothing else happened before the
-    /// lease ended (gcra, fixed_window).
+    /// after the give-back never admits what the counterfactual denies, and decides exactly like
+    /// it when nothing else happened before the lease ended (fixed_window). token_bucket and
+    /// gcra give nothing back.
     fn check_give_backs(algorithm: Algorithm, seed: u64) {
         let mut rng = Rng(seed);
         let mut cases = 0;
@@ -214,11 +207,13 @@ mod tests {
             }
             now += random_step_us(&mut rng, &rate);
             let unspent = granted.hits - spent;
-            let given = give_back(&rate, leased, now, unspent, granted_at, period_us);
+            let given = give_back(&rate, leased.clone(), now, unspent, granted_at);
+            if !can_give_back(algorithm) {
+                assert_eq!(given, leased, "{rate:?}: nothing given back");
+                continue;
+            }
             let ended = granted_at + granted.after_us <= now;
-            let exact = others == 0
-                && !ended
-                && matches!(algorithm, Algorithm::Gcra | Algorithm::FixedWindow);
+            let exact = others == 0 && !ended && algorithm == Algorithm::FixedWindow;
             for _ in 0..20 {
                 let at = now + random_step_us(&mut rng, &rate);
                 let hits = rng.range(1, u64::from(rate.burst()));

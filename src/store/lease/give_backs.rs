@@ -1,8 +1,11 @@
-//! The give-back task: every round, the unspent hits of leases that ended and every hit held on a
-//! counter that no request used for two lease periods go back to the store, in one store call per
-//! round (the Redis store sends one refund script call per node), so that what a replica does
-//! not spend returns to the other replicas. Correctness never depends on it: a give-back that
-//! fails leaves the hits charged, which only denies more.
+//! The give-back task: every round, the unspent hits of the window algorithms' leases go back to
+//! the store: every hit held on a counter that no request used for two lease periods, and for
+//! sliding_window_counter those of leases that ended (its previous window still weighs), in one
+//! store call per round (the Redis store sends one refund script call per node), so that what a
+//! replica does not spend returns to the other replicas. token_bucket and gcra leases give
+//! nothing back (see `algorithm::lease::can_give_back`); their unspent hits expire with the
+//! lease. Correctness never depends on it: a give-back that fails leaves the hits charged, which
+//! only denies more.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -11,6 +14,7 @@ use tokio::time::MissedTickBehavior;
 
 use super::ledger::Unspent;
 use super::slot::{LeaseSlot, Shard};
+use crate::limiter::algorithm::lease::can_give_back;
 use crate::limiter::clock::Clock;
 use crate::limiter::rate::Algorithm;
 use crate::store::{LeaseReturn, Store};
@@ -53,8 +57,10 @@ impl<S: Store> GiveBacks<S> {
         for shard in shards {
             for slot in shard.lock().values() {
                 let now = self.clock.now_us();
-                let idle_after_us = slot.policy.period_us.saturating_mul(2);
-                let ended_are_given_back = slot.rate.algorithm() != Algorithm::FixedWindow;
+                let algorithm = slot.rate.algorithm();
+                let idle_after_us =
+                    can_give_back(algorithm).then(|| slot.policy.period_us.saturating_mul(2));
+                let ended_are_given_back = algorithm == Algorithm::SlidingWindowCounter;
                 let swept = slot
                     .ledger
                     .lock()
@@ -74,7 +80,6 @@ impl<S: Store> GiveBacks<S> {
                 rate: slot.rate,
                 hits: unspent.hits,
                 granted_at_us: unspent.granted_at_us,
-                period_us: slot.policy.period_us,
             })
             .collect();
         let result = self.store.give_back(&returns).await;

@@ -89,10 +89,17 @@ impl Ledger {
 
     /// Takes out the hits not worth keeping at `now_us`: those of the tranches that ended
     /// (given back when `ended_are_given_back`, the algorithm's refund restoring some of them;
-    /// expired otherwise), and, when no request used the counter for `idle_after_us`, every hit
-    /// held (given back, so that the other replicas may have them).
-    pub fn sweep(&mut self, now_us: u64, idle_after_us: u64, ended_are_given_back: bool) -> Swept {
-        let idle = self.last_used_us.saturating_add(idle_after_us) <= now_us;
+    /// expired otherwise), and, when no request used the counter for `idle_after_us` (`None`:
+    /// hits are never given back before their lease ends), every hit held (given back, so that
+    /// the other replicas may have them).
+    pub fn sweep(
+        &mut self,
+        now_us: u64,
+        idle_after_us: Option<u64>,
+        ended_are_given_back: bool,
+    ) -> Swept {
+        let idle =
+            idle_after_us.is_some_and(|after| self.last_used_us.saturating_add(after) <= now_us);
         let mut swept = Swept::default();
         self.tranches.retain(|tranche| {
             let ended = tranche.expires_at_us <= now_us;
@@ -280,7 +287,7 @@ mod tests {
         let mut ledger = Ledger::default();
         ledger.granted(0, grant(10, 1_000));
         assert_eq!(ledger.take(1_000, 1), Take::Wait);
-        let swept = ledger.sweep(1_000, u64::MAX, false);
+        let swept = ledger.sweep(1_000, None, false);
         assert_eq!((swept.unspent, swept.expired), (vec![], 10));
     }
 
@@ -290,7 +297,7 @@ mod tests {
         ledger.granted(0, grant(10, 1_000));
         ledger.granted(0, grant(5, 5_000));
         assert!(matches!(ledger.take(100, 3), Take::Taken { .. }));
-        let swept = ledger.sweep(1_000, 2_000, true);
+        let swept = ledger.sweep(1_000, Some(2_000), true);
         let unspent = |hits| Unspent {
             hits,
             granted_at_us: 7,
@@ -301,7 +308,7 @@ mod tests {
             "the ended tranche, less 3 spent"
         );
         assert_eq!(ledger.balance(1_000), 5, "the other one is kept");
-        let swept = ledger.sweep(2_100, 2_000, true);
+        let swept = ledger.sweep(2_100, Some(2_000), true);
         assert_eq!(
             swept.unspent,
             vec![unspent(5)],

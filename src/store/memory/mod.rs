@@ -169,7 +169,7 @@ impl MemoryStore {
     /// shard's lock.
     pub fn give_back_now(&self, returns: &[LeaseReturn]) {
         for given in returns {
-            if given.hits == 0 || !Consistency::can_lease(given.rate.algorithm()) {
+            if given.hits == 0 || !lease::can_give_back(given.rate.algorithm()) {
                 continue;
             }
             let id = counter_id_of(&self.keys, &given.key, &given.rate);
@@ -185,8 +185,7 @@ impl MemoryStore {
             }
             let state = entry.get().state.view().into_owned();
             let rate = &given.rate;
-            let (hits, at, period) = (given.hits, given.granted_at_us, given.period_us);
-            match lease::give_back(rate, Some(state), now, hits, at, period) {
+            match lease::give_back(rate, Some(state), now, given.hits, given.granted_at_us) {
                 Some(state) => *entry.get_mut() = Slot::new(rate, state),
                 None => {
                     entry.remove();

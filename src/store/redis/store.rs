@@ -26,7 +26,7 @@ use super::settings::{ConnectionMode, RedisSettings};
 use super::topology::backend::Backend;
 use super::topology::cluster;
 use super::topology::pending::Decided;
-use crate::limiter::algorithm::lease::{give_back_debt_us, Grant};
+use crate::limiter::algorithm::lease::{can_give_back, Grant};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::clock::Clock;
 use crate::store::{Check, LeaseAnswer, LeaseAsk, LeaseReturn, Store, StoreError};
@@ -327,12 +327,12 @@ impl Store for RedisStore {
     }
 
     /// One refund per lease given back (`lua/refund.lua`, see `algorithm::lease::give_back` for
-    /// why a refund is the give-back), one call per server; counters kept in
-    /// envoyproxy/ratelimit's format were never leased and are left alone.
+    /// why a refund is the give-back), one call per server; token_bucket and gcra leases, and
+    /// counters kept in envoyproxy/ratelimit's format (never leased), are left alone.
     async fn give_back(&self, returns: &[LeaseReturn]) -> Result<(), StoreError> {
         let refunds: Vec<Refund> = returns
             .iter()
-            .filter(|given| given.hits > 0)
+            .filter(|given| given.hits > 0 && can_give_back(given.rate.algorithm()))
             .filter(|given| {
                 let probe = Check {
                     key: given.key.clone(),
@@ -351,7 +351,7 @@ impl Store for RedisStore {
                 counter: CounterKind::Native,
                 hits: given.hits.min(u64::from(given.rate.burst())),
                 committed_at_us: given.granted_at_us,
-                debt_before_us: give_back_debt_us(&given.rate, given.period_us),
+                debt_before_us: 0,
             })
             .collect();
         let pinned = self.pinned_clock.as_ref().map(|clock| clock.now_us());
