@@ -39,6 +39,12 @@ const EC_KEY: [&str; 5] = [
     "-nodes",
 ];
 
+impl Default for Pki {
+    fn default() -> Pki {
+        Pki::new()
+    }
+}
+
 impl Pki {
     pub fn new() -> Pki {
         Pki {

@@ -98,7 +98,8 @@ pub struct SlotRange {
 }
 
 impl SlotRange {
-    /// How many slots the range holds.
+    /// How many slots the range holds: at least one (`CLUSTER SLOTS` lists no empty range).
+    #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> u32 {
         u32::from(self.end) - u32::from(self.start) + 1
     }
