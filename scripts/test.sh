@@ -80,6 +80,8 @@ redis_servers="$(bash scripts/ensure-redis-servers.sh)"
 redis6="$(sed -n 's/^redis6 //p' <<<"$redis_servers")"
 valkey8="$(sed -n 's/^valkey8 //p' <<<"$redis_servers")"
 stunnel="$(command -v stunnel4)"
+# The runs below select modules of the one integration test binary by name; with --workspace they
+# reuse the build of the whole workspace above (the root package alone unifies other features).
 # shellcheck source=lib/it-filters.sh
 source scripts/lib/it-filters.sh
 common_redis_tests=(store_contract:: redis_differential:: lease_differential:: redis_faults::
@@ -90,17 +92,17 @@ valkey_tls_topologies=(redis_cluster::acl_users_passwords_and_tls_work_on_a_clus
     redis_sentinel::data_and_sentinel_passwords_and_tls_work)
 it_filters_match "${common_redis_tests[@]}" "${valkey_tests[@]}" "${valkey_plain_tests[@]}" \
     "${valkey_tls_topologies[@]}"
-echo "==> Redis 6.2.14: cargo test --test it -- ${common_redis_tests[*]}"
+echo "==> Redis 6.2.14: cargo test --workspace --test it -- ${common_redis_tests[*]}"
 RATELIMITD_TEST_REDIS_SERVER="$redis6" RATELIMITD_TEST_REDIS_TLS_PROXY="$stunnel" \
-    cargo test --test it -- "${common_redis_tests[@]}"
-echo "==> Valkey 8.1.8: cargo test --test it -- ${common_redis_tests[*]} and the Functions, Cluster and Sentinel tests"
+    cargo test --workspace --test it -- "${common_redis_tests[@]}"
+echo "==> Valkey 8.1.8: cargo test --workspace --test it -- ${common_redis_tests[*]} and the Functions, Cluster and Sentinel tests"
 RATELIMITD_TEST_REDIS_SERVER="$valkey8" RATELIMITD_TEST_REDIS_TLS_PROXY="$stunnel" \
-    cargo test --test it -- "${common_redis_tests[@]}" "${valkey_tests[@]}"
+    cargo test --workspace --test it -- "${common_redis_tests[@]}" "${valkey_tests[@]}"
 skip_tls_topologies=()
 for test in "${valkey_tls_topologies[@]}"; do
     skip_tls_topologies+=(--skip "$test")
 done
-RATELIMITD_TEST_REDIS_SERVER="$valkey8" cargo test --test it -- "${valkey_plain_tests[@]}" \
+RATELIMITD_TEST_REDIS_SERVER="$valkey8" cargo test --workspace --test it -- "${valkey_plain_tests[@]}" \
     "${skip_tls_topologies[@]}"
 
 # Coverage-guided fuzzing (cargo-fuzz, libFuzzer; the targets are fuzz/, a package of its own that

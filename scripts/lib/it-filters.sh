@@ -4,10 +4,11 @@
 # filter that matches no test: a renamed module or test would drop out of a run unnoticed.
 
 # it_filters_match FILTER...
-#   Exits 1 unless each FILTER (`module::` or `module::test`) is part of some test's name.
+#   Exits 1 unless each FILTER (`module::` or `module::test`) is part of some test's name. The
+#   listing builds the binary as the whole workspace's build does (--workspace), not a variant.
 it_filters_match() {
     local listed filter
-    listed="$(cargo test --quiet --test it -- --list)"
+    listed="$(cargo test --quiet --workspace --test it -- --list)"
     for filter in "$@"; do
         if ! grep -qF -- "$filter" <<<"$listed"; then
             echo "scripts: no test of tests/it is named like $filter" >&2
