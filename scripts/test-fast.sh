@@ -39,6 +39,6 @@ done
 echo "==> cargo test --workspace --lib --bins --tests --examples -- ${skips[*]} $*"
 cargo test --workspace --lib --bins --tests --examples -- "${skips[@]}" "$@"
 if [ "$#" -eq 0 ]; then
-    echo "==> cargo test --workspace --benches"
-    cargo test --workspace --benches
+    echo "==> cargo test --workspace --bench '*'"
+    cargo test --workspace --bench '*'
 fi
