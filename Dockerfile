@@ -6,8 +6,10 @@ FROM rust:1-slim-bookworm AS build
 WORKDIR /src
 # Sources only: the build context never needs target/ or .git.
 COPY Cargo.toml Cargo.lock build.rs ./
-# The workspace lists the benchmark tools' member: its manifest must exist, its sources are never built.
+# The workspace lists the benchmark tools' and the tests' members: their manifests must exist, their
+# sources are never built.
 COPY bench/Cargo.toml ./bench/
+COPY testkit/Cargo.toml ./testkit/
 # h2 with its one patch (vendor/h2/PATCHED.md), through [patch.crates-io].
 COPY vendor ./vendor
 COPY proto ./proto

@@ -15,10 +15,6 @@
 //!   up to `pool_size` calls in flight.
 //! - `redis ConnectionManager`: one auto-reconnecting multiplexed connection, cloned per request.
 
-#[allow(dead_code)]
-#[path = "../tests/common/redis_server.rs"]
-mod redis_server;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,7 +25,7 @@ use ratelimitd::store::redis::scripts::reply::decode_batch_reply;
 use ratelimitd::store::redis::scripts::request::{evalsha, Invocation};
 use ratelimitd::store::redis::{ConnectionMode, RedisSettings};
 use ratelimitd::store::{Check, RedisStore, Store};
-use redis_server::RedisServer;
+use testkit::redis_server::RedisServer;
 
 const TASKS: usize = 64;
 

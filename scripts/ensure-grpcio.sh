@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the gRPC core client (Python grpcio) that tests/grpc_uds_clients.rs runs, idempotently,
+# Installs the gRPC core client (Python grpcio) that tests/it/grpc_uds_clients.rs runs, idempotently,
 # and prints the path of its interpreter.
 #
 # grpcio is gRPC core (the C library under the Python, C++, Ruby and PHP clients) with a Python

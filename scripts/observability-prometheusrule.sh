@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Writes deploy/observability/ratelimitd-prometheusrule.yaml: the Prometheus Operator's
 # PrometheusRule carrying the groups of deploy/observability/ratelimitd-alerts.yaml unchanged.
-# Edit the rules file, then run this; tests/observability.rs fails while the two differ. With an
+# Edit the rules file, then run this; tests/it/observability.rs fails while the two differ. With an
 # argument, writes that file instead (the test compares it with the one in the repository).
 set -euo pipefail
 

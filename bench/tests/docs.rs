@@ -3,15 +3,11 @@
 //! as `cargo run -p ratelimitd-bench --bin ... -- ...`, uses flags that the tool's own usage text
 //! lists (`ratelimit-bench [SUBCOMMAND] --help`; `rls-ceiling`'s usage line).
 
-// Shared with the service's documentation test, which uses all of it.
-#[allow(dead_code)]
-#[path = "../../tests/common/markdown.rs"]
-mod markdown;
-
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use markdown::{documentation, flags, repo_root, simple_commands};
+use testkit::markdown::{documentation, flags, simple_commands};
+use testkit::repo_root;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_ratelimit-bench");
 const CEILING: &str = env!("CARGO_BIN_EXE_rls-ceiling");

@@ -31,7 +31,7 @@
 //!   store does not understand.
 //!
 //! The modules, each importing only those listed after it (the direction the test
-//! `tests/redis_module_graph.rs` keeps):
+//! `tests/it/redis_module_graph.rs` keeps):
 //! - [`store`] (the [`RedisStore`]) and [`quota_demands`] (RLQS demands through it);
 //! - [`local`]: each thread's dispatcher; [`batch`]: the dispatcher, gathering requests into calls;
 //! - [`topology`]: what the calls go to (one server, Sentinel's master, a cluster) behind the one
