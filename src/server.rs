@@ -685,6 +685,7 @@ async fn serve<S: Store>(
     health
         .set_serving(store_health.healthy(&*store).await && config_gate.open())
         .await;
+    let released = store.clone();
     tokio::spawn(probe_store(
         store,
         store_health,
@@ -903,6 +904,7 @@ async fn serve<S: Store>(
         .await;
     stopping.cancel();
     let _ = http_task.await;
+    released.release().await;
     if let Some(sink) = statsd_sink {
         if tokio::time::timeout(STATSD_LAST_FLUSH, sink).await.is_err() {
             tracing::warn!(

@@ -116,6 +116,13 @@ pub trait Store: Send + Sync + 'static {
         returns: &[LeaseReturn],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Hands back, as the server stops, what this store holds that other replicas could use
+    /// (the lease layer's unspent hits); nothing is decided through the store afterwards. A store
+    /// that holds nothing for others has nothing to do.
+    fn release(&self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+
     /// Whether the store can currently serve decisions (drives health checks).
     fn is_healthy(&self) -> impl Future<Output = bool> + Send;
 

@@ -265,3 +265,54 @@ async fn hits_a_replica_stops_using_go_back_to_the_other_replicas() {
         "the second replica admits all the first one did not use"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_that_stops_gives_back_what_it_did_not_use() {
+    wait_for_window_room(3600, 60);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config_file(&dir);
+    // A long lease period: the first replica would not give its hits back for being idle
+    // before the test stops it.
+    let mut first = Ratelimitd::start(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--redis-url",
+        &redis.url(),
+        "--lease-period",
+        "10s",
+    ]);
+    let one = || request("hot", &[&[("fixed", "stopped")]], 0);
+    let mut client = first.client().await;
+    for _ in 0..40 {
+        let response = should(&mut client, one()).await;
+        assert_eq!(response.overall_code, Code::Ok as i32);
+    }
+    let hits = |kind: &str| {
+        format!("ratelimitd_lease_hits_total{{domain=\"hot\",rule=\"hot.fixed\",hits=\"{kind}\"}}")
+    };
+    assert!(
+        metric(first.http_addr(), &hits("granted")).await > 40,
+        "the first replica holds more than it used"
+    );
+    drop(client);
+    first.terminate();
+    let status = first
+        .wait_exit(std::time::Duration::from_secs(20))
+        .expect("the first replica stops on SIGTERM");
+    assert!(status.success(), "{status:?}");
+
+    let second = replica(&redis, &config, "5s", "2");
+    let mut client = second.client().await;
+    let mut admitted = 0;
+    for _ in 0..400 {
+        if should(&mut client, one()).await.overall_code == Code::Ok as i32 {
+            admitted += 1;
+        }
+    }
+    assert_eq!(
+        admitted,
+        400 - 40,
+        "the second replica admits all the first one did not use"
+    );
+}

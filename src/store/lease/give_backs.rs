@@ -51,6 +51,28 @@ impl<S: Store> GiveBacks<S> {
         }
     }
 
+    /// Gives back every hit the window algorithms' leases hold, whatever their use: the replica
+    /// stops deciding.
+    pub async fn release(&self, shards: &[Shard]) {
+        let mut due = Vec::new();
+        for shard in shards {
+            for slot in shard.lock().values() {
+                let algorithm = slot.rate.algorithm();
+                if !can_give_back(algorithm) {
+                    continue;
+                }
+                let now = self.clock.now_us();
+                let ended_are_given_back = algorithm == Algorithm::SlidingWindowCounter;
+                let swept = slot.ledger.lock().sweep(now, Some(0), ended_are_given_back);
+                slot.stats.record_expired(swept.expired);
+                due.extend(swept.unspent.into_iter().map(|u| (Arc::clone(slot), u)));
+            }
+        }
+        for call in due.chunks(MAX_CALL) {
+            self.give_back(call).await;
+        }
+    }
+
     /// Takes what is due out of every ledger.
     fn sweep(&self, shards: &[Shard]) -> Vec<(Arc<LeaseSlot>, Unspent)> {
         let mut due = Vec::new();

@@ -346,6 +346,28 @@ impl<S: Store> Store for LeasedStore<S> {
         self.inner.give_back(returns)
     }
 
+    /// Gives back every unspent hit of the window algorithms' leases, one store call per
+    /// [`LeaseSettings::wait`] at most, so that a replica stopping in a rolling deploy strands
+    /// nothing until its windows end. token_bucket and gcra leases end within a period anyway.
+    async fn release(&self) {
+        let give_backs = GiveBacks {
+            store: Arc::clone(&self.inner),
+            clock: Arc::clone(&self.clock),
+            shards: Arc::downgrade(&self.shards),
+            period: self.settings.period,
+        };
+        let bound = self.settings.wait.saturating_mul(2);
+        if tokio::time::timeout(bound, give_backs.release(&self.shards))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?bound,
+                "unspent leased hits not all given back before stopping"
+            );
+        }
+    }
+
     fn is_healthy(&self) -> impl std::future::Future<Output = bool> + Send {
         self.inner.is_healthy()
     }
