@@ -30,7 +30,7 @@ use super::connections::{CallGuard, CallKind, ConnectionHandle, StreamingRefused
 use super::grpc_timeout;
 use super::memory_budget::{self, CallCharge};
 use super::request_body::{BodyLimits, RequestBody};
-use crate::service::limited::Limited;
+use crate::service::transport_refusal::TransportRefusal;
 
 /// `:path` of health `Watch`.
 pub const WATCH_PATH: &str = "/grpc.health.v1.Health/Watch";
@@ -108,7 +108,7 @@ impl CallGate {
     fn admit(&self, request: &Request<Incoming>) -> Result<Admitted, Box<Answer>> {
         let metrics = self.connection.metrics();
         if request.method() != Method::POST {
-            metrics.record_limited(Limited::ContentType);
+            metrics.record_transport_refusal(TransportRefusal::ContentType);
             let mut answer = plain(StatusCode::METHOD_NOT_ALLOWED, "gRPC calls are POSTs\n");
             answer
                 .headers_mut()
@@ -116,7 +116,7 @@ impl CallGate {
             return Err(Box::new(answer));
         }
         if !is_grpc_content_type(request.headers().get(CONTENT_TYPE)) {
-            metrics.record_limited(Limited::ContentType);
+            metrics.record_transport_refusal(TransportRefusal::ContentType);
             return Err(Box::new(plain(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "gRPC calls have content-type application/grpc\n",
@@ -124,7 +124,7 @@ impl CallGate {
         }
         let budget = self.connection.budget();
         let Ok(charge) = budget.open_call(memory_budget::head_bytes(request)) else {
-            metrics.record_limited(Limited::MemoryBudget);
+            metrics.record_transport_refusal(TransportRefusal::MemoryBudget);
             return Err(Box::new(status(Status::resource_exhausted(
                 budget.refusal(),
             ))));
@@ -143,23 +143,23 @@ impl CallGate {
             limits.max_streaming_calls_per_connection,
         )
         .map_err(|refused| {
-            let (limited, message) = match refused {
+            let (refusal, message) = match refused {
                 StreamingRefused::Global => (
-                    Limited::StreamingCalls,
+                    TransportRefusal::StreamingCalls,
                     format!(
                         "the server holds its {} concurrent streaming calls (health Watch, reflection)",
                         limits.max_streaming_calls
                     ),
                 ),
                 StreamingRefused::PerConnection => (
-                    Limited::StreamingCallsPerConnection,
+                    TransportRefusal::StreamingCallsPerConnection,
                     format!(
                         "this connection holds its {} concurrent streaming calls (health Watch, reflection)",
                         limits.max_streaming_calls_per_connection
                     ),
                 ),
             };
-            metrics.record_limited(limited);
+            metrics.record_transport_refusal(refusal);
             Box::new(status(Status::resource_exhausted(message)))
         })
         .map(|call| Admitted {

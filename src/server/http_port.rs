@@ -23,7 +23,7 @@ use tokio::task::AbortHandle;
 
 use super::accept::AcceptBackoff;
 use crate::service::http::{respond, HttpState};
-use crate::service::limited::{Limited, Port};
+use crate::service::transport_refusal::{Port, TransportRefusal};
 use crate::service::Metrics;
 use crate::store::Store;
 
@@ -69,7 +69,7 @@ impl Open {
             let oldest = self.tasks.lock().pop_first();
             if let Some((_, task)) = oldest {
                 task.abort();
-                metrics.record_limited(Limited::HttpConnectionShed);
+                metrics.record_transport_refusal(TransportRefusal::HttpConnectionShed);
             }
             tokio::task::yield_now().await;
         }
@@ -169,7 +169,7 @@ async fn connection<S: Store>(
     let ended = tokio::select! {
         ended = connection.as_mut() => ended,
         _ = tokio::time::sleep(limits.connection_timeout) => {
-            metrics.record_limited(Limited::HttpConnectionTimeout);
+            metrics.record_transport_refusal(TransportRefusal::HttpConnectionTimeout);
             connection.as_mut().graceful_shutdown();
             match tokio::time::timeout(CLOSE_GRACE, connection).await {
                 Ok(ended) => ended,
@@ -179,7 +179,7 @@ async fn connection<S: Store>(
     };
     if let Err(error) = ended {
         if error.is_timeout() {
-            metrics.record_limited(Limited::HeaderReadTimeout);
+            metrics.record_transport_refusal(TransportRefusal::HeaderReadTimeout);
         }
         tracing::debug!(%error, "http connection ended with an error");
     }

@@ -28,7 +28,7 @@ use tokio::time::{Instant, Sleep};
 use tonic::Status;
 
 use super::connections::{BufferFull, BufferPool, Buffered, ConnectionHandle};
-use crate::service::limited::Limited;
+use crate::service::transport_refusal::TransportRefusal;
 use crate::service::Metrics;
 
 /// Length of a gRPC message header: compressed flag, 4-byte big-endian length.
@@ -186,22 +186,22 @@ impl RequestBody {
 
     fn fail(
         &mut self,
-        limited: Limited,
+        refusal: TransportRefusal,
         status: Status,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         self.failed = true;
         self.deadline = None;
         let _ = self.buffered.hold(0, 0, 0);
-        self.metrics.record_limited(limited);
+        self.metrics.record_transport_refusal(refusal);
         Poll::Ready(Some(Err(Box::new(status))))
     }
 
-    fn check(&mut self, data: &Bytes) -> Result<(), (Limited, Status)> {
+    fn check(&mut self, data: &Bytes) -> Result<(), (TransportRefusal, Status)> {
         let max = self.limits.max_message;
         match self.framing.feed(data.chunk(), self.single, max) {
             Err(Violation::TooLarge { length }) => {
                 return Err((
-                    Limited::RequestSize,
+                    TransportRefusal::RequestSize,
                     Status::resource_exhausted(format!(
                         "grpc: received message larger than max ({length} vs. {max}; {})",
                         self.limits.max_message_flags
@@ -210,7 +210,7 @@ impl RequestBody {
             }
             Err(Violation::SecondMessage) => {
                 return Err((
-                    Limited::Cardinality,
+                    TransportRefusal::Cardinality,
                     Status::unimplemented(
                         "more than one request message for a method that takes one",
                     ),
@@ -225,19 +225,19 @@ impl RequestBody {
         {
             Ok(()) => Ok(()),
             Err(BufferFull::Connection) => Err((
-                Limited::ConnectionBuffer,
+                TransportRefusal::ConnectionBuffer,
                 Status::resource_exhausted(format!(
                     "this connection's partly received messages reached {per_connection} bytes"
                 )),
             )),
             Err(BufferFull::Global) => Err((
-                Limited::BufferedBytes,
+                TransportRefusal::BufferedBytes,
                 Status::resource_exhausted(format!(
                     "partly received messages reached the server's {global} bytes"
                 )),
             )),
             Err(BufferFull::Memory) => Err((
-                Limited::MemoryBudget,
+                TransportRefusal::MemoryBudget,
                 Status::resource_exhausted(self.buffered.budget().refusal()),
             )),
         }
@@ -265,7 +265,7 @@ impl Body for RequestBody {
                     ready!(deadline.poll_expired(cx));
                     let timeout = this.limits.read_timeout;
                     return this.fail(
-                        Limited::ReadTimeout,
+                        TransportRefusal::ReadTimeout,
                         Status::deadline_exceeded(format!(
                             "the request was not received within {timeout:?}"
                         )),
@@ -280,7 +280,7 @@ impl Body for RequestBody {
                 let _ = this.buffered.hold(0, 0, 0);
                 if this.single && this.framing.messages == 0 {
                     return this.fail(
-                        Limited::Cardinality,
+                        TransportRefusal::Cardinality,
                         Status::unimplemented("no request message for a method that takes one"),
                     );
                 }
@@ -292,8 +292,8 @@ impl Body for RequestBody {
             }
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
-                    if let Err((limited, status)) = this.check(data) {
-                        return this.fail(limited, status);
+                    if let Err((refusal, status)) = this.check(data) {
+                        return this.fail(refusal, status);
                     }
                 }
                 Poll::Ready(Some(Ok(frame)))
