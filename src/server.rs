@@ -42,7 +42,7 @@ use self::accept::AcceptBackoff;
 use self::connections::Registry;
 use self::grpc_connection::{GrpcTransport, TransportOptions};
 pub use self::grpc_options::GrpcOptions;
-use self::http_port::HttpLimits;
+use self::http_port::HttpBounds;
 use self::listener::GrpcAddress;
 pub use self::listener::GrpcListener;
 use self::memory_budget::MemoryBudget;
@@ -815,14 +815,14 @@ async fn serve<S: Store>(
         extra_ports.push(("debug", listener.local_addr()?));
         http_ports.push((listener, http_state.clone()));
     }
-    let http_limits = HttpLimits {
+    let http_bounds = HttpBounds {
         max_connections: caps.http,
         header_read_timeout: bounds.http_header_read_timeout,
         connection_timeout: bounds.http_connection_timeout,
     };
     let http_task = tokio::spawn(http_port::serve(
         http_ports,
-        http_limits,
+        http_bounds,
         metrics.clone(),
         stopping.clone().cancelled_owned(),
     ));

@@ -29,7 +29,7 @@ use tower_service::Service as _;
 use super::connections::{CallGuard, CallKind, ConnectionHandle, StreamingRefused};
 use super::grpc_timeout;
 use super::memory_budget::{self, CallCharge};
-use super::request_body::{BodyLimits, RequestBody};
+use super::request_body::{BodyBounds, RequestBody};
 use crate::service::transport_refusal::TransportRefusal;
 
 /// `:path` of health `Watch`.
@@ -42,10 +42,10 @@ const REFLECTION_PREFIXES: [&str; 2] = [
 
 /// What the gate enforces, the same for every connection.
 #[derive(Debug, Clone, Copy)]
-pub struct GateLimits {
-    pub body: BodyLimits,
+pub struct GateBounds {
+    pub body: BodyBounds,
     /// RLQS calls' bodies: their usage reports have a cap of their own.
-    pub report_body: BodyLimits,
+    pub report_body: BodyBounds,
     pub max_concurrent_streams: u32,
     pub max_streaming_calls: usize,
     pub max_streaming_calls_per_connection: u32,
@@ -56,7 +56,7 @@ pub struct GateLimits {
 pub struct CallGate {
     routes: Routes,
     connection: ConnectionHandle,
-    limits: Arc<GateLimits>,
+    bounds: Arc<GateBounds>,
 }
 
 /// What an admitted call holds until its response ends: its count on the connection and its
@@ -95,11 +95,11 @@ impl Body for ResponseBody {
 type Answer = Response<ResponseBody>;
 
 impl CallGate {
-    pub fn new(routes: Routes, connection: ConnectionHandle, limits: Arc<GateLimits>) -> CallGate {
+    pub fn new(routes: Routes, connection: ConnectionHandle, bounds: Arc<GateBounds>) -> CallGate {
         CallGate {
             routes,
             connection,
-            limits,
+            bounds,
         }
     }
 
@@ -134,13 +134,13 @@ impl CallGate {
         } else {
             CallKind::Call
         };
-        let limits = &self.limits;
+        let bounds = &self.bounds;
         CallGuard::open(
             &self.connection,
             kind,
-            limits.max_concurrent_streams,
-            limits.max_streaming_calls,
-            limits.max_streaming_calls_per_connection,
+            bounds.max_concurrent_streams,
+            bounds.max_streaming_calls,
+            bounds.max_streaming_calls_per_connection,
         )
         .map_err(|refused| {
             let (refusal, message) = match refused {
@@ -148,14 +148,14 @@ impl CallGate {
                     TransportRefusal::StreamingCalls,
                     format!(
                         "the server holds its {} concurrent streaming calls (health Watch, reflection)",
-                        limits.max_streaming_calls
+                        bounds.max_streaming_calls
                     ),
                 ),
                 StreamingRefused::PerConnection => (
                     TransportRefusal::StreamingCallsPerConnection,
                     format!(
                         "this connection holds its {} concurrent streaming calls (health Watch, reflection)",
-                        limits.max_streaming_calls_per_connection
+                        bounds.max_streaming_calls_per_connection
                     ),
                 ),
             };
@@ -187,9 +187,9 @@ impl hyper::service::Service<Request<Incoming>> for CallGate {
         let deadline = grpc_timeout::requested(request.headers());
         let connection = self.connection.clone();
         let body_limits = if reports {
-            self.limits.report_body
+            self.bounds.report_body
         } else {
-            self.limits.body
+            self.bounds.body
         };
         let mut request = request;
         if reports {

@@ -22,12 +22,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
 
-use super::call_gate::{CallGate, GateLimits};
+use super::call_gate::{CallGate, GateBounds};
 use super::connection_age::ConnectionAge;
 use super::connections::{BufferPool, Registered, SHED_GRACE};
 use super::lanes::Accepted;
 use super::listener::AcceptedStream;
-use super::request_body::BodyLimits;
+use super::request_body::BodyBounds;
 use super::tls::ServerTls;
 use super::transport_bounds::TransportBounds;
 use crate::service::throttle::WarnThrottle;
@@ -51,7 +51,7 @@ pub struct TransportOptions {
 pub struct GrpcTransport {
     routes: Routes,
     http2: http2::Builder<TokioExecutor>,
-    gate: Arc<GateLimits>,
+    gate: Arc<GateBounds>,
     idle_timeout: Option<Duration>,
     options: TransportOptions,
     handshake_failures: AtomicU64,
@@ -80,7 +80,7 @@ impl GrpcTransport {
         // One message of the largest size always fits both budgets, or it could never arrive.
         let largest = bounds.max_request_size.saturating_add(5);
         let per_connection = (bounds.grpc_connection_window as usize).max(largest);
-        let body = BodyLimits {
+        let body = BodyBounds {
             max_message: bounds.max_request_size,
             max_message_flags: "--max-request-size",
             pool: BufferPool::Requests,
@@ -89,9 +89,9 @@ impl GrpcTransport {
             read_timeout: bounds.grpc_read_timeout,
         };
         let report_per_connection = per_connection.max(max_report.saturating_add(5));
-        let gate = GateLimits {
+        let gate = GateBounds {
             body,
-            report_body: BodyLimits {
+            report_body: BodyBounds {
                 max_message: max_report,
                 max_message_flags: "--rlqs-max-buckets-per-stream × --rlqs-max-bucket-id-bytes",
                 pool: BufferPool::Reports,

@@ -34,9 +34,9 @@ use crate::service::Metrics;
 /// Length of a gRPC message header: compressed flag, 4-byte big-endian length.
 const HEADER: usize = 5;
 
-/// The limits a request body enforces.
+/// The bounds a request body enforces.
 #[derive(Debug, Clone, Copy)]
-pub struct BodyLimits {
+pub struct BodyBounds {
     /// Largest message length accepted.
     pub max_message: usize,
     /// The flags that set `max_message`, named when a message is refused.
@@ -155,7 +155,7 @@ pub struct RequestBody {
     inner: Incoming,
     framing: Framing,
     single: bool,
-    limits: BodyLimits,
+    bounds: BodyBounds,
     buffered: Buffered,
     /// Single-request calls: when the request must be complete; cleared at its end.
     deadline: Option<Deadline>,
@@ -169,16 +169,16 @@ impl RequestBody {
     pub fn new(
         inner: Incoming,
         single: bool,
-        limits: BodyLimits,
+        bounds: BodyBounds,
         connection: &ConnectionHandle,
     ) -> RequestBody {
         RequestBody {
             inner,
             framing: Framing::default(),
             single,
-            limits,
-            buffered: Buffered::new(connection, limits.pool),
-            deadline: single.then(|| Deadline::At(Instant::now() + limits.read_timeout)),
+            bounds,
+            buffered: Buffered::new(connection, bounds.pool),
+            deadline: single.then(|| Deadline::At(Instant::now() + bounds.read_timeout)),
             metrics: connection.metrics().clone(),
             failed: false,
         }
@@ -197,14 +197,14 @@ impl RequestBody {
     }
 
     fn check(&mut self, data: &Bytes) -> Result<(), (TransportRefusal, Status)> {
-        let max = self.limits.max_message;
+        let max = self.bounds.max_message;
         match self.framing.feed(data.chunk(), self.single, max) {
             Err(Violation::TooLarge { length }) => {
                 return Err((
                     TransportRefusal::RequestSize,
                     Status::resource_exhausted(format!(
                         "grpc: received message larger than max ({length} vs. {max}; {})",
-                        self.limits.max_message_flags
+                        self.bounds.max_message_flags
                     )),
                 ))
             }
@@ -218,7 +218,7 @@ impl RequestBody {
             }
             Ok(()) => {}
         }
-        let (per_connection, global) = (self.limits.per_connection, self.limits.global);
+        let (per_connection, global) = (self.bounds.per_connection, self.bounds.global);
         match self
             .buffered
             .hold(self.framing.reserved(), per_connection, global)
@@ -263,7 +263,7 @@ impl Body for RequestBody {
             Poll::Pending => {
                 if let Some(deadline) = &mut this.deadline {
                     ready!(deadline.poll_expired(cx));
-                    let timeout = this.limits.read_timeout;
+                    let timeout = this.bounds.read_timeout;
                     return this.fail(
                         TransportRefusal::ReadTimeout,
                         Status::deadline_exceeded(format!(
