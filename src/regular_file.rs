@@ -39,19 +39,19 @@ pub enum FileError {
 }
 
 impl FileError {
-    /// Whether a configuration limit (size or file type) refused the file.
-    pub fn limit(&self) -> Option<FileLimit> {
+    /// Whether a configuration bound (size or file type) refused the file.
+    pub fn bound(&self) -> Option<FileBound> {
         match self {
-            FileError::NotRegular(_) => Some(FileLimit::FileType),
-            FileError::TooLarge { .. } | FileError::GrewPast { .. } => Some(FileLimit::FileBytes),
+            FileError::NotRegular(_) => Some(FileBound::FileType),
+            FileError::TooLarge { .. } | FileError::GrewPast { .. } => Some(FileBound::FileBytes),
             FileError::NotUtf8 | FileError::Io(_) => None,
         }
     }
 }
 
-/// The limit that refused a file.
+/// The bound that refused a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileLimit {
+pub enum FileBound {
     FileType,
     FileBytes,
 }
@@ -263,7 +263,7 @@ mod tests {
             error.to_string(),
             "file has 10 bytes; at most 9 are accepted"
         );
-        assert_eq!(error.limit(), Some(FileLimit::FileBytes));
+        assert_eq!(error.bound(), Some(FileBound::FileBytes));
     }
 
     #[cfg(target_os = "linux")]
@@ -275,7 +275,7 @@ mod tests {
             error.to_string(),
             "file grew past 10 bytes while it was read; at most 10 are accepted"
         );
-        assert_eq!(error.limit(), Some(FileLimit::FileBytes));
+        assert_eq!(error.bound(), Some(FileBound::FileBytes));
     }
 
     #[cfg(target_os = "linux")]
@@ -287,7 +287,7 @@ mod tests {
             error.to_string(),
             "not a regular file (a character device); only regular files and symlinks to regular files are read"
         );
-        assert_eq!(error.limit(), Some(FileLimit::FileType));
+        assert_eq!(error.bound(), Some(FileBound::FileType));
     }
 
     #[cfg(unix)]

@@ -2,7 +2,7 @@
 //! HTTP.
 //!
 //! [`run`] takes already-bound listeners so tests can bind port 0 and read the real ports. The
-//! transport (connections, their limits, TLS, the HTTP port) lives in the submodules.
+//! transport (connections, their bounds, TLS, the HTTP port) lives in the submodules.
 
 mod accept;
 mod call_gate;
@@ -13,7 +13,6 @@ pub mod grpc_options;
 mod grpc_timeout;
 mod http_port;
 mod lanes;
-pub mod limits;
 pub mod listener;
 mod machine_memory;
 pub mod memory_budget;
@@ -24,6 +23,7 @@ mod request_body;
 mod rlqs_thread;
 mod store_startup;
 pub mod tls;
+pub mod transport_bounds;
 pub mod uds_mode;
 
 use std::future::Future;
@@ -42,29 +42,29 @@ use self::accept::AcceptBackoff;
 use self::connections::Registry;
 use self::grpc_connection::{GrpcTransport, TransportOptions};
 pub use self::grpc_options::GrpcOptions;
-use self::http_port::HttpLimits;
-pub use self::limits::Limits;
+use self::http_port::HttpBounds;
 use self::listener::GrpcAddress;
 pub use self::listener::GrpcListener;
 use self::memory_budget::MemoryBudget;
 use self::store_startup::{RedisSlots, Startup};
 use self::tls::{ServerTls, TlsError, TLS_RELOAD_INTERVAL};
+pub use self::transport_bounds::TransportBounds;
 
 use crate::config::reload::{ReloadOutcome, Reloader};
 use crate::config::xds::{XdsConfig, XdsOptions, XdsUpdate};
 use crate::config::{self, ConfigErrors, LoadOptions};
 use crate::limiter::consistency::DEFAULT_LEASE_PERIOD;
-use crate::limiter::{Modes, RequestLimits, Rules};
+use crate::limiter::{Modes, RequestBounds, Rules};
 use crate::proto::rlqs::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::service::http::{HttpState, DEFAULT_METRICS_PATH};
-use crate::service::limited::Port;
 use crate::service::metrics::{DEFAULT_MAX_RULE_SERIES, DEFAULT_NEAR_LIMIT_RATIO};
 use crate::service::rlqs::{QuotaRegistry, RlqsService, RlqsSettings};
 use crate::service::statsd::{self, StatsdSettings};
 use crate::service::statsd_exporter::{EnvoyproxyMetrics, EnvoyproxyMetricsSettings};
 use crate::service::store_error_policy::StoreErrorPolicy;
+use crate::service::transport_refusal::Port;
 use crate::service::version_info::shown;
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
 use crate::store::lease::{LeaseSettings, LeaseStats, LeasedStore, RuleLeaseCounts};
@@ -120,7 +120,7 @@ pub struct Settings {
     /// (see [`lanes`]); lane 0 is the runtime `run` is called on.
     pub lanes: usize,
     /// What clients may make the ports hold (streams, bytes, connections, time).
-    pub limits: Limits,
+    pub transport_bounds: TransportBounds,
     /// Bytes all gRPC calls together may hold (see [`memory_budget`]).
     pub grpc_memory_budget: usize,
     /// Global shadow mode (`shadow_mode`: no limit denies, `overall_code` is always OK) and
@@ -137,9 +137,9 @@ pub struct Settings {
     /// with the memory store, which decides every rule exactly.
     pub lease_period: Duration,
     /// What one request may carry (descriptors, entries, entry bytes).
-    pub request_limits: RequestLimits,
+    pub request_bounds: RequestBounds,
     /// Bounds on configuration files (size, alias expansion).
-    pub config_limits: config::Limits,
+    pub config_bounds: config::ConfigBounds,
     /// Whether serving may start without a valid configuration, and whether health waits for
     /// one.
     pub initial_config: InitialConfig,
@@ -195,7 +195,7 @@ pub struct Listeners {
 impl Settings {
     /// Defaults for everything but the configuration: in-memory store, no headers, reload
     /// checked every second, `unavailable` on store errors, deny cache on (with Redis), near
-    /// limit at 80 %, the default transport limits, plaintext gRPC without an age limit.
+    /// limit at 80 %, the default transport bounds, plaintext gRPC without an age limit.
     pub fn new(config_paths: Vec<PathBuf>) -> Settings {
         Settings {
             config_paths,
@@ -212,14 +212,14 @@ impl Settings {
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
             metrics_max_rule_series: DEFAULT_MAX_RULE_SERIES,
             lanes: default_lanes(),
-            limits: Limits::default(),
+            transport_bounds: TransportBounds::default(),
             grpc_memory_budget: memory_budget::default_bytes(),
             modes: Modes::default(),
             response_dynamic_metadata: false,
             load: LoadOptions::default(),
             lease_period: DEFAULT_LEASE_PERIOD,
-            request_limits: RequestLimits::default(),
-            config_limits: config::Limits::default(),
+            request_bounds: RequestBounds::default(),
+            config_bounds: config::ConfigBounds::default(),
             initial_config: InitialConfig::default(),
             metrics_path: DEFAULT_METRICS_PATH.to_owned(),
             statsd: None,
@@ -340,11 +340,11 @@ struct Context {
     /// Called after a reload changed the rules (clears the deny cache).
     on_rules_changed: Box<dyn Fn() + Send + Sync>,
     lanes: usize,
-    limits: Limits,
+    transport_bounds: TransportBounds,
     grpc_memory_budget: usize,
     modes: Modes,
     response_dynamic_metadata: bool,
-    request_limits: RequestLimits,
+    request_bounds: RequestBounds,
     initial_config: InitialConfig,
     metrics_path: String,
     statsd: Option<StatsdSettings>,
@@ -390,7 +390,7 @@ pub async fn run<'a>(
             .map(Arc::new),
         connection_age: settings.grpc.connection_age,
     };
-    let loader = Arc::new(config::Loader::new(settings.config_limits).with_options(settings.load));
+    let loader = Arc::new(config::Loader::new(settings.config_bounds).with_options(settings.load));
     let feed = match settings.xds.clone() {
         Some(options) => {
             tracing::info!(
@@ -446,11 +446,11 @@ pub async fn run<'a>(
         drop_in: settings.drop_in.clone(),
         on_rules_changed: Box::new(|| {}),
         lanes: settings.lanes,
-        limits: settings.limits.clone(),
+        transport_bounds: settings.transport_bounds.clone(),
         grpc_memory_budget: settings.grpc_memory_budget,
         modes: settings.modes,
         response_dynamic_metadata: settings.response_dynamic_metadata,
-        request_limits: settings.request_limits,
+        request_bounds: settings.request_bounds,
         initial_config: settings.initial_config,
         metrics_path: settings.metrics_path.clone(),
         statsd: settings.statsd.clone(),
@@ -648,7 +648,7 @@ async fn serve<S: Store>(
         .with_store_error_policy(context.on_store_error)
         .with_modes(context.modes)
         .with_dynamic_metadata(context.response_dynamic_metadata)
-        .with_request_limits(context.request_limits);
+        .with_request_bounds(context.request_bounds);
     let edge = Arc::new(edge);
     let quotas = Arc::new(QuotaRegistry::new(
         context.rules.clone(),
@@ -753,9 +753,9 @@ async fn serve<S: Store>(
     } = listeners;
     let grpc_address = grpc.address()?;
     let http_addr = http.local_addr()?;
-    let limits = &context.limits;
+    let bounds = &context.transport_bounds;
     let open_files = open_files::current_soft_limit().unwrap_or(u64::MAX);
-    let caps = limits.connection_caps(open_files);
+    let caps = bounds.connection_caps(open_files);
     let metrics = context.metrics.clone();
     let budget = MemoryBudget::new(context.grpc_memory_budget);
     let held = {
@@ -775,7 +775,7 @@ async fn serve<S: Store>(
         health: health.clone(),
         metrics: Some(metrics.clone()),
         edge: Some(edge.clone()),
-        max_json_body: limits.max_request_size,
+        max_json_body: bounds.max_request_size,
         metrics_path: DEFAULT_METRICS_PATH.to_owned(),
         xds: context.config.xds(),
         rlqs: Some(quotas.clone()),
@@ -789,7 +789,7 @@ async fn serve<S: Store>(
             health: health.clone(),
             metrics: Some(metrics.clone()),
             edge: None,
-            max_json_body: limits.max_request_size,
+            max_json_body: bounds.max_request_size,
             metrics_path: context.metrics_path.clone(),
             xds: None,
             rlqs: None,
@@ -816,14 +816,14 @@ async fn serve<S: Store>(
         extra_ports.push(("debug", listener.local_addr()?));
         http_ports.push((listener, http_state.clone()));
     }
-    let http_limits = HttpLimits {
+    let http_bounds = HttpBounds {
         max_connections: caps.http,
-        header_read_timeout: limits.http_header_read_timeout,
-        connection_timeout: limits.http_connection_timeout,
+        header_read_timeout: bounds.http_header_read_timeout,
+        connection_timeout: bounds.http_connection_timeout,
     };
     let http_task = tokio::spawn(http_port::serve(
         http_ports,
-        http_limits,
+        http_bounds,
         metrics.clone(),
         stopping.clone().cancelled_owned(),
     ));
@@ -867,7 +867,7 @@ async fn serve<S: Store>(
         }
     });
     let rls =
-        RateLimitServiceServer::from_arc(edge).max_decoding_message_size(limits.max_request_size);
+        RateLimitServiceServer::from_arc(edge).max_decoding_message_size(bounds.max_request_size);
     let max_report = quotas.settings().max_report_bytes();
     let quota_service = RateLimitQuotaServiceServer::new(RlqsService::new(quotas, rlqs_work))
         .max_decoding_message_size(max_report);
@@ -878,7 +878,7 @@ async fn serve<S: Store>(
         .add_service(quota_service);
     let transport = Arc::new(GrpcTransport::new(
         routes,
-        limits,
+        bounds,
         max_report,
         context.transport.clone(),
     ));

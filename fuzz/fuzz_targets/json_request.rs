@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use ratelimitd::limiter::RequestLimits;
+use ratelimitd::limiter::RequestBounds;
 use ratelimitd::proto::rls::RateLimitRequest;
 use ratelimitd::service::convert::request_from_proto;
 use ratelimitd::service::json::request_from_json;
@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
             let bytes = request.encode_to_vec();
             let decoded = RateLimitRequest::decode(bytes.as_slice()).expect("own encoding decodes");
             assert_eq!(decoded, request);
-            let _ = request_from_proto(request, &RequestLimits::default());
+            let _ = request_from_proto(request, &RequestBounds::default());
         }
         Err(message) => assert!(!message.is_empty(), "an error without a message"),
     }

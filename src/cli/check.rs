@@ -55,7 +55,7 @@ pub fn check(args: &CheckArgs, matches: &ArgMatches, upstream: &Translation) -> 
         layout: options.layout,
         origin: &origin,
     };
-    match config::Loader::new(source.limits.limits())
+    match config::Loader::new(source.bounds.bounds())
         .with_options(options)
         .load(&source.config)
     {

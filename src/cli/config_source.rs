@@ -47,7 +47,7 @@ pub struct ConfigSourceArgs {
     #[arg(long, env = "RATELIMITD_MERGE_DOMAIN_CONFIG")]
     merge_domain_config: bool,
     #[command(flatten)]
-    pub limits: ConfigLimitArgs,
+    pub bounds: ConfigBoundArgs,
 }
 
 impl ConfigSourceArgs {
@@ -69,19 +69,19 @@ impl ConfigSourceArgs {
 
 /// Bounds on configuration files, for `serve` (at startup and every reload) and `check` alike.
 #[derive(clap::Args)]
-pub struct ConfigLimitArgs {
+pub struct ConfigBoundArgs {
     /// Largest configuration file, in bytes (checked before the file is opened).
-    #[arg(long, env = "RATELIMITD_MAX_CONFIG_FILE_BYTES", default_value_t = config::Limits::DEFAULT_MAX_FILE_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "RATELIMITD_MAX_CONFIG_FILE_BYTES", default_value_t = config::ConfigBounds::DEFAULT_MAX_FILE_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
     max_config_file_bytes: u64,
     /// Most bytes of scalars the YAML aliases (`*name`) of one file may add when expanded.
-    #[arg(long, env = "RATELIMITD_MAX_CONFIG_ALIAS_BYTES", default_value_t = config::Limits::DEFAULT_MAX_ALIAS_BYTES)]
+    #[arg(long, env = "RATELIMITD_MAX_CONFIG_ALIAS_BYTES", default_value_t = config::ConfigBounds::DEFAULT_MAX_ALIAS_BYTES)]
     max_config_alias_bytes: u64,
 }
 
-impl ConfigLimitArgs {
+impl ConfigBoundArgs {
     /// The bounds every configuration file is read within.
-    pub fn limits(&self) -> config::Limits {
-        config::Limits {
+    pub fn bounds(&self) -> config::ConfigBounds {
+        config::ConfigBounds {
             max_file_bytes: self.max_config_file_bytes,
             max_alias_bytes: self.max_config_alias_bytes,
         }

@@ -6,13 +6,13 @@
 //! upstream's, and every value goes through the same parser.
 
 mod arguments;
+mod bounds;
 mod check;
 mod command;
 mod config_source;
 mod failure_health;
 mod health;
 mod leases;
-mod limits;
 mod listeners;
 mod log_filter;
 mod log_lines;

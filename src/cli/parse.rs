@@ -3,7 +3,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
-use crate::server::limits;
+use crate::server::transport_bounds;
 
 /// A share in (0, 1].
 pub fn ratio(text: &str) -> Result<f64, String> {
@@ -15,7 +15,7 @@ pub fn ratio(text: &str) -> Result<f64, String> {
 
 /// A positive size in B, KiB, MiB or GiB.
 pub fn size(text: &str) -> Result<usize, String> {
-    let size = limits::parse_size(text)?;
+    let size = transport_bounds::parse_size(text)?;
     match usize::try_from(size) {
         Ok(size) if size > 0 => Ok(size),
         _ => Err(format!("`{text}` is not a positive size")),
@@ -24,7 +24,7 @@ pub fn size(text: &str) -> Result<usize, String> {
 
 /// An HTTP/2 window: 65535 bytes (the protocol's initial window) to 2^31 - 1.
 pub fn window(text: &str) -> Result<u32, String> {
-    let size = limits::parse_size(text)?;
+    let size = transport_bounds::parse_size(text)?;
     match u32::try_from(size) {
         Ok(size) if (65_535..=0x7fff_ffff).contains(&size) => Ok(size),
         _ => Err(format!(

@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::bounds::{RequestBoundArgs, TransportBoundArgs};
 use super::config_source::{ConfigSourceArgs, InitialConfigArgs, ReloadArgs};
 use super::leases::LeaseArgs;
-use super::limits::{LimitArgs, RequestLimitArgs};
 use super::listeners::{GrpcTransportArgs, ListenerArgs};
 use super::responses::ResponseArgs;
 use super::rlqs::RlqsArgs;
@@ -47,9 +47,9 @@ pub struct ServeArgs {
     #[command(flatten)]
     responses: ResponseArgs,
     #[command(flatten)]
-    request_limits: RequestLimitArgs,
+    request_bounds: RequestBoundArgs,
     #[command(flatten)]
-    limits: LimitArgs,
+    transport_bounds: TransportBoundArgs,
     #[command(flatten)]
     rlqs: RlqsArgs,
     #[command(flatten)]
@@ -81,8 +81,8 @@ impl ServeArgs {
             near_limit_ratio: self.telemetry.near_limit_ratio(),
             metrics_max_rule_series: self.telemetry.metrics_max_rule_series(),
             lanes: self.listeners.lanes(),
-            limits: self.limits.limits(),
-            grpc_memory_budget: self.limits.grpc_memory_budget(),
+            transport_bounds: self.transport_bounds.bounds(),
+            grpc_memory_budget: self.transport_bounds.grpc_memory_budget(),
             modes: self.responses.modes(),
             response_dynamic_metadata: self.responses.dynamic_metadata(),
             load: config::LoadOptions {
@@ -90,8 +90,8 @@ impl ServeArgs {
                 ..self.config.load_options()
             },
             lease_period: self.leases.lease_period(),
-            request_limits: self.request_limits.limits(),
-            config_limits: self.config.limits.limits(),
+            request_bounds: self.request_bounds.bounds(),
+            config_bounds: self.config.bounds.bounds(),
             initial_config: self.initial_config.initial_config(),
             metrics_path: self.listeners.ports.metrics_path.clone(),
             statsd: self.telemetry.statsd()?,

@@ -16,7 +16,7 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
-use super::limits::file_refusal;
+use super::bounds::file_refusal;
 use super::{config_files, Loader};
 use crate::regular_file::{self as file, FileError, Stamp};
 
@@ -83,7 +83,7 @@ impl Fingerprinter {
         cached: Option<&Cached>,
         loader: &Loader,
     ) -> Result<Cached, Refused> {
-        let max = loader.limits().max_file_bytes;
+        let max = loader.bounds().max_file_bytes;
         let stamp = file::stat(path).map_err(Refused::without_stamp)?;
         file::check_size(&stamp, max).map_err(|error| Refused::with_stamp(error, stamp))?;
         if let Some(cached) = cached.filter(|c| c.settled && c.stamp == stamp) {

@@ -1,13 +1,13 @@
 //! YAML configuration: files and directories to validated [`limiter::Rules`], with every error
 //! reported as `file:line:column: field: message`.
 //!
-//! [`crate::regular_file`] reads one file within the [`Limits`], [`yaml`] builds a positioned YAML tree,
+//! [`crate::regular_file`] reads one file within the [`ConfigBounds`], [`yaml`] builds a positioned YAML tree,
 //! [`schema`] validates it into one domain's rules, and this module finds the files and assembles
 //! the domains. [`reload`] watches them.
 
+mod bounds;
 mod error;
 mod fingerprint;
-mod limits;
 pub mod reload;
 mod schema;
 mod stats;
@@ -21,9 +21,9 @@ use std::path::{Path, PathBuf};
 use crate::limiter;
 use crate::regular_file as file;
 
+pub use bounds::ConfigBounds;
 pub use error::{ConfigError, ConfigErrors, Origin};
-pub use limits::Limits;
-pub use stats::{ConfigLimit, LoadStats};
+pub use stats::{ConfigBound, LoadStats};
 
 use schema::DescriptorId;
 use yaml::{Node, Pos};
@@ -60,30 +60,30 @@ pub enum DirectoryLayout {
     RuntimeTree { ignore_dotfiles: bool },
 }
 
-/// Loads every path with the default [`Limits`] and [`LoadOptions`] (see [`Loader::load`]).
+/// Loads every path with the default [`ConfigBounds`] and [`LoadOptions`] (see [`Loader::load`]).
 pub fn load(paths: &[PathBuf]) -> Result<limiter::Rules, ConfigErrors> {
-    Loader::new(Limits::default()).load(paths)
+    Loader::new(ConfigBounds::default()).load(paths)
 }
 
 /// [`load`], with the same domain in several files merged or refused as `options` says.
 pub fn load_with(paths: &[PathBuf], options: LoadOptions) -> Result<limiter::Rules, ConfigErrors> {
-    Loader::new(Limits::default())
+    Loader::new(ConfigBounds::default())
         .with_options(options)
         .load(paths)
 }
 
-/// Loads configurations within its [`Limits`], counting what it does in its [`LoadStats`].
+/// Loads configurations within its [`ConfigBounds`], counting what it does in its [`LoadStats`].
 #[derive(Debug, Default)]
 pub struct Loader {
-    limits: Limits,
+    bounds: ConfigBounds,
     options: LoadOptions,
     stats: LoadStats,
 }
 
 impl Loader {
-    pub fn new(limits: Limits) -> Loader {
+    pub fn new(bounds: ConfigBounds) -> Loader {
         Loader {
-            limits,
+            bounds,
             options: LoadOptions::default(),
             stats: LoadStats::default(),
         }
@@ -95,8 +95,8 @@ impl Loader {
         self
     }
 
-    pub fn limits(&self) -> Limits {
-        self.limits
+    pub fn bounds(&self) -> ConfigBounds {
+        self.bounds
     }
 
     /// What this loader (and the change checks using it) did so far.
@@ -112,7 +112,7 @@ impl Loader {
     /// same domain in two files is an error naming both files, unless
     /// [`LoadOptions::merge_domains`] merges them. A directory without configuration
     /// files contributes no domains. A configuration file that is not a regular file (a FIFO, a
-    /// device, a socket, or a symlink to one), or is larger than [`Limits::max_file_bytes`], is an
+    /// device, a socket, or a symlink to one), or is larger than [`ConfigBounds::max_file_bytes`], is an
     /// error naming it, like an unreadable file: it may hold limits the operator expects, so the
     /// configuration is not loaded without it. Neither is ever opened.
     pub fn load(&self, paths: &[PathBuf]) -> Result<limiter::Rules, ConfigErrors> {
@@ -125,7 +125,7 @@ impl Loader {
                 Err(error) => {
                     assembly
                         .errors
-                        .push(file_error(&file, limits::file_refusal(&error)));
+                        .push(file_error(&file, bounds::file_refusal(&error)));
                     continue;
                 }
             };
@@ -159,12 +159,12 @@ impl Loader {
     }
 
     fn read_text(&self, path: &Path) -> Result<String, file::FileError> {
-        let result = file::read_text(path, self.limits.max_file_bytes);
+        let result = file::read_text(path, self.bounds.max_file_bytes);
         match &result {
             Ok(_) | Err(file::FileError::NotUtf8) => self.stats.record_read(),
             Err(error) => {
-                if let Some(limit) = error.limit() {
-                    self.stats.record_rejection(limit.into());
+                if let Some(bound) = error.bound() {
+                    self.stats.record_rejection(bound.into());
                 }
             }
         }
@@ -177,9 +177,9 @@ impl Loader {
         text: &str,
     ) -> Result<schema::ParsedDomain, Vec<ConfigError>> {
         self.stats.record_parse();
-        let root = yaml::parse(text, self.limits.max_alias_bytes).map_err(|error| {
+        let root = yaml::parse(text, self.bounds.max_alias_bytes).map_err(|error| {
             if error.alias_budget {
-                self.stats.record_rejection(ConfigLimit::AliasBytes);
+                self.stats.record_rejection(ConfigBound::AliasBytes);
             }
             vec![yaml_error(origin, error)]
         })?;
@@ -320,7 +320,7 @@ fn merge_level(into: &mut limiter::RuleSet, mut more: limiter::RuleSet) {
     into.key_only.extend(more.key_only);
 }
 
-/// Parses one file's text with the default [`Limits`] (for tests and benchmarks). `origin` is the
+/// Parses one file's text with the default [`ConfigBounds`] (for tests and benchmarks). `origin` is the
 /// file name used in errors. Returns every error found in the file, in source order.
 pub fn parse_domain(origin: &Path, text: &str) -> Result<limiter::DomainRules, ConfigErrors> {
     Loader::default()

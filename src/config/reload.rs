@@ -104,7 +104,7 @@ impl Reloader {
         &self.rules
     }
 
-    /// The loader, with its limits and counters.
+    /// The loader, with its bounds and counters.
     pub fn loader(&self) -> &Arc<Loader> {
         &self.loader
     }
@@ -151,13 +151,13 @@ mod tests {
     use std::fs;
 
     use super::*;
-    use crate::config::Limits;
+    use crate::config::ConfigBounds;
 
     const GOOD: &str = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
     const OTHER: &str = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2}\n";
 
-    fn start(paths: &[PathBuf], limits: Limits) -> Reloader {
-        Reloader::start(paths.to_vec(), Arc::new(Loader::new(limits))).unwrap()
+    fn start(paths: &[PathBuf], bounds: ConfigBounds) -> Reloader {
+        Reloader::start(paths.to_vec(), Arc::new(Loader::new(bounds))).unwrap()
     }
 
     #[test]
@@ -165,7 +165,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("d.yaml");
         fs::write(&file, "domain: d\nbogus: 1\n").unwrap();
-        let loader = Arc::new(Loader::new(Limits::default()));
+        let loader = Arc::new(Loader::new(ConfigBounds::default()));
         let (reloader, errors) = Reloader::start_forced(vec![dir.path().to_path_buf()], loader);
         assert!(errors.is_some_and(|errors| errors.to_string().contains("d.yaml:2:1")));
         assert!(!reloader.has_loaded());
@@ -189,7 +189,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("d.yaml");
         fs::write(&file, GOOD).unwrap();
-        let reloader = start(&[dir.path().to_path_buf()], Limits::default());
+        let reloader = start(&[dir.path().to_path_buf()], ConfigBounds::default());
         let rules = reloader.rules().clone();
         assert!(reloader.reload_if_changed().is_none());
 
@@ -240,11 +240,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("d.yaml");
         fs::write(&file, GOOD).unwrap();
-        let limits = Limits {
+        let bounds = ConfigBounds {
             max_file_bytes: GOOD.len() as u64,
-            ..Limits::default()
+            ..ConfigBounds::default()
         };
-        let reloader = start(&[dir.path().to_path_buf()], limits);
+        let reloader = start(&[dir.path().to_path_buf()], bounds);
         let big = format!("{GOOD}# padding\n");
         fs::write(&file, &big).unwrap();
         let reads = reloader.loader().stats().files_read();
@@ -268,7 +268,7 @@ mod tests {
             reloader
                 .loader()
                 .stats()
-                .rejected(crate::config::ConfigLimit::FileBytes),
+                .rejected(crate::config::ConfigBound::FileBytes),
             1
         );
 
@@ -294,7 +294,7 @@ mod tests {
             .unwrap()
             .set_modified(old)
             .unwrap();
-        let reloader = start(std::slice::from_ref(&file), Limits::default());
+        let reloader = start(std::slice::from_ref(&file), ConfigBounds::default());
         // ctime moved with set_modified; wait until it too is older than the granularity.
         std::thread::sleep(std::time::Duration::from_millis(2100));
         assert!(reloader.changed().is_none());

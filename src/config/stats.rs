@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::regular_file::FileLimit;
+use crate::regular_file::FileBound;
 
 /// What loads and change checks did since the process started. Every counter only grows.
 #[derive(Debug, Default)]
@@ -14,9 +14,9 @@ pub struct LoadStats {
     alias_budget: AtomicU64,
 }
 
-/// A configuration limit that refused a file, as the metrics label it.
+/// A configuration bound that refused a file, as the metrics label it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConfigLimit {
+pub enum ConfigBound {
     /// Larger than `--max-config-file-bytes`.
     FileBytes,
     /// Not a regular file (a FIFO, a device, a socket).
@@ -25,28 +25,28 @@ pub enum ConfigLimit {
     AliasBytes,
 }
 
-impl ConfigLimit {
-    pub const ALL: [ConfigLimit; 3] = [
-        ConfigLimit::FileBytes,
-        ConfigLimit::FileType,
-        ConfigLimit::AliasBytes,
+impl ConfigBound {
+    pub const ALL: [ConfigBound; 3] = [
+        ConfigBound::FileBytes,
+        ConfigBound::FileType,
+        ConfigBound::AliasBytes,
     ];
 
     /// The `limit` label value.
     pub fn label(self) -> &'static str {
         match self {
-            ConfigLimit::FileBytes => "file_bytes",
-            ConfigLimit::FileType => "file_type",
-            ConfigLimit::AliasBytes => "alias_bytes",
+            ConfigBound::FileBytes => "file_bytes",
+            ConfigBound::FileType => "file_type",
+            ConfigBound::AliasBytes => "alias_bytes",
         }
     }
 }
 
-impl From<FileLimit> for ConfigLimit {
-    fn from(limit: FileLimit) -> ConfigLimit {
-        match limit {
-            FileLimit::FileBytes => ConfigLimit::FileBytes,
-            FileLimit::FileType => ConfigLimit::FileType,
+impl From<FileBound> for ConfigBound {
+    fn from(bound: FileBound) -> ConfigBound {
+        match bound {
+            FileBound::FileBytes => ConfigBound::FileBytes,
+            FileBound::FileType => ConfigBound::FileType,
         }
     }
 }
@@ -62,9 +62,9 @@ impl LoadStats {
         self.files_parsed.load(Ordering::Relaxed)
     }
 
-    /// Files that `limit` refused, counted at each load that met them.
-    pub fn rejected(&self, limit: ConfigLimit) -> u64 {
-        self.counter(limit).load(Ordering::Relaxed)
+    /// Files that `bound` refused, counted at each load that met them.
+    pub fn rejected(&self, bound: ConfigBound) -> u64 {
+        self.counter(bound).load(Ordering::Relaxed)
     }
 
     pub(super) fn record_read(&self) {
@@ -75,15 +75,15 @@ impl LoadStats {
         self.files_parsed.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(super) fn record_rejection(&self, limit: ConfigLimit) {
-        self.counter(limit).fetch_add(1, Ordering::Relaxed);
+    pub(super) fn record_rejection(&self, bound: ConfigBound) {
+        self.counter(bound).fetch_add(1, Ordering::Relaxed);
     }
 
-    fn counter(&self, limit: ConfigLimit) -> &AtomicU64 {
-        match limit {
-            ConfigLimit::FileBytes => &self.too_large,
-            ConfigLimit::FileType => &self.not_regular,
-            ConfigLimit::AliasBytes => &self.alias_budget,
+    fn counter(&self, bound: ConfigBound) -> &AtomicU64 {
+        match bound {
+            ConfigBound::FileBytes => &self.too_large,
+            ConfigBound::FileType => &self.not_regular,
+            ConfigBound::AliasBytes => &self.alias_budget,
         }
     }
 }

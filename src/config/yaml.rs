@@ -586,7 +586,10 @@ mod tests {
     use super::*;
 
     fn parse_default(text: &str) -> Result<Node, SyntaxError> {
-        parse(text, crate::config::limits::Limits::DEFAULT_MAX_ALIAS_BYTES)
+        parse(
+            text,
+            crate::config::bounds::ConfigBounds::DEFAULT_MAX_ALIAS_BYTES,
+        )
     }
 
     fn map(node: &Node) -> &Map {

@@ -12,7 +12,7 @@ pub mod plan;
 pub mod quota;
 pub mod rate;
 pub mod request;
-pub mod request_limits;
+pub mod request_bounds;
 pub mod rules;
 pub mod wildcard;
 
@@ -25,7 +25,7 @@ pub use plan::{
 };
 pub use rate::{Algorithm, Rate, RateError, Unit};
 pub use request::{Descriptor, Entry, LimitOverride, Request};
-pub use request_limits::{LimitExceeded, RequestLimit, RequestLimits};
+pub use request_bounds::{BoundExceeded, RequestBound, RequestBounds};
 pub use rules::{
     ConfiguredLimit, DomainRules, LimitKind, LimitedRate, RuleNode, RuleSet, Rules, WildcardRule,
 };

@@ -10,8 +10,8 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::service::limited::Port;
 use crate::service::throttle::WarnThrottle;
+use crate::service::transport_refusal::Port;
 use crate::service::Metrics;
 
 /// First wait after a failed accept.

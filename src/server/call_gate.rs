@@ -29,8 +29,8 @@ use tower_service::Service as _;
 use super::connections::{CallGuard, CallKind, ConnectionHandle, StreamingRefused};
 use super::grpc_timeout;
 use super::memory_budget::{self, CallCharge};
-use super::request_body::{BodyLimits, RequestBody};
-use crate::service::limited::Limited;
+use super::request_body::{BodyBounds, RequestBody};
+use crate::service::transport_refusal::TransportRefusal;
 
 /// `:path` of health `Watch`.
 pub const WATCH_PATH: &str = "/grpc.health.v1.Health/Watch";
@@ -42,10 +42,10 @@ const REFLECTION_PREFIXES: [&str; 2] = [
 
 /// What the gate enforces, the same for every connection.
 #[derive(Debug, Clone, Copy)]
-pub struct GateLimits {
-    pub body: BodyLimits,
+pub struct GateBounds {
+    pub body: BodyBounds,
     /// RLQS calls' bodies: their usage reports have a cap of their own.
-    pub report_body: BodyLimits,
+    pub report_body: BodyBounds,
     pub max_concurrent_streams: u32,
     pub max_streaming_calls: usize,
     pub max_streaming_calls_per_connection: u32,
@@ -56,7 +56,7 @@ pub struct GateLimits {
 pub struct CallGate {
     routes: Routes,
     connection: ConnectionHandle,
-    limits: Arc<GateLimits>,
+    bounds: Arc<GateBounds>,
 }
 
 /// What an admitted call holds until its response ends: its count on the connection and its
@@ -95,11 +95,11 @@ impl Body for ResponseBody {
 type Answer = Response<ResponseBody>;
 
 impl CallGate {
-    pub fn new(routes: Routes, connection: ConnectionHandle, limits: Arc<GateLimits>) -> CallGate {
+    pub fn new(routes: Routes, connection: ConnectionHandle, bounds: Arc<GateBounds>) -> CallGate {
         CallGate {
             routes,
             connection,
-            limits,
+            bounds,
         }
     }
 
@@ -108,7 +108,7 @@ impl CallGate {
     fn admit(&self, request: &Request<Incoming>) -> Result<Admitted, Box<Answer>> {
         let metrics = self.connection.metrics();
         if request.method() != Method::POST {
-            metrics.record_limited(Limited::ContentType);
+            metrics.record_transport_refusal(TransportRefusal::ContentType);
             let mut answer = plain(StatusCode::METHOD_NOT_ALLOWED, "gRPC calls are POSTs\n");
             answer
                 .headers_mut()
@@ -116,7 +116,7 @@ impl CallGate {
             return Err(Box::new(answer));
         }
         if !is_grpc_content_type(request.headers().get(CONTENT_TYPE)) {
-            metrics.record_limited(Limited::ContentType);
+            metrics.record_transport_refusal(TransportRefusal::ContentType);
             return Err(Box::new(plain(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "gRPC calls have content-type application/grpc\n",
@@ -124,7 +124,7 @@ impl CallGate {
         }
         let budget = self.connection.budget();
         let Ok(charge) = budget.open_call(memory_budget::head_bytes(request)) else {
-            metrics.record_limited(Limited::MemoryBudget);
+            metrics.record_transport_refusal(TransportRefusal::MemoryBudget);
             return Err(Box::new(status(Status::resource_exhausted(
                 budget.refusal(),
             ))));
@@ -134,32 +134,32 @@ impl CallGate {
         } else {
             CallKind::Call
         };
-        let limits = &self.limits;
+        let bounds = &self.bounds;
         CallGuard::open(
             &self.connection,
             kind,
-            limits.max_concurrent_streams,
-            limits.max_streaming_calls,
-            limits.max_streaming_calls_per_connection,
+            bounds.max_concurrent_streams,
+            bounds.max_streaming_calls,
+            bounds.max_streaming_calls_per_connection,
         )
         .map_err(|refused| {
-            let (limited, message) = match refused {
+            let (refusal, message) = match refused {
                 StreamingRefused::Global => (
-                    Limited::StreamingCalls,
+                    TransportRefusal::StreamingCalls,
                     format!(
                         "the server holds its {} concurrent streaming calls (health Watch, reflection)",
-                        limits.max_streaming_calls
+                        bounds.max_streaming_calls
                     ),
                 ),
                 StreamingRefused::PerConnection => (
-                    Limited::StreamingCallsPerConnection,
+                    TransportRefusal::StreamingCallsPerConnection,
                     format!(
                         "this connection holds its {} concurrent streaming calls (health Watch, reflection)",
-                        limits.max_streaming_calls_per_connection
+                        bounds.max_streaming_calls_per_connection
                     ),
                 ),
             };
-            metrics.record_limited(limited);
+            metrics.record_transport_refusal(refusal);
             Box::new(status(Status::resource_exhausted(message)))
         })
         .map(|call| Admitted {
@@ -187,9 +187,9 @@ impl hyper::service::Service<Request<Incoming>> for CallGate {
         let deadline = grpc_timeout::requested(request.headers());
         let connection = self.connection.clone();
         let body_limits = if reports {
-            self.limits.report_body
+            self.bounds.report_body
         } else {
-            self.limits.body
+            self.bounds.body
         };
         let mut request = request;
         if reports {

@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::memory_budget::MemoryBudget;
-use crate::service::limited::Limited;
+use crate::service::transport_refusal::TransportRefusal;
 use crate::service::Metrics;
 
 /// How long a connection told to close (shed or idle) may keep its open streams before it is
@@ -120,7 +120,8 @@ impl Registry {
         let mut open = self.open.lock();
         if open.len() >= self.cap {
             if self.shedding.load(Ordering::Relaxed) >= MAX_SHEDDING {
-                self.metrics.record_limited(Limited::ConnectionRefused);
+                self.metrics
+                    .record_transport_refusal(TransportRefusal::ConnectionRefused);
                 return Err(Refused);
             }
             let victim = open
@@ -134,13 +135,15 @@ impl Registry {
                     )
                 });
             let Some(victim) = victim else {
-                self.metrics.record_limited(Limited::ConnectionRefused);
+                self.metrics
+                    .record_transport_refusal(TransportRefusal::ConnectionRefused);
                 return Err(Refused);
             };
             victim.shedding.store(true, Ordering::Relaxed);
             self.shedding.fetch_add(1, Ordering::Relaxed);
             victim.shed.notify_one();
-            self.metrics.record_limited(Limited::ConnectionShed);
+            self.metrics
+                .record_transport_refusal(TransportRefusal::ConnectionShed);
         }
         let connection = Arc::new(Connection {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
@@ -291,7 +294,9 @@ impl CallGuard {
         let open =
             connection.calls.load(Ordering::Relaxed) + connection.streaming.load(Ordering::Relaxed);
         if open >= max_streams {
-            registry.metrics.record_limited(Limited::ConcurrentStreams);
+            registry
+                .metrics
+                .record_transport_refusal(TransportRefusal::ConcurrentStreams);
         }
         Ok(CallGuard {
             registry: registry.clone(),
@@ -463,8 +468,18 @@ mod tests {
         // Every connection has a call in flight: refused.
         let _c2 = CallGuard::open(&fifth.handle(), CallKind::Call, 100, 10, 10).unwrap();
         assert_eq!(registry.admit().err(), Some(Refused));
-        assert_eq!(registry.metrics.limited(Limited::ConnectionShed), 2);
-        assert_eq!(registry.metrics.limited(Limited::ConnectionRefused), 1);
+        assert_eq!(
+            registry
+                .metrics
+                .transport_refusals(TransportRefusal::ConnectionShed),
+            2
+        );
+        assert_eq!(
+            registry
+                .metrics
+                .transport_refusals(TransportRefusal::ConnectionRefused),
+            1
+        );
         assert_eq!(registry.open_connections(), 3);
     }
 

@@ -3,7 +3,7 @@
 //! too long, is shed to make room or reached its maximum age, and for good [`SHED_GRACE`] (or
 //! the age grace) later.
 //!
-//! Every connection advertises the stream limit and flow-control windows of the [`Limits`]: a
+//! Every connection advertises the stream limit and flow-control windows of the [`TransportBounds`]: a
 //! peer may send at most a stream window per stream and a connection window in all before the
 //! server reads, and what the server reads is checked message by message ([`CallGate`]). With
 //! TLS, the handshake runs on the connection's lane, within [`TLS_HANDSHAKE_TIMEOUT`].
@@ -22,16 +22,16 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
 
-use super::call_gate::{CallGate, GateLimits};
+use super::call_gate::{CallGate, GateBounds};
 use super::connection_age::ConnectionAge;
 use super::connections::{BufferPool, Registered, SHED_GRACE};
 use super::lanes::Accepted;
-use super::limits::Limits;
 use super::listener::AcceptedStream;
-use super::request_body::BodyLimits;
+use super::request_body::BodyBounds;
 use super::tls::ServerTls;
-use crate::service::limited::Limited;
+use super::transport_bounds::TransportBounds;
 use crate::service::throttle::WarnThrottle;
+use crate::service::transport_refusal::TransportRefusal;
 
 /// HTTP/2 PINGs to idle clients, so a vanished peer does not hold a connection forever.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -40,7 +40,7 @@ const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time a client has to complete its TLS handshake; a connection that has not by then is closed.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What the gRPC connections are served with besides the [`Limits`]: TLS and their age limit.
+/// What the gRPC connections are served with besides the [`TransportBounds`]: TLS and their age limit.
 #[derive(Clone, Default)]
 pub struct TransportOptions {
     pub tls: Option<Arc<ServerTls>>,
@@ -51,7 +51,7 @@ pub struct TransportOptions {
 pub struct GrpcTransport {
     routes: Routes,
     http2: http2::Builder<TokioExecutor>,
-    gate: Arc<GateLimits>,
+    gate: Arc<GateBounds>,
     idle_timeout: Option<Duration>,
     options: TransportOptions,
     handshake_failures: AtomicU64,
@@ -64,34 +64,34 @@ impl GrpcTransport {
     /// ([`crate::service::rlqs::RlqsSettings::max_report_bytes`]).
     pub fn new(
         routes: Routes,
-        limits: &Limits,
+        bounds: &TransportBounds,
         max_report: usize,
         options: TransportOptions,
     ) -> GrpcTransport {
         let mut http2 = http2::Builder::new(TokioExecutor::new());
         http2
             .timer(TokioTimer::new())
-            .max_concurrent_streams(limits.grpc_max_concurrent_streams)
-            .initial_stream_window_size(limits.grpc_stream_window)
-            .initial_connection_window_size(limits.grpc_connection_window)
+            .max_concurrent_streams(bounds.grpc_max_concurrent_streams)
+            .initial_stream_window_size(bounds.grpc_stream_window)
+            .initial_connection_window_size(bounds.grpc_connection_window)
             .adaptive_window(false)
             .keep_alive_interval(KEEPALIVE_INTERVAL)
             .keep_alive_timeout(KEEPALIVE_TIMEOUT);
         // One message of the largest size always fits both budgets, or it could never arrive.
-        let largest = limits.max_request_size.saturating_add(5);
-        let per_connection = (limits.grpc_connection_window as usize).max(largest);
-        let body = BodyLimits {
-            max_message: limits.max_request_size,
+        let largest = bounds.max_request_size.saturating_add(5);
+        let per_connection = (bounds.grpc_connection_window as usize).max(largest);
+        let body = BodyBounds {
+            max_message: bounds.max_request_size,
             max_message_flags: "--max-request-size",
             pool: BufferPool::Requests,
             per_connection,
-            global: limits.grpc_max_buffered_bytes.max(per_connection),
-            read_timeout: limits.grpc_read_timeout,
+            global: bounds.grpc_max_buffered_bytes.max(per_connection),
+            read_timeout: bounds.grpc_read_timeout,
         };
         let report_per_connection = per_connection.max(max_report.saturating_add(5));
-        let gate = GateLimits {
+        let gate = GateBounds {
             body,
-            report_body: BodyLimits {
+            report_body: BodyBounds {
                 max_message: max_report,
                 max_message_flags: "--rlqs-max-buckets-per-stream × --rlqs-max-bucket-id-bytes",
                 pool: BufferPool::Reports,
@@ -99,15 +99,15 @@ impl GrpcTransport {
                 global: body.global.max(report_per_connection),
                 ..body
             },
-            max_concurrent_streams: limits.grpc_max_concurrent_streams,
-            max_streaming_calls: limits.grpc_max_streaming_calls,
-            max_streaming_calls_per_connection: limits.grpc_max_streaming_calls_per_connection,
+            max_concurrent_streams: bounds.grpc_max_concurrent_streams,
+            max_streaming_calls: bounds.grpc_max_streaming_calls,
+            max_streaming_calls_per_connection: bounds.grpc_max_streaming_calls_per_connection,
         };
         GrpcTransport {
             routes: routes.prepare(),
             http2,
             gate: Arc::new(gate),
-            idle_timeout: limits.grpc_idle_timeout.filter(|t| !t.is_zero()),
+            idle_timeout: bounds.grpc_idle_timeout.filter(|t| !t.is_zero()),
             options,
             handshake_failures: AtomicU64::new(0),
             handshake_warnings: WarnThrottle::new(),
@@ -236,7 +236,7 @@ impl GrpcTransport {
                     connection.as_mut().graceful_shutdown();
                 }
                 _ = idle(&registered, idle_timeout), if !closing_down => {
-                    registered.handle().metrics().record_limited(Limited::IdleTimeout);
+                    registered.handle().metrics().record_transport_refusal(TransportRefusal::IdleTimeout);
                     if !registered.used() {
                         return;
                     }

@@ -1,4 +1,4 @@
-//! What the gRPC port speaks and how long its connections live, besides the [`super::Limits`].
+//! What the gRPC port speaks and how long its connections live, besides the [`super::TransportBounds`].
 
 use super::connection_age::ConnectionAge;
 use super::tls::TlsSettings;

@@ -23,7 +23,7 @@ use tokio::task::AbortHandle;
 
 use super::accept::AcceptBackoff;
 use crate::service::http::{respond, HttpState};
-use crate::service::limited::{Limited, Port};
+use crate::service::transport_refusal::{Port, TransportRefusal};
 use crate::service::Metrics;
 use crate::store::Store;
 
@@ -31,9 +31,9 @@ use crate::store::Store;
 /// connection is closed anyway.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
-/// The HTTP port's limits.
+/// The HTTP port's bounds.
 #[derive(Debug, Clone, Copy)]
-pub struct HttpLimits {
+pub struct HttpBounds {
     pub max_connections: usize,
     pub header_read_timeout: Duration,
     pub connection_timeout: Duration,
@@ -69,7 +69,7 @@ impl Open {
             let oldest = self.tasks.lock().pop_first();
             if let Some((_, task)) = oldest {
                 task.abort();
-                metrics.record_limited(Limited::HttpConnectionShed);
+                metrics.record_transport_refusal(TransportRefusal::HttpConnectionShed);
             }
             tokio::task::yield_now().await;
         }
@@ -78,10 +78,10 @@ impl Open {
 
 /// Serves HTTP/1.1 on every listener, each with its own [`HttpState`] (the HTTP port, and the
 /// metrics and debug ports when configured), until `shutdown` completes. The connection cap is
-/// shared: together the ports hold at most `limits.max_connections` connections.
+/// shared: together the ports hold at most `bounds.max_connections` connections.
 pub async fn serve<S: Store>(
     listeners: Vec<(TcpListener, Arc<HttpState<S>>)>,
-    limits: HttpLimits,
+    bounds: HttpBounds,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -97,7 +97,7 @@ pub async fn serve<S: Store>(
         accept_loop(
             listener,
             state,
-            limits,
+            bounds,
             metrics.clone(),
             open.clone(),
             next_id.clone(),
@@ -112,7 +112,7 @@ pub async fn serve<S: Store>(
 async fn accept_loop<S: Store>(
     listener: TcpListener,
     state: Arc<HttpState<S>>,
-    limits: HttpLimits,
+    bounds: HttpBounds,
     metrics: Arc<Metrics>,
     open: Arc<Open>,
     next_id: Arc<AtomicU64>,
@@ -129,7 +129,7 @@ async fn accept_loop<S: Store>(
                 continue;
             }
         };
-        open.make_room(limits.max_connections, &metrics).await;
+        open.make_room(bounds.max_connections, &metrics).await;
         let id = next_id.fetch_add(1, Ordering::Relaxed);
         open.live.fetch_add(1, Ordering::AcqRel);
         let listed = Listed {
@@ -140,7 +140,7 @@ async fn accept_loop<S: Store>(
         let task = tokio::spawn(connection(
             stream,
             state.clone(),
-            limits,
+            bounds,
             metrics.clone(),
             listed,
         ));
@@ -152,7 +152,7 @@ async fn accept_loop<S: Store>(
 async fn connection<S: Store>(
     stream: TcpStream,
     state: Arc<HttpState<S>>,
-    limits: HttpLimits,
+    bounds: HttpBounds,
     metrics: Arc<Metrics>,
     _listed: Listed,
 ) {
@@ -163,13 +163,13 @@ async fn connection<S: Store>(
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
+        .header_read_timeout(bounds.header_read_timeout);
     let connection = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(connection);
     let ended = tokio::select! {
         ended = connection.as_mut() => ended,
-        _ = tokio::time::sleep(limits.connection_timeout) => {
-            metrics.record_limited(Limited::HttpConnectionTimeout);
+        _ = tokio::time::sleep(bounds.connection_timeout) => {
+            metrics.record_transport_refusal(TransportRefusal::HttpConnectionTimeout);
             connection.as_mut().graceful_shutdown();
             match tokio::time::timeout(CLOSE_GRACE, connection).await {
                 Ok(ended) => ended,
@@ -179,7 +179,7 @@ async fn connection<S: Store>(
     };
     if let Err(error) = ended {
         if error.is_timeout() {
-            metrics.record_limited(Limited::HeaderReadTimeout);
+            metrics.record_transport_refusal(TransportRefusal::HeaderReadTimeout);
         }
         tracing::debug!(%error, "http connection ended with an error");
     }

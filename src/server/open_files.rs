@@ -3,7 +3,7 @@
 //!
 //! The usual soft limit of 1024 was chosen for `select(2)`, which this process never uses; each
 //! connection costs one descriptor, so a busy server needs the hard limit (often 524288 or
-//! 1048576) and caps below it (see [`super::limits::Limits::connection_caps`]).
+//! 1048576) and caps below it (see [`super::transport_bounds::TransportBounds::connection_caps`]).
 
 /// The soft and hard open-files limits before and after [`raise_to_hard_limit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

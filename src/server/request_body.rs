@@ -28,15 +28,15 @@ use tokio::time::{Instant, Sleep};
 use tonic::Status;
 
 use super::connections::{BufferFull, BufferPool, Buffered, ConnectionHandle};
-use crate::service::limited::Limited;
+use crate::service::transport_refusal::TransportRefusal;
 use crate::service::Metrics;
 
 /// Length of a gRPC message header: compressed flag, 4-byte big-endian length.
 const HEADER: usize = 5;
 
-/// The limits a request body enforces.
+/// The bounds a request body enforces.
 #[derive(Debug, Clone, Copy)]
-pub struct BodyLimits {
+pub struct BodyBounds {
     /// Largest message length accepted.
     pub max_message: usize,
     /// The flags that set `max_message`, named when a message is refused.
@@ -155,7 +155,7 @@ pub struct RequestBody {
     inner: Incoming,
     framing: Framing,
     single: bool,
-    limits: BodyLimits,
+    bounds: BodyBounds,
     buffered: Buffered,
     /// Single-request calls: when the request must be complete; cleared at its end.
     deadline: Option<Deadline>,
@@ -169,16 +169,16 @@ impl RequestBody {
     pub fn new(
         inner: Incoming,
         single: bool,
-        limits: BodyLimits,
+        bounds: BodyBounds,
         connection: &ConnectionHandle,
     ) -> RequestBody {
         RequestBody {
             inner,
             framing: Framing::default(),
             single,
-            limits,
-            buffered: Buffered::new(connection, limits.pool),
-            deadline: single.then(|| Deadline::At(Instant::now() + limits.read_timeout)),
+            bounds,
+            buffered: Buffered::new(connection, bounds.pool),
+            deadline: single.then(|| Deadline::At(Instant::now() + bounds.read_timeout)),
             metrics: connection.metrics().clone(),
             failed: false,
         }
@@ -186,31 +186,31 @@ impl RequestBody {
 
     fn fail(
         &mut self,
-        limited: Limited,
+        refusal: TransportRefusal,
         status: Status,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         self.failed = true;
         self.deadline = None;
         let _ = self.buffered.hold(0, 0, 0);
-        self.metrics.record_limited(limited);
+        self.metrics.record_transport_refusal(refusal);
         Poll::Ready(Some(Err(Box::new(status))))
     }
 
-    fn check(&mut self, data: &Bytes) -> Result<(), (Limited, Status)> {
-        let max = self.limits.max_message;
+    fn check(&mut self, data: &Bytes) -> Result<(), (TransportRefusal, Status)> {
+        let max = self.bounds.max_message;
         match self.framing.feed(data.chunk(), self.single, max) {
             Err(Violation::TooLarge { length }) => {
                 return Err((
-                    Limited::RequestSize,
+                    TransportRefusal::RequestSize,
                     Status::resource_exhausted(format!(
                         "grpc: received message larger than max ({length} vs. {max}; {})",
-                        self.limits.max_message_flags
+                        self.bounds.max_message_flags
                     )),
                 ))
             }
             Err(Violation::SecondMessage) => {
                 return Err((
-                    Limited::Cardinality,
+                    TransportRefusal::Cardinality,
                     Status::unimplemented(
                         "more than one request message for a method that takes one",
                     ),
@@ -218,26 +218,26 @@ impl RequestBody {
             }
             Ok(()) => {}
         }
-        let (per_connection, global) = (self.limits.per_connection, self.limits.global);
+        let (per_connection, global) = (self.bounds.per_connection, self.bounds.global);
         match self
             .buffered
             .hold(self.framing.reserved(), per_connection, global)
         {
             Ok(()) => Ok(()),
             Err(BufferFull::Connection) => Err((
-                Limited::ConnectionBuffer,
+                TransportRefusal::ConnectionBuffer,
                 Status::resource_exhausted(format!(
                     "this connection's partly received messages reached {per_connection} bytes"
                 )),
             )),
             Err(BufferFull::Global) => Err((
-                Limited::BufferedBytes,
+                TransportRefusal::BufferedBytes,
                 Status::resource_exhausted(format!(
                     "partly received messages reached the server's {global} bytes"
                 )),
             )),
             Err(BufferFull::Memory) => Err((
-                Limited::MemoryBudget,
+                TransportRefusal::MemoryBudget,
                 Status::resource_exhausted(self.buffered.budget().refusal()),
             )),
         }
@@ -263,9 +263,9 @@ impl Body for RequestBody {
             Poll::Pending => {
                 if let Some(deadline) = &mut this.deadline {
                     ready!(deadline.poll_expired(cx));
-                    let timeout = this.limits.read_timeout;
+                    let timeout = this.bounds.read_timeout;
                     return this.fail(
-                        Limited::ReadTimeout,
+                        TransportRefusal::ReadTimeout,
                         Status::deadline_exceeded(format!(
                             "the request was not received within {timeout:?}"
                         )),
@@ -280,7 +280,7 @@ impl Body for RequestBody {
                 let _ = this.buffered.hold(0, 0, 0);
                 if this.single && this.framing.messages == 0 {
                     return this.fail(
-                        Limited::Cardinality,
+                        TransportRefusal::Cardinality,
                         Status::unimplemented("no request message for a method that takes one"),
                     );
                 }
@@ -292,8 +292,8 @@ impl Body for RequestBody {
             }
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
-                    if let Err((limited, status)) = this.check(data) {
-                        return this.fail(limited, status);
+                    if let Err((refusal, status)) = this.check(data) {
+                        return this.fail(refusal, status);
                     }
                 }
                 Poll::Ready(Some(Ok(frame)))

@@ -5,8 +5,8 @@ use prost_types::Duration;
 use tonic::Status;
 
 use crate::limiter::{
-    Code, CurrentLimit, Descriptor, Entry, LimitExceeded, LimitOverride, Outcome, Request,
-    RequestLimits, Unit,
+    BoundExceeded, Code, CurrentLimit, Descriptor, Entry, LimitOverride, Outcome, Request,
+    RequestBounds, Unit,
 };
 use crate::proto::common::RateLimitDescriptor;
 use crate::proto::envoy::r#type::v3::RateLimitUnit;
@@ -18,9 +18,9 @@ use crate::proto::rls::{RateLimitRequest, RateLimitResponse};
 /// Why a request is refused with `INVALID_ARGUMENT`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
-    /// Beyond one of the [`RequestLimits`].
+    /// Beyond one of the [`RequestBounds`].
     #[error(transparent)]
-    Limit(#[from] LimitExceeded),
+    Bound(#[from] BoundExceeded),
     /// Not a valid request.
     #[error("{0}")]
     Invalid(String),
@@ -33,12 +33,12 @@ impl From<Refused> for Status {
 }
 
 /// Validates and converts a request. Rejects an empty domain, no descriptors, more descriptors,
-/// entries or entry bytes than `limits` accept (counted before anything is converted), an entry
+/// entries or entry bytes than `bounds` accept (counted before anything is converted), an entry
 /// with an empty key, an override whose unit is UNKNOWN (or out of range) or whose multiplier is
 /// 0, and negative hits (refunds are not supported).
 pub fn request_from_proto(
     request: RateLimitRequest,
-    limits: &RequestLimits,
+    bounds: &RequestBounds,
 ) -> Result<Request, Refused> {
     if request.domain.is_empty() {
         return Err(Refused::Invalid(
@@ -50,7 +50,7 @@ pub fn request_from_proto(
             "rate limit descriptor list must not be empty".to_string(),
         ));
     }
-    check_limits(&request, limits)?;
+    check_bounds(&request, bounds)?;
     let descriptors = request
         .descriptors
         .into_iter()
@@ -64,13 +64,13 @@ pub fn request_from_proto(
     })
 }
 
-/// Every count and length `limits` bound, in request order, the first one exceeded reported.
-fn check_limits(request: &RateLimitRequest, limits: &RequestLimits) -> Result<(), LimitExceeded> {
-    limits.check_descriptors(request.descriptors.len())?;
+/// Every count and length `bounds` caps, in request order, the first one exceeded reported.
+fn check_bounds(request: &RateLimitRequest, bounds: &RequestBounds) -> Result<(), BoundExceeded> {
+    bounds.check_descriptors(request.descriptors.len())?;
     for (index, descriptor) in request.descriptors.iter().enumerate() {
-        limits.check_entries(index, descriptor.entries.len())?;
+        bounds.check_entries(index, descriptor.entries.len())?;
         for (position, entry) in descriptor.entries.iter().enumerate() {
-            limits.check_entry(index, position, &entry.key, &entry.value)?;
+            bounds.check_entry(index, position, &entry.key, &entry.value)?;
         }
     }
     Ok(())
@@ -472,7 +472,7 @@ mod dynamic_metadata_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::RequestLimit;
+    use crate::limiter::RequestBound;
     use crate::proto::common::rate_limit_descriptor::Entry as ProtoEntry;
 
     fn descriptor(entries: usize, value: &str) -> RateLimitDescriptor {
@@ -495,53 +495,53 @@ mod tests {
         }
     }
 
-    fn refused_limit(result: Result<Request, Refused>) -> (RequestLimit, String) {
+    fn refused_bound(result: Result<Request, Refused>) -> (RequestBound, String) {
         match result {
-            Err(Refused::Limit(exceeded)) => (exceeded.limit(), exceeded.to_string()),
-            other => panic!("expected a limit refusal, got {other:?}"),
+            Err(Refused::Bound(exceeded)) => (exceeded.bound(), exceeded.to_string()),
+            other => panic!("expected a bound refusal, got {other:?}"),
         }
     }
 
     #[test]
-    fn requests_at_every_limit_are_converted() {
-        let limits = RequestLimits {
+    fn requests_at_every_bound_are_converted() {
+        let bounds = RequestBounds {
             max_descriptors: 3,
             max_entries: 2,
             max_entry_bytes: 4,
         };
         let converted =
-            request_from_proto(request(vec![descriptor(2, "vvvv"); 3]), &limits).unwrap();
+            request_from_proto(request(vec![descriptor(2, "vvvv"); 3]), &bounds).unwrap();
         assert_eq!(converted.descriptors.len(), 3);
     }
 
     #[test]
-    fn requests_beyond_a_limit_are_refused_with_the_numbers() {
-        let limits = RequestLimits::default();
-        let (limit, message) = refused_limit(request_from_proto(
+    fn requests_beyond_a_bound_are_refused_with_the_numbers() {
+        let bounds = RequestBounds::default();
+        let (bound, message) = refused_bound(request_from_proto(
             request(vec![descriptor(1, "v"); 100_000]),
-            &limits,
+            &bounds,
         ));
-        assert_eq!(limit, RequestLimit::Descriptors);
+        assert_eq!(bound, RequestBound::Descriptors);
         assert_eq!(
             message,
             "request has 100000 descriptors; at most 64 are accepted (--max-descriptors)"
         );
 
-        let (limit, message) = refused_limit(request_from_proto(
+        let (bound, message) = refused_bound(request_from_proto(
             request(vec![descriptor(1, "v"), descriptor(33, "v")]),
-            &limits,
+            &bounds,
         ));
-        assert_eq!(limit, RequestLimit::Entries);
+        assert_eq!(bound, RequestBound::Entries);
         assert_eq!(
             message,
             "descriptor 1 has 33 entries; at most 32 are accepted (--max-descriptor-entries)"
         );
 
-        let (limit, message) = refused_limit(request_from_proto(
+        let (bound, message) = refused_bound(request_from_proto(
             request(vec![descriptor(1, &"v".repeat(8193))]),
-            &limits,
+            &bounds,
         ));
-        assert_eq!(limit, RequestLimit::EntryBytes);
+        assert_eq!(bound, RequestBound::EntryBytes);
         assert_eq!(
             message,
             "descriptor 0: entry 0 has a value of 8193 bytes; at most 8192 are accepted (--max-entry-bytes)"
@@ -552,7 +552,7 @@ mod tests {
     fn refusals_are_invalid_argument() {
         let status = Status::from(Refused::Invalid("no".to_string()));
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
-        let refused = request_from_proto(request(Vec::new()), &RequestLimits::default());
+        let refused = request_from_proto(request(Vec::new()), &RequestBounds::default());
         assert!(matches!(refused, Err(Refused::Invalid(_))));
     }
 }

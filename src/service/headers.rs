@@ -120,11 +120,11 @@ impl ResponseHeaders {
         if *self == ResponseHeaders::None {
             return Vec::new();
         }
-        let limited: Vec<Limited<'_>> = response
+        let limited: Vec<LimitedStatus<'_>> = response
             .statuses
             .iter()
             .enumerate()
-            .filter_map(|(index, status)| Limited::new(index, status))
+            .filter_map(|(index, status)| LimitedStatus::new(index, status))
             .collect();
         if let ResponseHeaders::Envoyproxy(names) = self {
             return envoyproxy_headers(names, &limited, response);
@@ -225,7 +225,7 @@ impl FromStr for ResponseHeaders {
 }
 
 /// A status that carries a limit, with the numbers the headers need.
-struct Limited<'a> {
+struct LimitedStatus<'a> {
     /// Position of the status (= of the request descriptor).
     index: usize,
     requests_per_unit: u32,
@@ -237,8 +237,8 @@ struct Limited<'a> {
     reset: u64,
 }
 
-impl<'a> Limited<'a> {
-    fn new(index: usize, status: &'a DescriptorStatus) -> Option<Limited<'a>> {
+impl<'a> LimitedStatus<'a> {
+    fn new(index: usize, status: &'a DescriptorStatus) -> Option<LimitedStatus<'a>> {
         let limit = status.current_limit.as_ref()?;
         let unit = match ProtoUnit::try_from(limit.unit) {
             Ok(ProtoUnit::Second) => 1,
@@ -250,7 +250,7 @@ impl<'a> Limited<'a> {
             Ok(ProtoUnit::Year) => 365 * 86_400,
             Ok(ProtoUnit::Unknown) | Err(_) => 0,
         };
-        Some(Limited {
+        Some(LimitedStatus {
             index,
             requests_per_unit: limit.requests_per_unit,
             window: unit * u64::from(limit.unit_multiplier.unwrap_or(1).max(1)),
@@ -265,10 +265,10 @@ impl<'a> Limited<'a> {
 /// first with the least remaining), its limit, its remaining and its reset in seconds.
 fn envoyproxy_headers(
     names: &LimitHeaderNames,
-    limited: &[Limited<'_>],
+    limited: &[LimitedStatus<'_>],
     response: &RateLimitResponse,
 ) -> Vec<HeaderValue> {
-    let over_limit = |l: &&Limited<'_>| {
+    let over_limit = |l: &&LimitedStatus<'_>| {
         response
             .statuses
             .get(l.index)
@@ -292,7 +292,7 @@ fn envoyproxy_headers(
 /// Policy names for the IETF fields: the limit's `name`, else its descriptor's keys joined with
 /// `.` (never the values: they are client addresses and API keys). A name that two different
 /// policies would share gets `#<descriptor index>` appended on the later one.
-fn policy_names(request: &Request, limited: &[Limited<'_>]) -> Vec<String> {
+fn policy_names(request: &Request, limited: &[LimitedStatus<'_>]) -> Vec<String> {
     let mut names: Vec<String> = Vec::with_capacity(limited.len());
     let mut seen: Vec<(String, u32, u64)> = Vec::new();
     for l in limited {

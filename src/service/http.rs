@@ -31,11 +31,11 @@ use hyper::{Method, Request, Response, StatusCode};
 
 use super::health::Health;
 use super::json::{request_from_json, response_to_json};
-use super::limited::Limited;
 use super::metrics::Metrics;
 use super::rlqs;
 use super::rls::RateLimitEdge;
 use super::statsd_exporter::EnvoyproxyMetrics;
+use super::transport_refusal::TransportRefusal;
 use crate::config::xds::XdsConfig;
 use crate::limiter::{LimitKind, Rules};
 use crate::proto::rls::rate_limit_response::Code;
@@ -318,7 +318,7 @@ async fn json<S: Store>(
 /// after the answer (`Connection: close` says so).
 fn too_large<S>(state: &HttpState<S>) -> Response<HttpBody> {
     if let Some(metrics) = &state.metrics {
-        metrics.record_limited(Limited::RequestSize);
+        metrics.record_transport_refusal(TransportRefusal::RequestSize);
     }
     let mut response = text(
         StatusCode::PAYLOAD_TOO_LARGE,

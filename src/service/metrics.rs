@@ -31,10 +31,10 @@
 //! adds back into the rule's series; and requests naming an unknown domain are counted per
 //! domain (at most [`UNKNOWN_DOMAIN_CAP`] domains), which `/metrics` shows only as a total.
 //!
-//! Also: the request latency histogram, requests by result, requests refused by a request limit,
+//! Also: the request latency histogram, requests by result, requests refused by a request bound,
 //! store errors by kind, answers given by the store-failure policy, configuration reloads, what
-//! loading configurations did (files read and parsed, files refused by a configuration limit),
-//! what the transport limits refused or closed (by [`Limited`]), accept errors by port, requests
+//! loading configurations did (files read and parsed, files refused by a configuration bound),
+//! what the transport bounds refused or closed (by [`TransportRefusal`]), accept errors by port, requests
 //! in an unknown domain, requests global shadow mode let through, and the counters other
 //! components expose (Redis script reloads, deny-cache hits, open connections, the statsd
 //! sink's datagrams), read when scraped.
@@ -51,12 +51,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 
-use super::limited::{Limited, Port};
+use super::transport_refusal::{Port, TransportRefusal};
 use crate::config::xds::{XdsConfig, XdsStream};
-use crate::config::{ConfigLimit, Loader};
+use crate::config::{ConfigBound, Loader};
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::{
-    Code, ConfiguredLimit, LimitKind, Outcome, Plan, Request, RequestLimit, Resolution, RuleSet,
+    Code, ConfiguredLimit, LimitKind, Outcome, Plan, Request, RequestBound, Resolution, RuleSet,
     Rules,
 };
 use crate::store::StoreError;
@@ -361,8 +361,8 @@ pub struct Metrics {
     rules: RwLock<RulesByDomain>,
     latency: Histogram,
     requests: [AtomicU64; 4],
-    /// Requests refused by each of [`RequestLimit::ALL`].
-    request_limits: [AtomicU64; 3],
+    /// Requests refused by each of [`RequestBound::ALL`].
+    request_bounds: [AtomicU64; 3],
     store_errors: [AtomicU64; 3],
     policy: Mutex<&'static str>,
     policy_answers: AtomicU64,
@@ -373,7 +373,7 @@ pub struct Metrics {
     /// The loader of the running configuration, whose counters are rendered.
     config_loader: Mutex<Option<Arc<Loader>>>,
     xds_config: Mutex<Option<Arc<XdsConfig>>>,
-    limited: [AtomicU64; Limited::ALL.len()],
+    transport_refusals: [AtomicU64; TransportRefusal::ALL.len()],
     accept_errors: [AtomicU64; Port::ALL.len()],
     externals: Mutex<Vec<External>>,
     labelled_externals: Mutex<Vec<LabelledExternal>>,
@@ -416,7 +416,7 @@ impl Metrics {
             rules: RwLock::new(HashMap::new()),
             latency: Histogram::new(),
             requests: Default::default(),
-            request_limits: Default::default(),
+            request_bounds: Default::default(),
             store_errors: Default::default(),
             policy: Mutex::new("unavailable"),
             policy_answers: AtomicU64::new(0),
@@ -426,7 +426,7 @@ impl Metrics {
             last_success_unix: AtomicU64::new(unix_now()),
             config_loader: Mutex::new(None),
             xds_config: Mutex::new(None),
-            limited: Default::default(),
+            transport_refusals: Default::default(),
             accept_errors: Default::default(),
             externals: Mutex::new(Vec::new()),
             labelled_externals: Mutex::new(Vec::new()),
@@ -627,16 +627,16 @@ impl Metrics {
         self.requests[index].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A request refused because it exceeded `limit`.
-    pub fn record_request_limit(&self, limit: RequestLimit) {
-        let index = RequestLimit::ALL
+    /// A request refused because it exceeded `bound`.
+    pub fn record_request_bound(&self, bound: RequestBound) {
+        let index = RequestBound::ALL
             .iter()
-            .position(|l| *l == limit)
+            .position(|b| *b == bound)
             .unwrap_or(0);
-        self.request_limits[index].fetch_add(1, Ordering::Relaxed);
+        self.request_bounds[index].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Renders the counters of `loader` (files read, parsed, refused by a configuration limit).
+    /// Renders the counters of `loader` (files read, parsed, refused by a configuration bound).
     pub fn register_config_loader(&self, loader: Arc<Loader>) {
         *self.config_loader.lock() = Some(loader);
     }
@@ -677,14 +677,14 @@ impl Metrics {
         self.last_reload_ok.store(success, Ordering::Relaxed);
     }
 
-    /// A transport limit stepped in.
-    pub fn record_limited(&self, limited: Limited) {
-        self.limited[limited.index()].fetch_add(1, Ordering::Relaxed);
+    /// A transport bound stepped in.
+    pub fn record_transport_refusal(&self, refusal: TransportRefusal) {
+        self.transport_refusals[refusal.index()].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// How often `limited` stepped in so far.
-    pub fn limited(&self, limited: Limited) -> u64 {
-        self.limited[limited.index()].load(Ordering::Relaxed)
+    /// How often `refusal` happened so far.
+    pub fn transport_refusals(&self, refusal: TransportRefusal) -> u64 {
+        self.transport_refusals[refusal.index()].load(Ordering::Relaxed)
     }
 
     /// Accepting a connection on `port` failed (out of descriptors, and the like).
@@ -818,11 +818,11 @@ impl Metrics {
             "Requests refused with INVALID_ARGUMENT for exceeding a request limit (descriptors, entries, entry_bytes).",
             "counter",
         );
-        for (limit, counter) in RequestLimit::ALL.iter().zip(&self.request_limits) {
+        for (bound, counter) in RequestBound::ALL.iter().zip(&self.request_bounds) {
             let _ = writeln!(
                 out,
                 "ratelimitd_request_limit_rejections_total{{limit=\"{}\"}} {}",
-                limit.label(),
+                bound.label(),
                 counter.load(Ordering::Relaxed)
             );
         }
@@ -955,11 +955,11 @@ impl Metrics {
             "Calls, messages and connections a transport limit refused or closed, by limit (see the README's Limits and hardening).",
             "counter",
         );
-        for (limited, counter) in Limited::ALL.iter().zip(&self.limited) {
+        for (refusal, counter) in TransportRefusal::ALL.iter().zip(&self.transport_refusals) {
             let _ = writeln!(
                 out,
                 "ratelimitd_transport_limited_total{{limit=\"{}\"}} {}",
-                limited.label(),
+                refusal.label(),
                 counter.load(Ordering::Relaxed)
             );
         }
@@ -1281,12 +1281,12 @@ fn render_config_loader(out: &mut String, loader: &Loader) {
         "Configuration files refused by a configuration limit (file_bytes, file_type, alias_bytes), at each load that met them.",
         "counter",
     );
-    for limit in ConfigLimit::ALL {
+    for bound in ConfigBound::ALL {
         let _ = writeln!(
             out,
             "ratelimitd_config_limit_rejections_total{{limit=\"{}\"}} {}",
-            limit.label(),
-            stats.rejected(limit)
+            bound.label(),
+            stats.rejected(bound)
         );
     }
 }

@@ -9,7 +9,6 @@ pub mod headers;
 pub mod health;
 pub mod http;
 pub mod json;
-pub mod limited;
 pub mod metrics;
 pub mod probe_transport;
 pub mod rlqs;
@@ -18,6 +17,7 @@ pub mod statsd;
 pub mod statsd_exporter;
 pub mod store_error_policy;
 pub mod throttle;
+pub mod transport_refusal;
 pub mod unknown_domains;
 pub mod version_info;
 

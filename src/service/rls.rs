@@ -15,7 +15,7 @@ use super::store_error_policy::StoreErrorPolicy;
 use super::throttle::WarnThrottle;
 use super::unknown_domains::UnknownDomains;
 use crate::limiter::algorithm::Verdict;
-use crate::limiter::{outcome, plan_with, response_metadata, Modes, RequestLimits, Rules};
+use crate::limiter::{outcome, plan_with, response_metadata, Modes, RequestBounds, Rules};
 use crate::proto::rls::rate_limit_response::Code as ProtoCode;
 use crate::proto::rls::rate_limit_service_server::RateLimitService;
 use crate::proto::rls::{RateLimitRequest, RateLimitResponse};
@@ -35,7 +35,7 @@ pub struct RateLimitEdge<S> {
     /// `RESPONSE_DYNAMIC_METADATA`).
     dynamic_metadata: bool,
     /// What one request may carry; a request beyond it is refused before it is converted.
-    limits: RequestLimits,
+    request_bounds: RequestBounds,
     /// Store-error warnings are logged at most once per second, with the count of the others.
     warnings: WarnThrottle,
     unknown_domains: UnknownDomains,
@@ -57,7 +57,7 @@ impl<S: Store> RateLimitEdge<S> {
             on_store_error: StoreErrorPolicy::Unavailable,
             modes: Modes::default(),
             dynamic_metadata: false,
-            limits: RequestLimits::default(),
+            request_bounds: RequestBounds::default(),
             warnings: WarnThrottle::new(),
             unknown_domains: UnknownDomains::default(),
             initial_config: None,
@@ -88,10 +88,10 @@ impl<S: Store> RateLimitEdge<S> {
         self
     }
 
-    /// Refuses requests beyond `limits` with `INVALID_ARGUMENT` (default:
-    /// [`RequestLimits::default`]).
-    pub fn with_request_limits(mut self, limits: RequestLimits) -> RateLimitEdge<S> {
-        self.limits = limits;
+    /// Refuses requests beyond `bounds` with `INVALID_ARGUMENT` (default:
+    /// [`RequestBounds::default`]).
+    pub fn with_request_bounds(mut self, bounds: RequestBounds) -> RateLimitEdge<S> {
+        self.request_bounds = bounds;
         self
     }
 
@@ -164,9 +164,9 @@ impl<S: Store> RateLimitEdge<S> {
         }
         let logged = decision_log::enabled();
         let domain = logged.then(|| request.domain.clone());
-        let request = request_from_proto(request, &self.limits).map_err(|refused| {
-            if let (Refused::Limit(exceeded), Some(metrics)) = (&refused, &self.metrics) {
-                metrics.record_request_limit(exceeded.limit());
+        let request = request_from_proto(request, &self.request_bounds).map_err(|refused| {
+            if let (Refused::Bound(exceeded), Some(metrics)) = (&refused, &self.metrics) {
+                metrics.record_request_bound(exceeded.bound());
             }
             let status = Status::from(refused);
             if let Some(domain) = &domain {

@@ -39,16 +39,16 @@ pub fn upstream_key_at(
 
 /// One descriptor of a request as an envoyproxy/ratelimit instance sees it.
 #[derive(Clone)]
-pub struct Limited {
+pub struct LimitedDescriptor {
     pub entries: Vec<(String, String)>,
     pub limit: u64,
     pub window_s: u64,
 }
 
-impl Limited {
+impl LimitedDescriptor {
     /// A descriptor of one entry, `limit` per hour.
-    pub fn hourly(key: &str, value: &str, limit: u64) -> Limited {
-        Limited {
+    pub fn hourly(key: &str, value: &str, limit: u64) -> LimitedDescriptor {
+        LimitedDescriptor {
             entries: vec![(key.to_owned(), value.to_owned())],
             limit,
             window_s: HOUR,
@@ -78,7 +78,7 @@ impl Limited {
 pub fn upstream_do_limit(
     connection: &mut redis::Connection,
     prefix: &str,
-    descriptors: &[Limited],
+    descriptors: &[LimitedDescriptor],
     hits: u64,
     jitter_max_s: u64,
     stop: bool,
@@ -101,7 +101,7 @@ pub struct UpstreamStatus {
 pub fn upstream_statuses(
     connection: &mut redis::Connection,
     prefix: &str,
-    descriptors: &[Limited],
+    descriptors: &[LimitedDescriptor],
     hits: u64,
     jitter_max_s: u64,
     stop: bool,

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use ratelimitd::config::{ConfigError, ConfigLimit, Limits, Loader};
+use ratelimitd::config::{ConfigBound, ConfigBounds, ConfigError, Loader};
 use testkit::hostile_config::*;
 use testkit::ratelimitd::*;
 
@@ -63,13 +63,13 @@ fn an_alias_bomb_fails_check_fast_at_the_alias_that_passes_the_budget() {
 
     // With a 10 MiB budget the ten copies of line 3 fit; the first alias of line 4 (ten more)
     // does not.
-    let loader = Loader::new(Limits {
+    let loader = Loader::new(ConfigBounds {
         max_alias_bytes: 10 << 20,
-        ..Limits::default()
+        ..ConfigBounds::default()
     });
     let found = errors(&loader, std::slice::from_ref(&bomb));
     assert_eq!((found[0].line, found[0].column), (4, 10), "{}", found[0]);
-    assert_eq!(loader.stats().rejected(ConfigLimit::AliasBytes), 1);
+    assert_eq!(loader.stats().rejected(ConfigBound::AliasBytes), 1);
     assert_eq!(loader.stats().files_parsed(), 1);
 }
 
@@ -117,7 +117,7 @@ fn a_file_above_the_size_cap_is_refused_with_its_size_and_the_cap_unread() {
     // 100 MB: sparse, so the test writes nothing; were it read, it would be 100 MB of NULs.
     sparse_file(&big, 100_000_000);
     fs::write(dir.path().join("ok.yaml"), VALID).unwrap();
-    let loader = Loader::new(Limits::default());
+    let loader = Loader::new(ConfigBounds::default());
     let found = errors(&loader, &[dir.path().to_path_buf()]);
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(
@@ -127,7 +127,7 @@ fn a_file_above_the_size_cap_is_refused_with_its_size_and_the_cap_unread() {
             big.display()
         )
     );
-    assert_eq!(loader.stats().rejected(ConfigLimit::FileBytes), 1);
+    assert_eq!(loader.stats().rejected(ConfigBound::FileBytes), 1);
     assert_eq!(loader.stats().files_read(), 1, "only ok.yaml was read");
 
     let (status, _, stderr, took) = check(&["--config", path_str(dir.path())], &[]);
@@ -201,7 +201,7 @@ fn symlinks_to_devices_and_sockets_are_refused_and_symlinks_to_files_followed() 
     // A directory named like a file is not read, as every subdirectory.
     fs::create_dir(dir.path().join("nested.yaml")).unwrap();
 
-    let loader = Loader::new(Limits::default());
+    let loader = Loader::new(ConfigBounds::default());
     let found = errors(&loader, &[dir.path().to_path_buf()]);
     let messages: Vec<String> = found.iter().map(ToString::to_string).collect();
     assert_eq!(
@@ -217,7 +217,7 @@ fn symlinks_to_devices_and_sockets_are_refused_and_symlinks_to_files_followed() 
             ),
         ]
     );
-    assert_eq!(loader.stats().rejected(ConfigLimit::FileType), 2);
+    assert_eq!(loader.stats().rejected(ConfigBound::FileType), 2);
     assert_eq!(loader.stats().files_read(), 1, "only linked.yaml was read");
 
     let (status, _, stderr, took) = check(&["--config", path_str(dir.path())], &[]);

@@ -17,7 +17,7 @@ use testkit::ratelimitd::{
     Ratelimitd,
 };
 use testkit::redis_server::{free_port, RedisServer};
-use testkit::upstream_model::{upstream_do_limit, Limited, HOUR};
+use testkit::upstream_model::{upstream_do_limit, LimitedDescriptor, HOUR};
 use tonic_health::pb::health_check_response::ServingStatus;
 
 /// The model's requests: domain `domain`, descriptor `user=alice`, 40 per hour.
@@ -76,7 +76,7 @@ async fn a_rolling_swap_keeps_upstreams_counters_while_old_and_new_pods_serve_to
     let redis = RedisServer::start();
     let root = runtime_tree();
     wait_for_window_room(HOUR, 120);
-    let alice = [Limited::hourly("user", "alice", 40)];
+    let alice = [LimitedDescriptor::hourly("user", "alice", 40)];
 
     // Before the swap: the old pods alone have admitted 15 of the hour's 40.
     let mut connection = redis.connection();

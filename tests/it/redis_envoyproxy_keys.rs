@@ -73,8 +73,12 @@ fn admitted(resp: &ratelimitd::proto::rls::RateLimitResponse) -> bool {
 }
 
 /// The request ratelimitd gets for `descriptors`, `hits` each (request-level hits_addend).
-fn request_of(descriptors: &[Limited], hits: u32) -> ratelimitd::proto::rls::RateLimitRequest {
-    let entries: Vec<Vec<(&str, &str)>> = descriptors.iter().map(Limited::entries).collect();
+fn request_of(
+    descriptors: &[LimitedDescriptor],
+    hits: u32,
+) -> ratelimitd::proto::rls::RateLimitRequest {
+    let entries: Vec<Vec<(&str, &str)>> =
+        descriptors.iter().map(LimitedDescriptor::entries).collect();
     let entries: Vec<&[(&str, &str)]> = entries.iter().map(Vec::as_slice).collect();
     request("domain", &entries, if hits == 1 { 0 } else { hits })
 }
@@ -396,7 +400,7 @@ async fn a_rolling_migration_shares_one_count() {
     // One request at a time, alternately through ratelimitd and an envoyproxy/ratelimit
     // instance: together they admit exactly the limit (20), each half of it, and both count
     // every hit asked for.
-    let alternate = [Limited::hourly("migrate", "alternate", 20)];
+    let alternate = [LimitedDescriptor::hourly("migrate", "alternate", 20)];
     let (mut ours, mut theirs) = (0, 0);
     for i in 0..40 {
         if i % 2 == 0 {
@@ -416,7 +420,7 @@ async fn a_rolling_migration_shares_one_count() {
 
     // Both at once: four envoyproxy/ratelimit instances (threads, 30 requests each) and 120
     // concurrent ratelimitd calls on one counter of 20, through the process with a deny cache.
-    let race = [Limited::hourly("migrate", "race", 20)];
+    let race = [LimitedDescriptor::hourly("migrate", "race", 20)];
     let instances: Vec<_> = (0..4)
         .map(|_| {
             let mut connection = redis.connection();
@@ -472,8 +476,8 @@ async fn denied_requests_count_as_envoyproxy_ratelimit_counts_them() {
         let mut client = server.client().await;
         let pair = |value: &str| {
             [
-                Limited::hourly("small", value, 4),
-                Limited::hourly("large", value, 100),
+                LimitedDescriptor::hourly("small", value, 4),
+                LimitedDescriptor::hourly("large", value, 100),
             ]
         };
         let mixed = pair(&format!("mixed-{stop}"));
@@ -508,7 +512,7 @@ async fn denied_requests_count_as_envoyproxy_ratelimit_counts_them() {
             mixed_answers, model_answers,
             "stop {stop}: each descriptor's code and limit_remaining"
         );
-        let mut count = |limited: &Limited| get_count(&mut connection, &limited.key());
+        let mut count = |limited: &LimitedDescriptor| get_count(&mut connection, &limited.key());
         let mixed_counts = (count(&mixed[0]), count(&mixed[1]));
         let model_counts = (count(&model[0]), count(&model[1]));
         assert_eq!(
@@ -649,7 +653,7 @@ async fn on_a_cluster_keys_live_where_the_whole_key_hashes_and_count_exactly() {
     // 25 concurrent requests on counters of 20: exactly 20 admitted, and the key (no hash tag,
     // or one that a value brought) is on the master of its slot only.
     for value in ["plain", "{tagged}-by-a-value", "a_b"] {
-        let counter = [Limited::hourly("migrate", value, 20)];
+        let counter = [LimitedDescriptor::hourly("migrate", value, 20)];
         let resps = hammer(&[default.grpc_addr()], 4, 25, |_| request_of(&counter, 1)).await;
         assert_eq!(resps.iter().filter(|r| admitted(r)).count(), 20, "{value}");
         let key = counter[0].key();
@@ -673,8 +677,8 @@ async fn on_a_cluster_keys_live_where_the_whole_key_hashes_and_count_exactly() {
         (0..10_000)
             .map(|i| {
                 [
-                    Limited::hourly("small", &format!("{name}-{i}"), 4),
-                    Limited::hourly("large", &format!("{name}-{i}"), 100),
+                    LimitedDescriptor::hourly("small", &format!("{name}-{i}"), 4),
+                    LimitedDescriptor::hourly("large", &format!("{name}-{i}"), 100),
                 ]
             })
             .find(|pair| {
@@ -690,7 +694,7 @@ async fn on_a_cluster_keys_live_where_the_whole_key_hashes_and_count_exactly() {
             ok += usize::from(admitted(&should(&mut client, request_of(&pair, 1)).await));
         }
         assert_eq!(ok, 4, "{name}");
-        let count = |limited: &Limited| {
+        let count = |limited: &LimitedDescriptor| {
             let key = limited.key();
             get_count(&mut cluster.connection(cluster.master_of_key(&key)), &key)
         };

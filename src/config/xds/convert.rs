@@ -285,7 +285,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::config::{Limits, LoadOptions, Loader};
+    use crate::config::{ConfigBounds, LoadOptions, Loader};
     use crate::limiter::{Consistency, LimitKind, Unit};
     use crate::proto::rls_config::RateLimitReplace;
 
@@ -316,7 +316,7 @@ mod tests {
     fn load(configs: &[RateLimitConfig]) -> Result<crate::limiter::Rules, String> {
         let resources: Vec<_> = configs.iter().map(resource).collect();
         let (trees, errors) = resource_trees(&resources);
-        Loader::new(Limits::default())
+        Loader::new(ConfigBounds::default())
             .with_options(LoadOptions::default())
             .load_trees(trees, errors)
             .map_err(|errors| errors.to_string())
@@ -350,7 +350,7 @@ mod tests {
     fn a_leased_default_reaches_the_counted_rules_of_resources() {
         let resources: Vec<_> = [edge()].iter().map(resource).collect();
         let (trees, errors) = resource_trees(&resources);
-        let rules = Loader::new(Limits::default())
+        let rules = Loader::new(ConfigBounds::default())
             .with_options(LoadOptions {
                 default_consistency: Consistency::Leased,
                 ..LoadOptions::default()

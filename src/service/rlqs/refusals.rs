@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One RLQS cap that refused a stream or ended one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RlqsLimit {
+pub enum RlqsBound {
     /// A stream refused at `--rlqs-max-streams`.
     Streams,
     /// A stream ended for reporting more than `--rlqs-max-buckets-per-stream` buckets.
@@ -19,47 +19,47 @@ pub enum RlqsLimit {
     IdleStream,
 }
 
-impl RlqsLimit {
-    pub const ALL: [RlqsLimit; 6] = [
-        RlqsLimit::Streams,
-        RlqsLimit::BucketsPerStream,
-        RlqsLimit::BucketIdBytes,
-        RlqsLimit::MemoryBudget,
-        RlqsLimit::StreamsPerConnection,
-        RlqsLimit::IdleStream,
+impl RlqsBound {
+    pub const ALL: [RlqsBound; 6] = [
+        RlqsBound::Streams,
+        RlqsBound::BucketsPerStream,
+        RlqsBound::BucketIdBytes,
+        RlqsBound::MemoryBudget,
+        RlqsBound::StreamsPerConnection,
+        RlqsBound::IdleStream,
     ];
 
     /// The `limit` label value.
     pub fn label(self) -> &'static str {
         match self {
-            RlqsLimit::Streams => "streams",
-            RlqsLimit::BucketsPerStream => "buckets_per_stream",
-            RlqsLimit::BucketIdBytes => "bucket_id_bytes",
-            RlqsLimit::MemoryBudget => "memory_budget",
-            RlqsLimit::StreamsPerConnection => "streams_per_connection",
-            RlqsLimit::IdleStream => "idle_streams",
+            RlqsBound::Streams => "streams",
+            RlqsBound::BucketsPerStream => "buckets_per_stream",
+            RlqsBound::BucketIdBytes => "bucket_id_bytes",
+            RlqsBound::MemoryBudget => "memory_budget",
+            RlqsBound::StreamsPerConnection => "streams_per_connection",
+            RlqsBound::IdleStream => "idle_streams",
         }
     }
 }
 
-/// How often each [`RlqsLimit`] stepped in.
+/// How often each [`RlqsBound`] stepped in.
 #[derive(Debug, Default)]
 pub struct Refusals {
-    counts: [AtomicU64; RlqsLimit::ALL.len()],
+    counts: [AtomicU64; RlqsBound::ALL.len()],
 }
 
 impl Refusals {
-    pub fn record(&self, limit: RlqsLimit) {
-        self.counts[limit as usize].fetch_add(1, Ordering::Relaxed);
+    pub fn record(&self, bound: RlqsBound) {
+        self.counts[bound as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Every limit with its count, in [`RlqsLimit::ALL`]'s order.
+    /// Every bound with its count, in [`RlqsBound::ALL`]'s order.
     pub fn counts(&self) -> Vec<(String, u64)> {
-        RlqsLimit::ALL
+        RlqsBound::ALL
             .iter()
-            .map(|limit| {
-                let count = self.counts[*limit as usize].load(Ordering::Relaxed);
-                (limit.label().to_owned(), count)
+            .map(|bound| {
+                let count = self.counts[*bound as usize].load(Ordering::Relaxed);
+                (bound.label().to_owned(), count)
             })
             .collect()
     }
@@ -70,15 +70,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_limit_counts_under_its_own_label() {
+    fn each_bound_counts_under_its_own_label() {
         let refusals = Refusals::default();
-        refusals.record(RlqsLimit::BucketIdBytes);
-        refusals.record(RlqsLimit::BucketIdBytes);
-        refusals.record(RlqsLimit::Streams);
+        refusals.record(RlqsBound::BucketIdBytes);
+        refusals.record(RlqsBound::BucketIdBytes);
+        refusals.record(RlqsBound::Streams);
         let counts = refusals.counts();
-        assert_eq!(counts.len(), RlqsLimit::ALL.len());
-        for (limit, (label, _)) in RlqsLimit::ALL.iter().zip(&counts) {
-            assert_eq!(limit.label(), label);
+        assert_eq!(counts.len(), RlqsBound::ALL.len());
+        for (bound, (label, _)) in RlqsBound::ALL.iter().zip(&counts) {
+            assert_eq!(bound.label(), label);
         }
         assert_eq!(counts[0].1, 1);
         assert_eq!(counts[1].1, 0);

@@ -28,7 +28,7 @@ use super::bucket_key::BucketKey;
 use super::budget::{bucket_bytes, StateBudget, MEMBER_COST, STREAM_COST};
 use super::connection::Connection;
 use super::convert::{self, Action, Assignment};
-use super::refusals::{Refusals, RlqsLimit};
+use super::refusals::{Refusals, RlqsBound};
 use super::settings::RlqsSettings;
 use crate::limiter::quota::{
     assignment_ttl, fair_shares, find_quota, should_abandon, token_bucket, BlanketRule, Demand,
@@ -341,7 +341,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
         let mut guard = self.state.lock();
         let state = &mut *guard;
         if state.streams.len() >= self.settings.max_streams {
-            self.refusals.record(RlqsLimit::Streams);
+            self.refusals.record(RlqsBound::Streams);
             return Err(Status::resource_exhausted(format!(
                 "the server holds its {} RLQS streams (--rlqs-max-streams)",
                 self.settings.max_streams
@@ -350,7 +350,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
         if let Some(connection) = connection {
             let on_connection = state.per_connection.get(&connection).copied();
             if on_connection.unwrap_or(0) >= self.settings.max_streams_per_connection {
-                self.refusals.record(RlqsLimit::StreamsPerConnection);
+                self.refusals.record(RlqsBound::StreamsPerConnection);
                 return Err(Status::resource_exhausted(format!(
                     "this connection holds its {} RLQS streams (--rlqs-max-streams-per-connection)",
                     self.settings.max_streams_per_connection
@@ -358,7 +358,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
             }
         }
         if self.budget.charge(STREAM_COST).is_err() {
-            self.refusals.record(RlqsLimit::MemoryBudget);
+            self.refusals.record(RlqsBound::MemoryBudget);
             return Err(Status::resource_exhausted(self.budget.refusal()));
         }
         if let Some(connection) = connection {
@@ -389,7 +389,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
     /// Counts a stream that sent no report within [`QuotaRegistry::silence_limit`]; what ends
     /// it.
     pub fn idle_stream(&self) -> Status {
-        self.refusals.record(RlqsLimit::IdleStream);
+        self.refusals.record(RlqsBound::IdleStream);
         Status::deadline_exceeded(format!(
             "no usage report within {} (--rlqs-idle-timeout and a report period)",
             humantime::format_duration(self.silence_limit())
@@ -459,7 +459,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
         reports: RateLimitQuotaUsageReports,
     ) -> Result<(), Status> {
         if let Some(status) = self.oversized_bucket(&reports) {
-            self.refusals.record(RlqsLimit::BucketIdBytes);
+            self.refusals.record(RlqsBound::BucketIdBytes);
             return Err(status);
         }
         let rules = self.rules.load_full();
@@ -499,7 +499,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                 let new_member = held.is_none_or(|bucket| !bucket.members.contains_key(&stream));
                 if new_member {
                     if entry.buckets.len() >= self.settings.max_buckets_per_stream {
-                        self.refusals.record(RlqsLimit::BucketsPerStream);
+                        self.refusals.record(RlqsBound::BucketsPerStream);
                         refused = Some(Status::resource_exhausted(format!(
                             "this stream reports more than {} buckets (--rlqs-max-buckets-per-stream)",
                             self.settings.max_buckets_per_stream
@@ -508,7 +508,7 @@ impl<D: QuotaDemands> QuotaRegistry<D> {
                     }
                     let cost = MEMBER_COST + if new_bucket { bucket_bytes(&key) } else { 0 };
                     if self.budget.charge(cost).is_err() {
-                        self.refusals.record(RlqsLimit::MemoryBudget);
+                        self.refusals.record(RlqsBound::MemoryBudget);
                         refused = Some(Status::resource_exhausted(self.budget.refusal()));
                         break;
                     }

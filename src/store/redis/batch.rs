@@ -22,7 +22,7 @@ use super::scripts::refund::Refund;
 use super::scripts::request::Invocation;
 use super::topology::pending::{Answer, Pending};
 use super::topology::route::Route;
-use crate::limiter::RequestLimits;
+use crate::limiter::RequestBounds;
 use crate::otel::StoreCallSpan;
 use crate::store::StoreError;
 
@@ -31,12 +31,12 @@ pub const MAX_BATCH_REQUESTS: usize = 128;
 
 /// Most checks (keys) in one script call. A batch is cut between requests, never inside one, so
 /// only a request with more checks than this could make a longer call: the edge (gRPC and
-/// `/json`) refuses requests of more than [`RequestLimits::MAX_DESCRIPTORS_CEILING`] descriptors
+/// `/json`) refuses requests of more than [`RequestBounds::MAX_DESCRIPTORS_CEILING`] descriptors
 /// (one check each at most), which the assertion below keeps within this bound. Only callers of
 /// the store's own API can pass more (a call then carries that request alone).
 pub const MAX_BATCH_CHECKS: usize = 1024;
 
-const _: () = assert!(RequestLimits::MAX_DESCRIPTORS_CEILING <= MAX_BATCH_CHECKS);
+const _: () = assert!(RequestBounds::MAX_DESCRIPTORS_CEILING <= MAX_BATCH_CHECKS);
 
 /// The script calls a store may have in flight at once, shared by the dispatchers of all its
 /// lanes: a call holds one permit from the moment its batch is gathered until it is answered.
@@ -313,8 +313,8 @@ mod tests {
         // Mostly small requests, some at the largest size the edge lets through.
         for request in 0..400 {
             let checks = match rng.random_range(0..4) {
-                0 => RequestLimits::MAX_DESCRIPTORS_CEILING,
-                1 => rng.random_range(1..=RequestLimits::MAX_DESCRIPTORS_CEILING),
+                0 => RequestBounds::MAX_DESCRIPTORS_CEILING,
+                1 => rng.random_range(1..=RequestBounds::MAX_DESCRIPTORS_CEILING),
                 _ => rng.random_range(1..=8),
             };
             let (answer, answered) = oneshot::channel();

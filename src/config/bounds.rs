@@ -1,15 +1,15 @@
 //! Bounds on what loading a configuration may cost, so that no file (however large, however
 //! aliased, whatever its type) can take the process down or stall its reloads.
 
-use crate::regular_file::{FileError, FileLimit};
+use crate::regular_file::{FileBound, FileError};
 
 /// Bounds applied to every configuration file, by `check`, at startup and on every reload.
 ///
-/// Together with the YAML limits ([`super::yaml::MAX_DEPTH`], [`super::yaml::MAX_NODES`]) they
+/// Together with the YAML caps ([`super::yaml::MAX_DEPTH`], [`super::yaml::MAX_NODES`]) they
 /// bound the memory one file's parse can take to a small multiple of
 /// `max_file_bytes + max_alias_bytes`, whatever the file holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct ConfigBounds {
     /// Largest file read, in bytes. Checked on the file's size before it is opened, and again
     /// while reading (a file that grows past it is rejected, never read further).
     pub max_file_bytes: u64,
@@ -19,7 +19,7 @@ pub struct Limits {
     pub max_alias_bytes: u64,
 }
 
-impl Limits {
+impl ConfigBounds {
     /// 8 MiB: a domain of 50 000 descriptors, each with a value and a limit, takes about 5 MB.
     pub const DEFAULT_MAX_FILE_BYTES: u64 = 8 << 20;
     /// 8 MiB: aliases that share a `rate_limit` block among thousands of descriptors add a few
@@ -27,11 +27,11 @@ impl Limits {
     pub const DEFAULT_MAX_ALIAS_BYTES: u64 = 8 << 20;
 }
 
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
-            max_file_bytes: Limits::DEFAULT_MAX_FILE_BYTES,
-            max_alias_bytes: Limits::DEFAULT_MAX_ALIAS_BYTES,
+impl Default for ConfigBounds {
+    fn default() -> ConfigBounds {
+        ConfigBounds {
+            max_file_bytes: ConfigBounds::DEFAULT_MAX_FILE_BYTES,
+            max_alias_bytes: ConfigBounds::DEFAULT_MAX_ALIAS_BYTES,
         }
     }
 }
@@ -39,8 +39,8 @@ impl Default for Limits {
 /// Why a configuration file was refused, as its error says it: a size refusal names
 /// `--max-config-file-bytes`, the flag that raises the cap.
 pub(super) fn file_refusal(error: &FileError) -> String {
-    match error.limit() {
-        Some(FileLimit::FileBytes) => format!("{error} (--max-config-file-bytes)"),
+    match error.bound() {
+        Some(FileBound::FileBytes) => format!("{error} (--max-config-file-bytes)"),
         _ => error.to_string(),
     }
 }

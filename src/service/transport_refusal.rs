@@ -1,8 +1,8 @@
-//! What a transport limit did, as `ratelimitd_transport_limited_total{limit}` counts it.
+//! What a transport bound did, as `ratelimitd_transport_limited_total{limit}` counts it.
 
-/// One way a transport limit stepped in (a call, message or connection refused or closed).
+/// One way a transport bound stepped in (a call, message or connection refused or closed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Limited {
+pub enum TransportRefusal {
     /// A gRPC message or `/json` body larger than `--max-request-size` (RESOURCE_EXHAUSTED / 413).
     RequestSize,
     /// A call that brought its connection to `--grpc-max-concurrent-streams`: the peer must wait
@@ -42,49 +42,49 @@ pub enum Limited {
     HttpConnectionShed,
 }
 
-impl Limited {
-    pub const ALL: [Limited; 16] = [
-        Limited::RequestSize,
-        Limited::ConcurrentStreams,
-        Limited::ConnectionBuffer,
-        Limited::BufferedBytes,
-        Limited::MemoryBudget,
-        Limited::StreamingCalls,
-        Limited::StreamingCallsPerConnection,
-        Limited::ReadTimeout,
-        Limited::IdleTimeout,
-        Limited::ConnectionShed,
-        Limited::ConnectionRefused,
-        Limited::ContentType,
-        Limited::Cardinality,
-        Limited::HeaderReadTimeout,
-        Limited::HttpConnectionTimeout,
-        Limited::HttpConnectionShed,
+impl TransportRefusal {
+    pub const ALL: [TransportRefusal; 16] = [
+        TransportRefusal::RequestSize,
+        TransportRefusal::ConcurrentStreams,
+        TransportRefusal::ConnectionBuffer,
+        TransportRefusal::BufferedBytes,
+        TransportRefusal::MemoryBudget,
+        TransportRefusal::StreamingCalls,
+        TransportRefusal::StreamingCallsPerConnection,
+        TransportRefusal::ReadTimeout,
+        TransportRefusal::IdleTimeout,
+        TransportRefusal::ConnectionShed,
+        TransportRefusal::ConnectionRefused,
+        TransportRefusal::ContentType,
+        TransportRefusal::Cardinality,
+        TransportRefusal::HeaderReadTimeout,
+        TransportRefusal::HttpConnectionTimeout,
+        TransportRefusal::HttpConnectionShed,
     ];
 
     /// The `limit` label value.
     pub fn label(self) -> &'static str {
         match self {
-            Limited::RequestSize => "request_size",
-            Limited::ConcurrentStreams => "grpc_concurrent_streams",
-            Limited::ConnectionBuffer => "grpc_connection_buffer",
-            Limited::BufferedBytes => "grpc_buffered_bytes",
-            Limited::MemoryBudget => "grpc_memory_budget",
-            Limited::StreamingCalls => "grpc_streaming_calls",
-            Limited::StreamingCallsPerConnection => "grpc_streaming_calls_per_connection",
-            Limited::ReadTimeout => "grpc_read_timeout",
-            Limited::IdleTimeout => "grpc_idle_timeout",
-            Limited::ConnectionShed => "grpc_connection_shed",
-            Limited::ConnectionRefused => "grpc_connection_refused",
-            Limited::ContentType => "grpc_content_type",
-            Limited::Cardinality => "grpc_cardinality",
-            Limited::HeaderReadTimeout => "http_header_read_timeout",
-            Limited::HttpConnectionTimeout => "http_connection_timeout",
-            Limited::HttpConnectionShed => "http_connection_shed",
+            TransportRefusal::RequestSize => "request_size",
+            TransportRefusal::ConcurrentStreams => "grpc_concurrent_streams",
+            TransportRefusal::ConnectionBuffer => "grpc_connection_buffer",
+            TransportRefusal::BufferedBytes => "grpc_buffered_bytes",
+            TransportRefusal::MemoryBudget => "grpc_memory_budget",
+            TransportRefusal::StreamingCalls => "grpc_streaming_calls",
+            TransportRefusal::StreamingCallsPerConnection => "grpc_streaming_calls_per_connection",
+            TransportRefusal::ReadTimeout => "grpc_read_timeout",
+            TransportRefusal::IdleTimeout => "grpc_idle_timeout",
+            TransportRefusal::ConnectionShed => "grpc_connection_shed",
+            TransportRefusal::ConnectionRefused => "grpc_connection_refused",
+            TransportRefusal::ContentType => "grpc_content_type",
+            TransportRefusal::Cardinality => "grpc_cardinality",
+            TransportRefusal::HeaderReadTimeout => "http_header_read_timeout",
+            TransportRefusal::HttpConnectionTimeout => "http_connection_timeout",
+            TransportRefusal::HttpConnectionShed => "http_connection_shed",
         }
     }
 
-    /// Position in [`Limited::ALL`].
+    /// Position in [`TransportRefusal::ALL`].
     pub fn index(self) -> usize {
         self as usize
     }
@@ -114,12 +114,12 @@ mod tests {
 
     #[test]
     fn index_is_the_position_in_all() {
-        for (position, limited) in Limited::ALL.iter().enumerate() {
-            assert_eq!(limited.index(), position, "{limited:?}");
+        for (position, refusal) in TransportRefusal::ALL.iter().enumerate() {
+            assert_eq!(refusal.index(), position, "{refusal:?}");
         }
-        let mut labels: Vec<_> = Limited::ALL.iter().map(|l| l.label()).collect();
+        let mut labels: Vec<_> = TransportRefusal::ALL.iter().map(|l| l.label()).collect();
         labels.sort_unstable();
         labels.dedup();
-        assert_eq!(labels.len(), Limited::ALL.len());
+        assert_eq!(labels.len(), TransportRefusal::ALL.len());
     }
 }

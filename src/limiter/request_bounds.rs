@@ -4,13 +4,13 @@
 /// The most descriptors, entries per descriptor and bytes per entry key or value one request may
 /// carry. A request beyond any of them is refused whole (nothing is counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RequestLimits {
+pub struct RequestBounds {
     pub max_descriptors: usize,
     pub max_entries: usize,
     pub max_entry_bytes: usize,
 }
 
-impl RequestLimits {
+impl RequestBounds {
     /// Envoy sends one descriptor per `rate_limits` action set of the route (and of the virtual
     /// host): a handful, rarely more than ten. 64 leaves room for generated configurations while
     /// one request stays a small share of a store call.
@@ -27,21 +27,21 @@ impl RequestLimits {
     pub const MAX_DESCRIPTORS_CEILING: usize = 1024;
 
     /// Refuses more than `max_descriptors` descriptors, and never accepts more than
-    /// [`RequestLimits::MAX_DESCRIPTORS_CEILING`] whatever `max_descriptors` says.
-    pub fn check_descriptors(&self, count: usize) -> Result<(), LimitExceeded> {
+    /// [`RequestBounds::MAX_DESCRIPTORS_CEILING`] whatever `max_descriptors` says.
+    pub fn check_descriptors(&self, count: usize) -> Result<(), BoundExceeded> {
         let max = self
             .max_descriptors
-            .min(RequestLimits::MAX_DESCRIPTORS_CEILING);
+            .min(RequestBounds::MAX_DESCRIPTORS_CEILING);
         if count > max {
-            return Err(LimitExceeded::Descriptors { count, max });
+            return Err(BoundExceeded::Descriptors { count, max });
         }
         Ok(())
     }
 
     /// Refuses more than `max_entries` entries in descriptor `descriptor`.
-    pub fn check_entries(&self, descriptor: usize, count: usize) -> Result<(), LimitExceeded> {
+    pub fn check_entries(&self, descriptor: usize, count: usize) -> Result<(), BoundExceeded> {
         if count > self.max_entries {
-            return Err(LimitExceeded::Entries {
+            return Err(BoundExceeded::Entries {
                 descriptor,
                 count,
                 max: self.max_entries,
@@ -57,10 +57,10 @@ impl RequestLimits {
         entry: usize,
         key: &str,
         value: &str,
-    ) -> Result<(), LimitExceeded> {
+    ) -> Result<(), BoundExceeded> {
         for (part, text) in [("key", key), ("value", value)] {
             if text.len() > self.max_entry_bytes {
-                return Err(LimitExceeded::EntryBytes {
+                return Err(BoundExceeded::EntryBytes {
                     descriptor,
                     entry,
                     part,
@@ -73,20 +73,20 @@ impl RequestLimits {
     }
 }
 
-impl Default for RequestLimits {
-    fn default() -> RequestLimits {
-        RequestLimits {
-            max_descriptors: RequestLimits::DEFAULT_MAX_DESCRIPTORS,
-            max_entries: RequestLimits::DEFAULT_MAX_ENTRIES,
-            max_entry_bytes: RequestLimits::DEFAULT_MAX_ENTRY_BYTES,
+impl Default for RequestBounds {
+    fn default() -> RequestBounds {
+        RequestBounds {
+            max_descriptors: RequestBounds::DEFAULT_MAX_DESCRIPTORS,
+            max_entries: RequestBounds::DEFAULT_MAX_ENTRIES,
+            max_entry_bytes: RequestBounds::DEFAULT_MAX_ENTRY_BYTES,
         }
     }
 }
 
-/// A request beyond one of its [`RequestLimits`]; the message names the numbers and the flag
-/// that sets the limit.
+/// A request beyond one of its [`RequestBounds`]; the message names the numbers and the flag
+/// that sets the bound.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LimitExceeded {
+pub enum BoundExceeded {
     #[error("request has {count} descriptors; at most {max} are accepted (--max-descriptors)")]
     Descriptors { count: usize, max: usize },
     #[error(
@@ -111,37 +111,37 @@ pub enum LimitExceeded {
     },
 }
 
-/// Which of the [`RequestLimits`] a request exceeded.
+/// Which of the [`RequestBounds`] a request exceeded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestLimit {
+pub enum RequestBound {
     Descriptors,
     Entries,
     EntryBytes,
 }
 
-impl RequestLimit {
-    pub const ALL: [RequestLimit; 3] = [
-        RequestLimit::Descriptors,
-        RequestLimit::Entries,
-        RequestLimit::EntryBytes,
+impl RequestBound {
+    pub const ALL: [RequestBound; 3] = [
+        RequestBound::Descriptors,
+        RequestBound::Entries,
+        RequestBound::EntryBytes,
     ];
 
     /// The `limit` label value of the metrics.
     pub fn label(self) -> &'static str {
         match self {
-            RequestLimit::Descriptors => "descriptors",
-            RequestLimit::Entries => "entries",
-            RequestLimit::EntryBytes => "entry_bytes",
+            RequestBound::Descriptors => "descriptors",
+            RequestBound::Entries => "entries",
+            RequestBound::EntryBytes => "entry_bytes",
         }
     }
 }
 
-impl LimitExceeded {
-    pub fn limit(&self) -> RequestLimit {
+impl BoundExceeded {
+    pub fn bound(&self) -> RequestBound {
         match self {
-            LimitExceeded::Descriptors { .. } => RequestLimit::Descriptors,
-            LimitExceeded::Entries { .. } => RequestLimit::Entries,
-            LimitExceeded::EntryBytes { .. } => RequestLimit::EntryBytes,
+            BoundExceeded::Descriptors { .. } => RequestBound::Descriptors,
+            BoundExceeded::Entries { .. } => RequestBound::Entries,
+            BoundExceeded::EntryBytes { .. } => RequestBound::EntryBytes,
         }
     }
 }
@@ -152,57 +152,57 @@ mod tests {
 
     #[test]
     fn the_defaults_fit_under_the_ceiling() {
-        let limits = RequestLimits::default();
-        assert!(limits.max_descriptors <= RequestLimits::MAX_DESCRIPTORS_CEILING);
+        let bounds = RequestBounds::default();
+        assert!(bounds.max_descriptors <= RequestBounds::MAX_DESCRIPTORS_CEILING);
     }
 
     #[test]
     fn no_setting_accepts_more_descriptors_than_the_ceiling() {
-        let limits = RequestLimits {
+        let bounds = RequestBounds {
             max_descriptors: usize::MAX,
-            ..RequestLimits::default()
+            ..RequestBounds::default()
         };
-        assert!(limits.check_descriptors(1024).is_ok());
+        assert!(bounds.check_descriptors(1024).is_ok());
         assert_eq!(
-            limits.check_descriptors(1025).unwrap_err().to_string(),
+            bounds.check_descriptors(1025).unwrap_err().to_string(),
             "request has 1025 descriptors; at most 1024 are accepted (--max-descriptors)"
         );
     }
 
     #[test]
-    fn each_limit_is_inclusive_and_names_its_numbers_and_flag() {
-        let limits = RequestLimits {
+    fn each_bound_is_inclusive_and_names_its_numbers_and_flag() {
+        let bounds = RequestBounds {
             max_descriptors: 64,
             max_entries: 2,
             max_entry_bytes: 3,
         };
-        assert!(limits.check_descriptors(64).is_ok());
-        let error = limits.check_descriptors(100_000).unwrap_err();
+        assert!(bounds.check_descriptors(64).is_ok());
+        let error = bounds.check_descriptors(100_000).unwrap_err();
         assert_eq!(
             error.to_string(),
             "request has 100000 descriptors; at most 64 are accepted (--max-descriptors)"
         );
-        assert_eq!(error.limit(), RequestLimit::Descriptors);
+        assert_eq!(error.bound(), RequestBound::Descriptors);
 
-        assert!(limits.check_entries(0, 2).is_ok());
-        let error = limits.check_entries(5, 3).unwrap_err();
+        assert!(bounds.check_entries(0, 2).is_ok());
+        let error = bounds.check_entries(5, 3).unwrap_err();
         assert_eq!(
             error.to_string(),
             "descriptor 5 has 3 entries; at most 2 are accepted (--max-descriptor-entries)"
         );
-        assert_eq!(error.limit(), RequestLimit::Entries);
+        assert_eq!(error.bound(), RequestBound::Entries);
 
-        assert!(limits.check_entry(0, 0, "abc", "xyz").is_ok());
-        let error = limits.check_entry(1, 2, "abc", "wxyz").unwrap_err();
+        assert!(bounds.check_entry(0, 0, "abc", "xyz").is_ok());
+        let error = bounds.check_entry(1, 2, "abc", "wxyz").unwrap_err();
         assert_eq!(
             error.to_string(),
             "descriptor 1: entry 2 has a value of 4 bytes; at most 3 are accepted (--max-entry-bytes)"
         );
-        let error = limits.check_entry(0, 0, "abcd", "").unwrap_err();
+        let error = bounds.check_entry(0, 0, "abcd", "").unwrap_err();
         assert!(
             error.to_string().contains("has a key of 4 bytes"),
             "{error}"
         );
-        assert_eq!(error.limit(), RequestLimit::EntryBytes);
+        assert_eq!(error.bound(), RequestBound::EntryBytes);
     }
 }

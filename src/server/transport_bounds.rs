@@ -1,14 +1,14 @@
-//! Transport limits: how much one peer, and all peers together, may make the gRPC and HTTP ports
+//! Transport bounds: how much one peer, and all peers together, may make the gRPC and HTTP ports
 //! hold (streams, bytes, connections, time), and the descriptor budget they share.
 //!
-//! Each limit has a flag and a `RATELIMITD_...` variable (see `ratelimitd serve --help` and
-//! docs/operations/hardening.md); [`Limits::default`] holds the defaults those fall back to.
+//! Each bound has a flag and a `RATELIMITD_...` variable (see `ratelimitd serve --help` and
+//! docs/operations/hardening.md); [`TransportBounds::default`] holds the defaults those fall back to.
 
 use std::time::Duration;
 
-/// Every transport limit of `serve`.
+/// Every transport bound of `serve`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
+pub struct TransportBounds {
     /// Largest request accepted, in bytes: a gRPC message (RESOURCE_EXHAUSTED above it) or a
     /// `/json` body (413 above it).
     pub max_request_size: usize,
@@ -33,7 +33,7 @@ pub struct Limits {
     /// A gRPC connection with no call open for this long is closed with GOAWAY; `None`: never.
     pub grpc_idle_timeout: Option<Duration>,
     /// Most gRPC connections at once (lowered to fit the open-files limit, see
-    /// [`Limits::connection_caps`]).
+    /// [`TransportBounds::connection_caps`]).
     pub grpc_max_connections: usize,
     /// Most HTTP-port connections at once (lowered likewise).
     pub http_max_connections: usize,
@@ -46,7 +46,7 @@ pub struct Limits {
     pub fd_reserve: usize,
 }
 
-impl Limits {
+impl TransportBounds {
     pub const DEFAULT_MAX_REQUEST_SIZE: usize = 64 << 10;
     pub const DEFAULT_GRPC_MAX_CONCURRENT_STREAMS: u32 = 100;
     pub const DEFAULT_GRPC_STREAM_WINDOW: u32 = 64 << 10;
@@ -63,7 +63,7 @@ impl Limits {
     pub const DEFAULT_FD_RESERVE: usize = 64;
 
     /// The connection caps that fit `open_files` (the soft RLIMIT_NOFILE): after
-    /// [`Limits::fd_reserve`], the HTTP port gets at most half of what is left and gRPC the
+    /// [`TransportBounds::fd_reserve`], the HTTP port gets at most half of what is left and gRPC the
     /// rest, each never more than its flag says. Both are at least 1, so a server started with
     /// too few descriptors still serves (and says so in its startup line).
     pub fn connection_caps(&self, open_files: u64) -> ConnectionCaps {
@@ -79,24 +79,24 @@ impl Limits {
     }
 }
 
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
-            max_request_size: Limits::DEFAULT_MAX_REQUEST_SIZE,
-            grpc_max_concurrent_streams: Limits::DEFAULT_GRPC_MAX_CONCURRENT_STREAMS,
-            grpc_stream_window: Limits::DEFAULT_GRPC_STREAM_WINDOW,
-            grpc_connection_window: Limits::DEFAULT_GRPC_CONNECTION_WINDOW,
-            grpc_max_buffered_bytes: Limits::DEFAULT_GRPC_MAX_BUFFERED_BYTES,
-            grpc_max_streaming_calls: Limits::DEFAULT_GRPC_MAX_STREAMING_CALLS,
+impl Default for TransportBounds {
+    fn default() -> TransportBounds {
+        TransportBounds {
+            max_request_size: TransportBounds::DEFAULT_MAX_REQUEST_SIZE,
+            grpc_max_concurrent_streams: TransportBounds::DEFAULT_GRPC_MAX_CONCURRENT_STREAMS,
+            grpc_stream_window: TransportBounds::DEFAULT_GRPC_STREAM_WINDOW,
+            grpc_connection_window: TransportBounds::DEFAULT_GRPC_CONNECTION_WINDOW,
+            grpc_max_buffered_bytes: TransportBounds::DEFAULT_GRPC_MAX_BUFFERED_BYTES,
+            grpc_max_streaming_calls: TransportBounds::DEFAULT_GRPC_MAX_STREAMING_CALLS,
             grpc_max_streaming_calls_per_connection:
-                Limits::DEFAULT_GRPC_MAX_STREAMING_CALLS_PER_CONNECTION,
-            grpc_read_timeout: Limits::DEFAULT_GRPC_READ_TIMEOUT,
-            grpc_idle_timeout: Some(Limits::DEFAULT_GRPC_IDLE_TIMEOUT),
-            grpc_max_connections: Limits::DEFAULT_GRPC_MAX_CONNECTIONS,
-            http_max_connections: Limits::DEFAULT_HTTP_MAX_CONNECTIONS,
-            http_header_read_timeout: Limits::DEFAULT_HTTP_HEADER_READ_TIMEOUT,
-            http_connection_timeout: Limits::DEFAULT_HTTP_CONNECTION_TIMEOUT,
-            fd_reserve: Limits::DEFAULT_FD_RESERVE,
+                TransportBounds::DEFAULT_GRPC_MAX_STREAMING_CALLS_PER_CONNECTION,
+            grpc_read_timeout: TransportBounds::DEFAULT_GRPC_READ_TIMEOUT,
+            grpc_idle_timeout: Some(TransportBounds::DEFAULT_GRPC_IDLE_TIMEOUT),
+            grpc_max_connections: TransportBounds::DEFAULT_GRPC_MAX_CONNECTIONS,
+            http_max_connections: TransportBounds::DEFAULT_HTTP_MAX_CONNECTIONS,
+            http_header_read_timeout: TransportBounds::DEFAULT_HTTP_HEADER_READ_TIMEOUT,
+            http_connection_timeout: TransportBounds::DEFAULT_HTTP_CONNECTION_TIMEOUT,
+            fd_reserve: TransportBounds::DEFAULT_FD_RESERVE,
         }
     }
 }
@@ -148,27 +148,27 @@ mod tests {
 
     #[test]
     fn caps_fit_the_open_files_limit() {
-        let limits = Limits::default();
+        let bounds = TransportBounds::default();
         assert_eq!(
-            limits.connection_caps(1_048_576),
+            bounds.connection_caps(1_048_576),
             ConnectionCaps {
                 grpc: 10_000,
                 http: 128
             }
         );
         assert_eq!(
-            limits.connection_caps(1024),
+            bounds.connection_caps(1024),
             ConnectionCaps {
                 grpc: 1024 - 64 - 128,
                 http: 128
             }
         );
         assert_eq!(
-            limits.connection_caps(256),
+            bounds.connection_caps(256),
             ConnectionCaps { grpc: 96, http: 96 }
         );
         assert_eq!(
-            limits.connection_caps(10),
+            bounds.connection_caps(10),
             ConnectionCaps { grpc: 1, http: 1 }
         );
     }

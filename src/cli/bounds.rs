@@ -3,29 +3,29 @@
 use std::time::Duration;
 
 use super::parse;
-use crate::limiter::RequestLimits;
-use crate::server::limits::Limits;
+use crate::limiter::RequestBounds;
 use crate::server::memory_budget;
+use crate::server::transport_bounds::TransportBounds;
 
 /// What one request may carry; a request beyond it is refused with INVALID_ARGUMENT.
 #[derive(clap::Args)]
 #[command(next_help_heading = "Request limits")]
-pub struct RequestLimitArgs {
+pub struct RequestBoundArgs {
     /// Most descriptors in one request (at most 1024, the checks of one Redis call).
-    #[arg(long, env = "RATELIMITD_MAX_DESCRIPTORS", default_value_t = RequestLimits::DEFAULT_MAX_DESCRIPTORS as u32, value_parser = clap::value_parser!(u32).range(1..=RequestLimits::MAX_DESCRIPTORS_CEILING as i64))]
+    #[arg(long, env = "RATELIMITD_MAX_DESCRIPTORS", default_value_t = RequestBounds::DEFAULT_MAX_DESCRIPTORS as u32, value_parser = clap::value_parser!(u32).range(1..=RequestBounds::MAX_DESCRIPTORS_CEILING as i64))]
     max_descriptors: u32,
     /// Most entries in one descriptor.
-    #[arg(long, env = "RATELIMITD_MAX_DESCRIPTOR_ENTRIES", default_value_t = RequestLimits::DEFAULT_MAX_ENTRIES as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "RATELIMITD_MAX_DESCRIPTOR_ENTRIES", default_value_t = RequestBounds::DEFAULT_MAX_ENTRIES as u32, value_parser = clap::value_parser!(u32).range(1..))]
     max_descriptor_entries: u32,
     /// Longest key, and longest value, of a descriptor entry, in bytes.
-    #[arg(long, env = "RATELIMITD_MAX_ENTRY_BYTES", default_value_t = RequestLimits::DEFAULT_MAX_ENTRY_BYTES as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "RATELIMITD_MAX_ENTRY_BYTES", default_value_t = RequestBounds::DEFAULT_MAX_ENTRY_BYTES as u32, value_parser = clap::value_parser!(u32).range(1..))]
     max_entry_bytes: u32,
 }
 
-impl RequestLimitArgs {
+impl RequestBoundArgs {
     /// The bounds every request is checked against.
-    pub fn limits(&self) -> RequestLimits {
-        RequestLimits {
+    pub fn bounds(&self) -> RequestBounds {
+        RequestBounds {
             max_descriptors: self.max_descriptors as usize,
             max_entries: self.max_descriptor_entries as usize,
             max_entry_bytes: self.max_entry_bytes as usize,
@@ -33,16 +33,16 @@ impl RequestLimitArgs {
     }
 }
 
-/// Transport limits (docs/operations/hardening.md).
+/// Transport bounds (docs/operations/hardening.md).
 #[derive(clap::Args)]
 #[command(next_help_heading = "Limits")]
-pub struct LimitArgs {
+pub struct TransportBoundArgs {
     /// Largest request accepted: a gRPC message (RESOURCE_EXHAUSTED above) or a /json body (413
     /// above). Sizes take B, KiB, MiB, GiB.
     #[arg(long, env = "RATELIMITD_MAX_REQUEST_SIZE", default_value = "64KiB", value_parser = parse::size)]
     max_request_size: usize,
     /// Concurrent streams per gRPC connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
-    #[arg(long, env = "RATELIMITD_GRPC_MAX_CONCURRENT_STREAMS", default_value_t = Limits::DEFAULT_GRPC_MAX_CONCURRENT_STREAMS, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_CONCURRENT_STREAMS", default_value_t = TransportBounds::DEFAULT_GRPC_MAX_CONCURRENT_STREAMS, value_parser = clap::value_parser!(u32).range(1..))]
     grpc_max_concurrent_streams: u32,
     /// HTTP/2 stream window: bytes a peer may send on one stream before the server reads them.
     #[arg(long, env = "RATELIMITD_GRPC_STREAM_WINDOW", default_value = "64KiB", value_parser = parse::window)]
@@ -55,10 +55,10 @@ pub struct LimitArgs {
     #[arg(long, env = "RATELIMITD_GRPC_MAX_BUFFERED_BYTES", default_value = "64MiB", value_parser = parse::size)]
     grpc_max_buffered_bytes: usize,
     /// Concurrent long-lived gRPC calls (health Watch, reflection), all connections.
-    #[arg(long, env = "RATELIMITD_GRPC_MAX_STREAMING_CALLS", default_value_t = Limits::DEFAULT_GRPC_MAX_STREAMING_CALLS)]
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_STREAMING_CALLS", default_value_t = TransportBounds::DEFAULT_GRPC_MAX_STREAMING_CALLS)]
     grpc_max_streaming_calls: usize,
     /// Concurrent long-lived gRPC calls on one connection.
-    #[arg(long, env = "RATELIMITD_GRPC_MAX_STREAMING_CALLS_PER_CONNECTION", default_value_t = Limits::DEFAULT_GRPC_MAX_STREAMING_CALLS_PER_CONNECTION)]
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_STREAMING_CALLS_PER_CONNECTION", default_value_t = TransportBounds::DEFAULT_GRPC_MAX_STREAMING_CALLS_PER_CONNECTION)]
     grpc_max_streaming_calls_per_connection: u32,
     /// Time a call has to send its request and end its request stream (DEADLINE_EXCEEDED after).
     #[arg(long, env = "RATELIMITD_GRPC_READ_TIMEOUT", default_value = "10s", value_parser = parse::positive_duration)]
@@ -68,11 +68,11 @@ pub struct LimitArgs {
     grpc_idle_timeout: Duration,
     /// Most gRPC connections at once; lowered to fit the open-files limit. At the cap, the
     /// connection idle the longest is closed to take a new one.
-    #[arg(long, env = "RATELIMITD_GRPC_MAX_CONNECTIONS", default_value_t = Limits::DEFAULT_GRPC_MAX_CONNECTIONS, value_parser = parse::count)]
+    #[arg(long, env = "RATELIMITD_GRPC_MAX_CONNECTIONS", default_value_t = TransportBounds::DEFAULT_GRPC_MAX_CONNECTIONS, value_parser = parse::count)]
     grpc_max_connections: usize,
     /// Most HTTP-port connections at once; lowered to fit the open-files limit. At the cap, the
     /// oldest is closed to take a new one.
-    #[arg(long, env = "RATELIMITD_HTTP_MAX_CONNECTIONS", default_value_t = Limits::DEFAULT_HTTP_MAX_CONNECTIONS, value_parser = parse::count)]
+    #[arg(long, env = "RATELIMITD_HTTP_MAX_CONNECTIONS", default_value_t = TransportBounds::DEFAULT_HTTP_MAX_CONNECTIONS, value_parser = parse::count)]
     http_max_connections: usize,
     /// Time an HTTP client has to send a request's headers (the first and every next one).
     #[arg(long, env = "RATELIMITD_HTTP_HEADER_READ_TIMEOUT", default_value = "5s", value_parser = parse::positive_duration)]
@@ -81,7 +81,7 @@ pub struct LimitArgs {
     #[arg(long, env = "RATELIMITD_HTTP_CONNECTION_TIMEOUT", default_value = "60s", value_parser = parse::positive_duration)]
     http_connection_timeout: Duration,
     /// Open files kept for anything but client connections (listeners, Redis, runtime).
-    #[arg(long, env = "RATELIMITD_FD_RESERVE", default_value_t = Limits::DEFAULT_FD_RESERVE)]
+    #[arg(long, env = "RATELIMITD_FD_RESERVE", default_value_t = TransportBounds::DEFAULT_FD_RESERVE)]
     fd_reserve: usize,
     /// Most memory all gRPC calls together may hold: 6 KiB per open call plus its request
     /// headers, plus the messages being received at the length their prefix declares. A call or
@@ -92,10 +92,10 @@ pub struct LimitArgs {
     grpc_memory_budget: Option<usize>,
 }
 
-impl LimitArgs {
+impl TransportBoundArgs {
     /// The transport's bounds.
-    pub fn limits(&self) -> Limits {
-        Limits {
+    pub fn bounds(&self) -> TransportBounds {
+        TransportBounds {
             max_request_size: self.max_request_size,
             grpc_max_concurrent_streams: self.grpc_max_concurrent_streams,
             grpc_stream_window: self.grpc_stream_window,
