@@ -14,6 +14,7 @@ pub mod fault_load;
 pub mod grpc_transport;
 pub mod hostile_config;
 pub mod http_load;
+pub mod in_process;
 pub mod markdown;
 pub mod ops_support;
 pub mod otlp_collector;

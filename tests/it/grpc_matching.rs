@@ -1,5 +1,6 @@
-//! DESIGN.md "Matching" and "Request and response", over real sockets against the real binary
-//! (memory store): precedence, depth, whitelist, unknown domain, unlimited, replaces, shadow mode,
+//! DESIGN.md "Matching" and "Request and response", over real sockets against the server
+//! (memory store; run in this process through `server::run` where no flag or environment
+//! variable is under test, else the real binary): precedence, depth, whitelist, unknown domain, unlimited, replaces, shadow mode,
 //! overrides, hits, statuses, current_limit, duration_until_reset per algorithm, all or nothing,
 //! and files in envoyproxy/ratelimit's schema (tests/fixtures/compat/) served as they are.
 //!
@@ -11,6 +12,8 @@ use ratelimitd::proto::envoy::r#type::v3::RateLimitUnit;
 use ratelimitd::proto::rls::rate_limit_response::rate_limit::Unit;
 use ratelimitd::proto::rls::rate_limit_response::{Code, DescriptorStatus};
 use ratelimitd::proto::rls::RateLimitRequest;
+use ratelimitd::server::Settings;
+use testkit::in_process::InProcess;
 use testkit::ratelimitd::*;
 
 const MAX: u32 = u32::MAX;
@@ -19,16 +22,15 @@ fn path(p: std::path::PathBuf) -> String {
     p.to_str().expect("utf-8 path").to_string()
 }
 
-/// A server with the matching and algorithm fixtures (two `--config` flags).
-fn serve() -> Ratelimitd {
-    let matching = path(fixture("serve/matching.yaml"));
-    let algorithms = path(fixture("serve/algorithms.yaml"));
-    Ratelimitd::start(&["--config", &matching, "--config", &algorithms])
+/// A server with the matching and algorithm fixtures (two configuration files).
+fn serve() -> InProcess {
+    let matching = fixture("serve/matching.yaml");
+    let algorithms = fixture("serve/algorithms.yaml");
+    InProcess::start(Settings::new(vec![matching, algorithms]))
 }
 
-fn serve_compat(file: &str) -> Ratelimitd {
-    let file = path(compat(file));
-    Ratelimitd::start(&["--config", &file])
+fn serve_compat(file: &str) -> InProcess {
+    InProcess::start(Settings::new(vec![compat(file)]))
 }
 
 /// One descriptor in domain `matching`; returns its status.

@@ -69,6 +69,7 @@ mod redis_topology_harness;
 mod redis_urls;
 mod rlqs_envoy;
 mod rlqs_service;
+mod server_run;
 mod store_contract;
 mod upstream_integration;
 mod xds_config;
