@@ -12,6 +12,7 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
 
 use super::command::Cli;
+use super::help_levels;
 use crate::envoyproxy_env::Translation;
 
 /// Parses `arguments`, keeping clap's matches beside (they tell a flag from its variable); help
@@ -20,8 +21,9 @@ pub fn parse(
     arguments: &[OsString],
     upstream: &Translation,
 ) -> Result<(Cli, ArgMatches), ExitCode> {
-    let parsed = Cli::command()
-        .try_get_matches_from(arguments)
+    let (expanded, all) = help_levels::expand(arguments);
+    let parsed = help_levels::command(all)
+        .try_get_matches_from(expanded)
         .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
     match parsed {
         Ok(parsed) => Ok(parsed),

@@ -12,6 +12,7 @@ mod command;
 mod config_source;
 mod failure_health;
 mod health;
+mod help_levels;
 mod leases;
 mod listeners;
 mod log_filter;

@@ -1,7 +1,8 @@
 //! The mistakes every new user makes, as they type them, end with an error that says how to fix
 //! them (on stderr, exit 1, whatever the log level) or just work: a mistyped log level, a Redis
 //! URL without its scheme, a Redis that is not up yet, a busy port, a host name for an address,
-//! a flag's first word, and a misspelt `domain` in Envoy's filter.
+//! a flag's first word, a misspelt flag whatever help shows it, and a misspelt `domain` in
+//! Envoy's filter; `serve --help` fits one screen.
 
 use std::net::TcpListener;
 use std::time::Duration;
@@ -186,5 +187,60 @@ fn a_misspelt_domain_is_warned_about_and_counted_by_name() {
             && warnings[0].contains("domains_in_force=\"matching\""),
         "{}",
         warnings[0]
+    );
+}
+
+#[test]
+fn serve_help_fits_one_screen_and_help_all_lists_every_setting() {
+    let help = |flag: &str| {
+        let mut cmd = command();
+        cmd.args(["serve", flag]);
+        let (status, stdout, stderr) = run_to_end(cmd, TIMEOUT);
+        assert!(status.success(), "serve {flag}: {stderr}");
+        stdout
+    };
+    for flag in ["--help", "-h"] {
+        let brief = help(flag);
+        assert!(brief.lines().count() <= 50, "serve {flag}:\n{brief}");
+        for shown in [
+            "--config ",
+            "--config-source",
+            "--grpc-addr",
+            "--redis-url",
+            "--log-level",
+        ] {
+            assert!(
+                brief.contains(shown),
+                "serve {flag} lacks {shown}:\n{brief}"
+            );
+        }
+        assert!(
+            !brief.contains("--grpc-max-buffered-bytes"),
+            "serve {flag} shows every setting:\n{brief}"
+        );
+        assert!(
+            brief.contains("ratelimitd serve --help-all"),
+            "serve {flag} does not say where the rest is:\n{brief}"
+        );
+    }
+    let all = help("--help-all");
+    for setting in [
+        "--grpc-max-buffered-bytes",
+        "--rlqs-memory-budget",
+        "--config ",
+    ] {
+        assert!(all.contains(setting), "serve --help-all lacks {setting}");
+    }
+}
+
+#[test]
+fn a_misspelt_setting_left_out_of_the_short_help_is_still_suggested() {
+    let mut cmd = command();
+    cmd.args(["serve", "--grpc-max-buffered-byte", "1MiB"]);
+    let (status, _, stderr) = run_to_end(cmd, TIMEOUT);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("--grpc-max-buffered-bytes"),
+        "no suggestion: {stderr}"
     );
 }

@@ -518,7 +518,7 @@ fn the_file_based_deployments_run_as_written_and_take_in_a_configmap_update() {
 #[test]
 fn every_variable_set_is_one_ratelimitd_answers_and_the_xds_example_runs_upstreams_command() {
     let mut help = command();
-    help.args(["serve", "--help"]);
+    help.args(["serve", "--help-all"]);
     let (status, serve_help, _) = run_to_end(help, TIMEOUT);
     assert!(status.success());
     for kustomization in KUSTOMIZATIONS {

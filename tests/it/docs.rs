@@ -38,7 +38,7 @@ fn docs() -> &'static [Doc] {
     DOCS.get_or_init(|| documentation(&repo_root()))
 }
 
-/// `ratelimitd <subcommand> --help`.
+/// `ratelimitd <subcommand> --help`, and for `serve` `--help-all` (every setting).
 fn help(subcommand: &str) -> &'static str {
     static HELP: OnceLock<HashMap<&'static str, String>> = OnceLock::new();
     let all = HELP.get_or_init(|| {
@@ -46,9 +46,14 @@ fn help(subcommand: &str) -> &'static str {
             .iter()
             .map(|sub| {
                 let mut cmd = command();
-                cmd.args([sub, "--help"]);
+                let flag = if *sub == "serve" {
+                    "--help-all"
+                } else {
+                    "--help"
+                };
+                cmd.args([sub, flag]);
                 let (status, stdout, stderr) = run_to_end(cmd, TIMEOUT);
-                assert!(status.success(), "ratelimitd {sub} --help: {stderr}");
+                assert!(status.success(), "ratelimitd {sub} {flag}: {stderr}");
                 (*sub, stdout)
             })
             .collect()

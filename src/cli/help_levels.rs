@@ -1,0 +1,152 @@
+//! Two levels of `serve` help: `--help` (and `-h`) shows the settings a user needs to start
+//! (where the configuration comes from, the addresses, the store, the log), and `--help-all`
+//! every one of them. The others stay accepted, and a misspelt one is still suggested: hiding
+//! an argument only leaves it out of the help text.
+
+use std::ffi::OsString;
+
+use clap::{Command, CommandFactory};
+
+use super::command::Cli;
+
+/// The flag that shows every setting of `serve`.
+pub const HELP_ALL: &str = "--help-all";
+
+/// The long names of the `serve` settings `--help` shows.
+pub const ESSENTIAL: &[&str] = &[
+    "config",
+    "config-source",
+    "xds-server",
+    "grpc-addr",
+    "http-addr",
+    "threads",
+    "redis-url",
+    "redis-cluster",
+    "redis-sentinel",
+    "consistency",
+    "log-level",
+    "log-format",
+];
+
+/// `arguments` with `--help-all` read as `--help`, and whether it was given.
+pub fn expand(arguments: &[OsString]) -> (Vec<OsString>, bool) {
+    let mut all = false;
+    let expanded = arguments
+        .iter()
+        .map(|argument| {
+            if argument == HELP_ALL {
+                all = true;
+                OsString::from("--help")
+            } else {
+                argument.clone()
+            }
+        })
+        .collect();
+    (expanded, all)
+}
+
+/// The command line: `serve` takes `--help-all` (read as `--help`, see [`expand`]) beside
+/// `--help`, and unless `all`, its help is [`brief`].
+pub fn command(all: bool) -> Command {
+    let cli = Cli::command().mut_subcommand("serve", |serve| {
+        serve.next_help_heading(None::<&str>).arg(
+            clap::Arg::new("help_all")
+                .long("help-all")
+                .action(clap::ArgAction::HelpLong)
+                .help("Print help with every setting"),
+        )
+    });
+    if all {
+        cli
+    } else {
+        brief(cli)
+    }
+}
+
+/// `cli` with the `serve` settings beyond [`ESSENTIAL`] left out of its help, which ends by
+/// saying how many there are and how to see them. `--help` prints what `-h` does, the essential
+/// settings with their one-line help (their longer one is `--help-all`'s): one screen.
+pub fn brief(cli: Command) -> Command {
+    cli.mut_subcommand("serve", |serve| {
+        let hidden = serve
+            .get_arguments()
+            .filter(|arg| is_setting(arg) && !is_essential(arg))
+            .count();
+        let more = format!(
+            "{hidden} more settings (listeners, TLS, Redis, responses, bounds, RLQS, telemetry): \
+             ratelimitd serve {HELP_ALL}"
+        );
+        let after = match serve.get_after_help() {
+            Some(after) => format!("{after}\n\n{more}"),
+            None => more,
+        };
+        serve
+            .mut_args(|arg| {
+                if is_setting(&arg) && !is_essential(&arg) {
+                    arg.hide(true)
+                } else {
+                    arg
+                }
+            })
+            .disable_help_flag(true)
+            .next_help_heading(None::<&str>)
+            .arg(
+                clap::Arg::new("help")
+                    .short('h')
+                    .long("help")
+                    .action(clap::ArgAction::HelpShort)
+                    .help("Print help: the settings needed to start"),
+            )
+            .after_help(after)
+    })
+}
+
+fn is_setting(arg: &clap::Arg) -> bool {
+    arg.get_long()
+        .is_some_and(|long| long != "help" && long != "help-all")
+        && !arg.is_hide_set()
+}
+
+fn is_essential(arg: &clap::Arg) -> bool {
+    arg.get_long().is_some_and(|long| ESSENTIAL.contains(&long))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_essential_setting_is_an_argument_of_serve() {
+        let cli = Cli::command();
+        let serve = cli.find_subcommand("serve").expect("a serve subcommand");
+        for long in ESSENTIAL {
+            assert!(
+                serve
+                    .get_arguments()
+                    .any(|arg| arg.get_long() == Some(long)),
+                "--{long} is no argument of serve"
+            );
+        }
+    }
+
+    #[test]
+    fn brief_help_keeps_the_essentials_and_hides_the_rest() {
+        let brief = command(false);
+        let serve = brief.find_subcommand("serve").expect("serve");
+        let shown: Vec<&str> = serve
+            .get_arguments()
+            .filter(|arg| !arg.is_hide_set())
+            .filter_map(|arg| arg.get_long())
+            .filter(|long| *long != "help" && *long != "help-all")
+            .collect();
+        assert_eq!(shown.len(), ESSENTIAL.len(), "{shown:?}");
+        let after = serve
+            .get_after_help()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        assert!(
+            after.contains("Drop-in mode") && after.contains(HELP_ALL),
+            "{after}"
+        );
+    }
+}
