@@ -43,7 +43,7 @@ impl<S: Store> GiveBacks<S> {
             let Some(shards) = self.shards.upgrade() else {
                 return;
             };
-            let due = self.sweep(&shards);
+            let due = self.sweep(&shards, false);
             drop(shards);
             for call in due.chunks(MAX_CALL) {
                 self.give_back(call).await;
@@ -54,35 +54,26 @@ impl<S: Store> GiveBacks<S> {
     /// Gives back every hit the window algorithms' leases hold, whatever their use: the replica
     /// stops deciding.
     pub async fn release(&self, shards: &[Shard]) {
-        let mut due = Vec::new();
-        for shard in shards {
-            for slot in shard.lock().values() {
-                let algorithm = slot.rate.algorithm();
-                if !can_give_back(algorithm) {
-                    continue;
-                }
-                let now = self.clock.now_us();
-                let ended_are_given_back = algorithm == Algorithm::SlidingWindowCounter;
-                let swept = slot.ledger.lock().sweep(now, Some(0), ended_are_given_back);
-                slot.stats.record_expired(swept.expired);
-                due.extend(swept.unspent.into_iter().map(|u| (Arc::clone(slot), u)));
-            }
-        }
+        let due = self.sweep(shards, true);
         for call in due.chunks(MAX_CALL) {
             self.give_back(call).await;
         }
     }
 
-    /// Takes what is due out of every ledger.
-    fn sweep(&self, shards: &[Shard]) -> Vec<(Arc<LeaseSlot>, Unspent)> {
+    /// Takes what is due out of every ledger: what a round gives back, or when `leaving`, every
+    /// hit that can be given back.
+    fn sweep(&self, shards: &[Shard], leaving: bool) -> Vec<(Arc<LeaseSlot>, Unspent)> {
         let mut due = Vec::new();
         for shard in shards {
             for slot in shard.lock().values() {
-                let now = self.clock.now_us();
                 let algorithm = slot.rate.algorithm();
-                let idle_after_us =
-                    can_give_back(algorithm).then(|| slot.policy.period_us.saturating_mul(2));
+                let idle_after_us = match (can_give_back(algorithm), leaving) {
+                    (false, _) => None,
+                    (true, true) => Some(0),
+                    (true, false) => Some(slot.policy.period_us.saturating_mul(2)),
+                };
                 let ended_are_given_back = algorithm == Algorithm::SlidingWindowCounter;
+                let now = self.clock.now_us();
                 let swept = slot
                     .ledger
                     .lock()
