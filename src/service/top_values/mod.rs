@@ -1,7 +1,7 @@
 //! `GET /top`: per rule, the descriptor values hit and denied the most over the last 1, 5 or 15
 //! minutes, in bounded memory (docs/operations/http-endpoints.md, "/top").
 //!
-//! Each tracked rule holds a [`MinuteRing`] of [`Space-Saving`](space_saving) summaries of `k`
+//! Each tracked rule holds a [`MinuteRing`] of Space-Saving summaries ([`space_saving`]) of `k`
 //! values; at most `max_rules` rules are tracked, the others (in the order of their first hit)
 //! are counted as untracked. A value is shown as its descriptor text only where the operator
 //! opted in (`--top-show-values`, or the rule's `detailed_metric`), otherwise as a keyed hash
