@@ -64,6 +64,7 @@ use crate::service::rlqs::{QuotaRegistry, RlqsService, RlqsSettings};
 use crate::service::statsd::{self, StatsdSettings};
 use crate::service::statsd_exporter::{EnvoyproxyMetrics, EnvoyproxyMetricsSettings};
 use crate::service::store_error_policy::StoreErrorPolicy;
+use crate::service::top_values::TopSettings;
 use crate::service::transport_refusal::Port;
 use crate::service::version_info::shown;
 use crate::service::{Health, Metrics, RateLimitEdge, ResponseHeaders};
@@ -116,6 +117,8 @@ pub struct Settings {
     /// Most series of the per-rule families on `/metrics` (see
     /// [`Metrics::with_max_rule_series`]).
     pub metrics_max_rule_series: usize,
+    /// What `GET /top` keeps and shows (values per rule, rules, values or hashes).
+    pub top: TopSettings,
     /// Serving lanes: threads serving gRPC connections, each with its own current-thread runtime
     /// (see [`lanes`]); lane 0 is the runtime `run` is called on.
     pub lanes: usize,
@@ -211,6 +214,7 @@ impl Settings {
             drop_in: None,
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
             metrics_max_rule_series: DEFAULT_MAX_RULE_SERIES,
+            top: TopSettings::default(),
             lanes: default_lanes(),
             transport_bounds: TransportBounds::default(),
             grpc_memory_budget: memory_budget::default_bytes(),
@@ -414,7 +418,8 @@ pub async fn run<'a>(
     let domains = rules.load().domains.len();
     let metrics = Arc::new(
         Metrics::new(settings.near_limit_ratio)
-            .with_max_rule_series(settings.metrics_max_rule_series),
+            .with_max_rule_series(settings.metrics_max_rule_series)
+            .with_top(&settings.top),
     );
     metrics.register_rules(&rules.load());
     metrics.register_config_loader(loader);

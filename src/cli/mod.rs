@@ -23,6 +23,7 @@ mod rlqs;
 mod serve;
 mod store;
 mod telemetry;
+mod top_values;
 mod traces;
 pub mod upstream_env;
 mod xds;

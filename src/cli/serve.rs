@@ -13,6 +13,7 @@ use super::responses::ResponseArgs;
 use super::rlqs::RlqsArgs;
 use super::store::StoreArgs;
 use super::telemetry::TelemetryArgs;
+use super::top_values::TopValuesArgs;
 use super::upstream_env;
 use super::xds::XdsArgs;
 use crate::config;
@@ -54,6 +55,8 @@ pub struct ServeArgs {
     rlqs: RlqsArgs,
     #[command(flatten)]
     telemetry: TelemetryArgs,
+    #[command(flatten)]
+    top_values: TopValuesArgs,
 }
 
 impl ServeArgs {
@@ -80,6 +83,7 @@ impl ServeArgs {
             }),
             near_limit_ratio: self.telemetry.near_limit_ratio(),
             metrics_max_rule_series: self.telemetry.metrics_max_rule_series(),
+            top: self.top_values.settings()?,
             lanes: self.listeners.lanes(),
             transport_bounds: self.transport_bounds.bounds(),
             grpc_memory_budget: self.transport_bounds.grpc_memory_budget(),

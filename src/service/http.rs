@@ -17,6 +17,9 @@
 //!   (`, unit_multiplier: 5`, `, algorithm: gcra`, `, burst: 20`, `, consistency: leased`,
 //!   `, unlimited: true`); with configuration over xDS, headed by `# xDS version: <version_info
 //!   in force>`.
+//! - `/top`: per rule, the descriptor values hit and denied the most over the last 1, 5 or 15
+//!   minutes as JSON (`?window=1m|5m|15m&domain=D&rule=PATH`, see [`super::top_values`]); 400
+//!   naming the parameter that is wrong.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -35,6 +38,7 @@ use super::metrics::Metrics;
 use super::rlqs;
 use super::rls::RateLimitEdge;
 use super::statsd_exporter::EnvoyproxyMetrics;
+use super::top_values::TopQuery;
 use super::transport_refusal::TransportRefusal;
 use crate::config::xds::XdsConfig;
 use crate::limiter::{LimitKind, Rules};
@@ -158,6 +162,10 @@ pub async fn respond<S: Store>(
             }
             None => text(StatusCode::NOT_FOUND, "not found"),
         },
+        "/top" if get => match (&state.metrics, &state.edge) {
+            (Some(metrics), Some(_)) => top(metrics.clone(), request.uri().query()).await,
+            _ => text(StatusCode::NOT_FOUND, "not found"),
+        },
         "/rlqs" if get => match &state.rlqs {
             Some(pages) => rlqs_page(pages.clone(), request.uri().query()),
             None => text(StatusCode::NOT_FOUND, "not found"),
@@ -167,7 +175,7 @@ pub async fn respond<S: Store>(
             Some(edge) => json(&state, edge, request).await,
             None => text(StatusCode::NOT_FOUND, "not found"),
         },
-        "/healthcheck" | "/rlconfig" | "/rlqs" => method_not_allowed(),
+        "/healthcheck" | "/rlconfig" | "/rlqs" | "/top" => method_not_allowed(),
         _ => text(StatusCode::NOT_FOUND, "not found"),
     }
 }
@@ -235,6 +243,23 @@ fn rlqs_page(pages: Arc<dyn rlqs::json::Pages>, query: Option<&str>) -> Response
         rlqs::json::page(pages, after, limit).map(|bytes| Ok::<_, Infallible>(Frame::data(bytes))),
     );
     let mut response = Response::new(body.boxed_unsync());
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// `GET /top`: the rankings as JSON, built off the serving thread; 400 naming a parameter it
+/// does not take or a value it cannot read.
+async fn top(metrics: Arc<Metrics>, query: Option<&str>) -> Response<HttpBody> {
+    let query = match TopQuery::parse(query) {
+        Ok(query) => query,
+        Err(message) => return text(StatusCode::BAD_REQUEST, format!("{message}\n")),
+    };
+    let Ok(body) = tokio::task::spawn_blocking(move || metrics.top_json(&query)).await else {
+        return text(StatusCode::INTERNAL_SERVER_ERROR, "/top not rendered");
+    };
+    let mut response = text(StatusCode::OK, body);
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -51,6 +51,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 
+use super::top_values::{RuleTop, RuleView, TopQuery, TopSettings, TopValues};
 use super::transport_refusal::{Port, TransportRefusal};
 use crate::config::xds::{XdsConfig, XdsStream};
 use crate::config::{ConfigBound, Loader};
@@ -211,6 +212,9 @@ struct RuleStats {
     /// The rule is `unlimited: true`, as last configured (envoyproxy/ratelimit counts nothing
     /// for those, so they are left out of its stats).
     is_unlimited: AtomicBool,
+    /// `/top`'s summaries, from the rule's first hit; `None` when it came beyond
+    /// `--top-max-rules`.
+    top: OnceLock<Option<RuleTop>>,
 }
 
 impl RuleStats {
@@ -385,6 +389,8 @@ pub struct Metrics {
     /// [`Metrics::keep_response_times`] asked for them.
     response_ms: OnceLock<ResponseTimes>,
     upstream_taken: UpstreamTaken,
+    /// `/top`: the values hit and denied the most, per rule.
+    top: TopValues,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -435,7 +441,46 @@ impl Metrics {
             global_shadow_mode: AtomicU64::new(0),
             response_ms: OnceLock::new(),
             upstream_taken: UpstreamTaken::default(),
+            top: TopValues::new(&TopSettings::default()),
         }
+    }
+
+    /// Keeps `/top`'s summaries as `settings` say (default: [`TopSettings::default`]).
+    pub fn with_top(mut self, settings: &TopSettings) -> Metrics {
+        self.top = TopValues::new(settings);
+        self
+    }
+
+    /// The `GET /top` JSON: the rules `query` selects that were hit, tracked or not, each
+    /// tracked one with its rankings over the query's window (see [`super::top_values`]).
+    pub fn top_json(&self, query: &TopQuery) -> String {
+        let rules: Vec<(Arc<str>, Arc<str>, Arc<RuleStats>)> = self
+            .rules
+            .read()
+            .iter()
+            .filter(|(domain, _)| query.domain.as_deref().is_none_or(|d| d == domain.as_ref()))
+            .flat_map(|(domain, by_path)| {
+                by_path
+                    .iter()
+                    .filter(|(path, stats)| {
+                        query.rule.as_deref().is_none_or(|r| r == path.as_ref())
+                            && stats.top.get().is_some()
+                    })
+                    .map(|(path, stats)| (domain.clone(), path.clone(), stats.clone()))
+            })
+            .collect();
+        let views: Vec<RuleView<'_>> = rules
+            .iter()
+            .filter_map(|(domain, path, stats)| {
+                Some(RuleView {
+                    domain,
+                    path,
+                    top: stats.top.get()?.as_ref(),
+                    detailed_metric: stats.is_detailed.load(Ordering::Relaxed),
+                })
+            })
+            .collect();
+        self.top.render(query, &views)
     }
 
     pub fn near_limit_ratio(&self) -> f64 {
@@ -562,6 +607,10 @@ impl Metrics {
             Counters::add(&counters.total, hits);
             let over =
                 status.code == Code::OverLimit || status.shadow_denied || status.quota_violated;
+            if let Some(top) = stats.top.get_or_init(|| self.top.admit()) {
+                let detailed = matched.is_some_and(|limit| limit.detailed_metric);
+                self.top.record(top, descriptor, hits, over, detailed);
+            }
             if over {
                 Counters::add(&counters.over, hits);
                 if status.shadow_denied {
@@ -1313,7 +1362,7 @@ fn escape(value: &str) -> String {
 /// The stat suffix envoyproxy/ratelimit gives a `detailed_metric` rule's descriptor:
 /// `key_value` per entry, joined by `.` (`key_` when the value is empty, as its
 /// `config_impl.go` builds it), cut at [`DETAILED_LABEL_MAX_BYTES`].
-fn detailed_label(descriptor: &crate::limiter::Descriptor) -> String {
+pub(super) fn detailed_label(descriptor: &crate::limiter::Descriptor) -> String {
     join_entries(descriptor, true)
 }
 

@@ -17,6 +17,7 @@ pub mod statsd;
 pub mod statsd_exporter;
 pub mod store_error_policy;
 pub mod throttle;
+pub mod top_values;
 pub mod transport_refusal;
 pub mod unknown_domains;
 pub mod version_info;

@@ -49,6 +49,7 @@ mod ops_redis_batching;
 mod ops_reload;
 mod ops_statsd;
 mod ops_store_errors;
+mod ops_top;
 mod ops_tracing;
 mod redis_batch;
 mod redis_cluster;
