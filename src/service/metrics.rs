@@ -51,6 +51,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 
+use super::descriptor_label::{cut, detailed_label, override_label};
 use super::top_values::{RuleTop, RuleView, TopQuery, TopSettings, TopValues};
 use super::transport_refusal::{Port, TransportRefusal};
 use crate::config::xds::{XdsConfig, XdsStream};
@@ -64,8 +65,7 @@ use crate::store::StoreError;
 
 /// Most distinct `descriptor` label values kept per `detailed_metric` rule.
 pub const DETAILED_METRIC_CAP: usize = 1000;
-/// Longest `descriptor` label value, in bytes; longer ones are cut (at a character boundary).
-pub const DETAILED_LABEL_MAX_BYTES: usize = 256;
+pub use super::descriptor_label::DETAILED_LABEL_MAX_BYTES;
 /// The `rule` label of descriptors limited by a client override without a configured rule.
 pub const OVERRIDE_RULE: &str = "(override)";
 /// envoyproxy/ratelimit's default `NEAR_LIMIT_RATIO`.
@@ -1357,52 +1357,6 @@ fn escape(value: &str) -> String {
         }
     }
     out
-}
-
-/// The stat suffix envoyproxy/ratelimit gives a `detailed_metric` rule's descriptor:
-/// `key_value` per entry, joined by `.` (`key_` when the value is empty, as its
-/// `config_impl.go` builds it), cut at [`DETAILED_LABEL_MAX_BYTES`].
-pub(super) fn detailed_label(descriptor: &crate::limiter::Descriptor) -> String {
-    join_entries(descriptor, true)
-}
-
-/// The stat suffix envoyproxy/ratelimit gives a descriptor with a client override: `key_value`
-/// per entry, joined by `.` (`key` alone when the value is empty, its `descriptorKey`), cut at
-/// [`DETAILED_LABEL_MAX_BYTES`].
-fn override_label(descriptor: &crate::limiter::Descriptor) -> String {
-    join_entries(descriptor, false)
-}
-
-fn join_entries(descriptor: &crate::limiter::Descriptor, underscore_empty: bool) -> String {
-    let mut label = String::new();
-    for (i, entry) in descriptor.entries.iter().enumerate() {
-        if i > 0 {
-            label.push('.');
-        }
-        label.push_str(&entry.key);
-        if underscore_empty || !entry.value.is_empty() {
-            label.push('_');
-            label.push_str(&entry.value);
-        }
-        if label.len() > DETAILED_LABEL_MAX_BYTES {
-            break;
-        }
-    }
-    let end = cut(&label, DETAILED_LABEL_MAX_BYTES).len();
-    label.truncate(end);
-    label
-}
-
-/// `text` cut to at most `max` bytes, at a character boundary.
-pub(crate) fn cut(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 fn unix_now() -> u64 {

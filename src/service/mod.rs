@@ -4,6 +4,7 @@
 pub mod call_span;
 pub mod convert;
 pub mod decision_log;
+pub mod descriptor_label;
 pub mod go_regex;
 pub mod headers;
 pub mod health;

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use parking_lot::RwLock;
 
-use super::metrics::{cut, UNKNOWN_DOMAIN_CAP};
+use super::descriptor_label::cut;
+use super::metrics::UNKNOWN_DOMAIN_CAP;
 use super::throttle::WarnThrottle;
 use crate::limiter::Rules;
 

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use self::keyed_hash::hex;
 use self::minute_ring::{Kind, MinuteRing, Ranking};
 use self::space_saving::Shown;
-use super::metrics::DETAILED_LABEL_MAX_BYTES;
+use super::descriptor_label::{cut, detailed_label, DETAILED_LABEL_MAX_BYTES};
 use crate::limiter::Descriptor;
 
 /// What `/top` keeps and shows.
@@ -164,8 +164,8 @@ impl TopValues {
             Arc::new(Shown {
                 hash: self.key.descriptor(descriptor),
                 label: keep_label.then(|| {
-                    let mut label = super::metrics::detailed_label(descriptor);
-                    label.truncate(super::metrics::cut(&label, DETAILED_LABEL_MAX_BYTES).len());
+                    let mut label = detailed_label(descriptor);
+                    label.truncate(cut(&label, DETAILED_LABEL_MAX_BYTES).len());
                     label.into_boxed_str()
                 }),
             })
