@@ -16,8 +16,8 @@ pub struct TopValuesArgs {
     /// the k of its Space-Saving summaries; a count is off by at most the window's total / k.
     #[arg(long, env = "RATELIMITD_TOP_VALUES", default_value_t = TopSettings::DEFAULT_VALUES as u32, value_parser = clap::value_parser!(u32).range(1..=TopSettings::MAX_VALUES as i64))]
     top_values: u32,
-    /// Most rules GET /top tracks (0: none); rules first hit beyond it are not tracked, and
-    /// counted as `untracked_rules`.
+    /// Most rules GET /top tracks (0, the default: none, /top is off); rules first hit beyond it
+    /// are not tracked, and counted as `untracked_rules`.
     #[arg(long, env = "RATELIMITD_TOP_MAX_RULES", default_value_t = TopSettings::DEFAULT_MAX_RULES as u32, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     top_max_rules: u32,
     /// Show the descriptor values of every rule on GET /top (they can be personal data); without

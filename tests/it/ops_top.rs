@@ -90,6 +90,7 @@ async fn the_most_denied_value_comes_first_hashed_unless_its_rule_shows_values()
     let mut settings = Settings::new(vec![fixture("ops/top.yaml")]);
     settings.top = TopSettings {
         values: K,
+        max_rules: 100,
         hash_key: Some(HashKey::new(KEY)),
         ..TopSettings::default()
     };
@@ -170,6 +171,8 @@ async fn replicas_sharing_a_key_file_hash_alike_and_the_flag_shows_every_value()
         config.to_str().expect("utf-8 path"),
         "--top-hash-key-file",
         key_file.to_str().expect("utf-8 path"),
+        "--top-max-rules",
+        "10",
     ];
     let hidden = Ratelimitd::start(&args);
     let shown = Ratelimitd::start(&[&args[..], &["--top-show-values"]].concat());
