@@ -426,6 +426,39 @@ impl RedisSentinel {
         )
     }
 
+    /// Waits until the Sentinels agree on a master that reports itself one and every other data
+    /// node is its replica with the link up, whichever node that master is (on a loaded machine
+    /// the Sentinels may fail over more than once); returns (master, replicas).
+    pub fn wait_settled(&self, timeout: Duration) -> (u16, Vec<u16>) {
+        wait_for(timeout, "one master and its synced replicas", || {
+            let master = self.try_master_port()?;
+            match self.node(master).role_as(&self.data_auth())? {
+                Role::Master => {}
+                role => return Err(format!("master {master} reports {role:?}")),
+            }
+            let replicas: Vec<u16> = self
+                .data_ports()
+                .into_iter()
+                .filter(|&port| port != master)
+                .collect();
+            for &port in &replicas {
+                match self.node(port).role_as(&self.data_auth())? {
+                    Role::Replica {
+                        master_port,
+                        link_up: true,
+                    } if master_port == master => {}
+                    role => {
+                        return Err(format!(
+                            "node {port} is {role:?}, the master is {master}\n{}",
+                            self.describe()
+                        ))
+                    }
+                }
+            }
+            Ok((master, replicas))
+        })
+    }
+
     /// Waits until the data node on `port` reports itself a replica, with its link up, of the
     /// master the Sentinels report; returns the master's port.
     pub fn wait_replica(&self, port: u16, timeout: Duration) -> u16 {
