@@ -69,6 +69,12 @@ impl<S: Store> Store for Connecting<S> {
         }
     }
 
+    async fn release(&self) {
+        if let Some(store) = self.get() {
+            store.release().await;
+        }
+    }
+
     async fn is_healthy(&self) -> bool {
         match self.get() {
             Some(store) => store.is_healthy().await,

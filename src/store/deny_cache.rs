@@ -342,6 +342,10 @@ impl<S: Store> Store for DenyCache<S> {
         self.inner.give_back(returns).await
     }
 
+    fn release(&self) -> impl std::future::Future<Output = ()> + Send {
+        self.inner.release()
+    }
+
     async fn decide(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
         if self.settings.max_entries == 0 {
             return self.inner.decide(checks).await;

@@ -168,6 +168,10 @@ impl<S: Store> Store for FailureHealth<S> {
         self.inner.give_back(returns).await
     }
 
+    fn release(&self) -> impl std::future::Future<Output = ()> + Send {
+        self.inner.release()
+    }
+
     /// Counted like decisions: a lease call that fails is a store call that failed.
     async fn lease(&self, asks: &[LeaseAsk]) -> Result<Vec<LeaseAnswer>, StoreError> {
         let connected = self.inner.is_connected();
