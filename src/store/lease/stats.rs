@@ -208,21 +208,4 @@ impl LeaseStats {
         }
         rules
     }
-
-    /// The sums over every rule.
-    pub fn totals(&self) -> RuleLeaseCounts {
-        self.by_rule()
-            .into_iter()
-            .fold(RuleLeaseCounts::default(), |sum, (_, c)| RuleLeaseCounts {
-                local: sum.local + c.local,
-                waited: sum.waited + c.waited,
-                denied_locally: sum.denied_locally + c.denied_locally,
-                exact: sum.exact + c.exact,
-                asks: sum.asks + c.asks,
-                granted: sum.granted + c.granted,
-                used: sum.used + c.used,
-                returned: sum.returned + c.returned,
-                expired: sum.expired + c.expired,
-            })
-    }
 }
