@@ -6,10 +6,10 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio_util::sync::CancellationToken;
 
+use super::error::ServerError;
 use super::memory_release;
 use super::settings::Settings;
 use super::tasks::Tasks;
-use super::ServerError;
 use crate::config::reload::{ReloadOutcome, Reloader};
 use crate::config::xds::{XdsConfig, XdsOptions, XdsUpdate};
 use crate::config::{self, Loader};
