@@ -63,6 +63,7 @@ use crate::service::metrics::{DEFAULT_MAX_RULE_SERIES, DEFAULT_NEAR_LIMIT_RATIO}
 use crate::service::rlqs::{QuotaRegistry, RlqsService, RlqsSettings};
 use crate::service::statsd::{self, StatsdSettings};
 use crate::service::statsd_exporter::{EnvoyproxyMetrics, EnvoyproxyMetricsSettings};
+use crate::service::status_page::{self, ConfigSource, StatusPage, StatusPageSettings, StoreName};
 use crate::service::store_error_policy::StoreErrorPolicy;
 use crate::service::top_values::TopSettings;
 use crate::service::transport_refusal::Port;
@@ -156,6 +157,8 @@ pub struct Settings {
     pub grpc: GrpcOptions,
     /// The rate limit quota service (RLQS).
     pub rlqs: RlqsSettings,
+    /// The status page (`GET /`): its sample interval and how much it lists.
+    pub status_page: StatusPageSettings,
 }
 
 /// Drop-in mode (envoyproxy/ratelimit's environment): once serving, the listeners are logged at
@@ -230,6 +233,7 @@ impl Settings {
             envoyproxy_metrics: None,
             grpc: GrpcOptions::default(),
             rlqs: RlqsSettings::default(),
+            status_page: StatusPageSettings::default(),
         }
     }
 }
@@ -358,6 +362,7 @@ struct Context {
     rlqs: RlqsSettings,
     /// Where RLQS demands are shared: Redis when the store is Redis, else this process.
     quota_demands: Demands,
+    status_page: Arc<StatusPage>,
 }
 
 /// Binds the listeners with `bind`, loads the TLS files and the configuration, builds the store
@@ -440,6 +445,7 @@ pub async fn run<'a>(
             envoyproxy.path.clone(),
         )
     });
+    let status_page = Arc::new(status_page(&settings, metrics.max_rule_series()));
     let mut context = Context {
         rules,
         config: feed,
@@ -466,6 +472,7 @@ pub async fn run<'a>(
             ..settings.rlqs
         },
         quota_demands: Demands::Memory(MemoryDemands::new()),
+        status_page,
     };
     match settings.redis {
         None if settings.redis_keys.format() == KeyFormat::Envoyproxy => {
@@ -691,6 +698,12 @@ async fn serve<S: Store>(
         .set_serving(store_health.healthy(&*store).await && config_gate.open())
         .await;
     let released = store.clone();
+    tokio::spawn(status_page::sampler::run(
+        context.status_page.clone(),
+        context.metrics.clone(),
+        store.clone(),
+        stopping.clone(),
+    ));
     tokio::spawn(probe_store(
         store,
         store_health,
@@ -785,6 +798,7 @@ async fn serve<S: Store>(
         xds: context.config.xds(),
         rlqs: Some(quotas.clone()),
         envoyproxy_metrics: None,
+        status_page: Some(context.status_page.clone()),
     });
     let mut http_ports = vec![(http, http_state.clone())];
     let mut extra_ports = Vec::new();
@@ -799,6 +813,7 @@ async fn serve<S: Store>(
             xds: None,
             rlqs: None,
             envoyproxy_metrics: None,
+            status_page: None,
         };
         http_ports.push((listener, Arc::new(metrics_state)));
     }
@@ -1447,6 +1462,32 @@ impl ConfigGate {
     fn open(&self) -> bool {
         !self.required || self.config.has_loaded()
     }
+}
+
+/// The status page's state: where the configuration and the store are, the ring buffer within
+/// the rule-series cap of `/metrics`.
+fn status_page(settings: &Settings, max_tracked_rules: usize) -> StatusPage {
+    let source = match &settings.xds {
+        Some(options) => ConfigSource::Xds(options.server.to_string()),
+        None => ConfigSource::Files(
+            settings
+                .config_paths
+                .iter()
+                .map(|path| path.display().to_string())
+                .collect(),
+        ),
+    };
+    let store = match &settings.redis {
+        None => StoreName {
+            kind: "memory",
+            address: None,
+        },
+        Some(redis) => StoreName {
+            kind: "redis",
+            address: Some(redis.topology.address()),
+        },
+    };
+    StatusPage::new(settings.status_page, source, store, max_tracked_rules)
 }
 
 /// Whether the store's state counts for health (`--health-follows-store`).

@@ -40,8 +40,10 @@
 //! sink's datagrams), read when scraped.
 mod overflow_label;
 mod rule_series;
+mod totals;
 
 pub use overflow_label::OVERFLOW_LABEL;
+pub use totals::{ProcessTotals, RuleTotals};
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -454,6 +456,17 @@ impl Metrics {
     /// The `GET /top` JSON: the rules `query` selects that were hit, tracked or not, each
     /// tracked one with its rankings over the query's window (see [`super::top_values`]).
     pub fn top_json(&self, query: &TopQuery) -> String {
+        self.top_value(query, usize::MAX, usize::MAX).to_string()
+    }
+
+    /// The `/top` document of [`Metrics::top_json`] with at most `max_rules` rules (the most
+    /// denied first) and `max_values` values per ranking.
+    pub fn top_value(
+        &self,
+        query: &TopQuery,
+        max_rules: usize,
+        max_values: usize,
+    ) -> serde_json::Value {
         let rules: Vec<(Arc<str>, Arc<str>, Arc<RuleStats>)> = self
             .rules
             .read()
@@ -480,7 +493,12 @@ impl Metrics {
                 })
             })
             .collect();
-        self.top.render(query, &views)
+        self.top.render_value(query, &views, max_rules, max_values)
+    }
+
+    /// Most series of the per-rule families `/metrics` shows (`--metrics-max-rule-series`).
+    pub fn max_rule_series(&self) -> usize {
+        self.max_rule_series
     }
 
     pub fn near_limit_ratio(&self) -> f64 {

@@ -16,6 +16,7 @@ pub mod rlqs;
 pub mod rls;
 pub mod statsd;
 pub mod statsd_exporter;
+pub mod status_page;
 pub mod store_error_policy;
 pub mod throttle;
 pub mod top_values;
