@@ -40,6 +40,9 @@ pub enum StoreProbe {
     Unhealthy,
 }
 
+/// A rule's labels: domain and path.
+type RuleKey = (Arc<str>, Arc<str>);
+
 struct RuleHistory {
     last: [u64; 2],
     hits: Slots,
@@ -81,7 +84,7 @@ pub struct History {
     mean_latency_us: Slots,
     store: Box<[StoreProbe; SAMPLES]>,
     last_process: ProcessTotals,
-    rules: HashMap<(Arc<str>, Arc<str>), RuleHistory>,
+    rules: HashMap<RuleKey, RuleHistory>,
     untracked: usize,
 }
 
@@ -193,7 +196,7 @@ impl History {
 
     /// The `max` rules with the most hits over the samples kept (ties in label order).
     pub fn busiest_rules(&self, max: usize) -> Vec<RuleSeries> {
-        let mut ranked: Vec<(u64, &(Arc<str>, Arc<str>), &RuleHistory)> = self
+        let mut ranked: Vec<(u64, &RuleKey, &RuleHistory)> = self
             .rules
             .iter()
             .map(|(key, history)| {
