@@ -136,9 +136,10 @@ async fn status_json_shows_configuration_traffic_and_store_within_its_bounds() {
     };
     let server = InProcess::start(settings);
     let mut client = server.client().await;
-    // Rule k{i} gets 3 + i requests: 2 admitted, the rest over the limit.
+    // Rule k{i} gets 3 + i requests: 2 admitted, the rest over the limit. The busiest go first,
+    // so that whenever a sample falls, the rules with hits that fill the ring are the busiest.
     let mut sent = 0;
-    for i in 0..HIT {
+    for i in (0..HIT).rev() {
         let key = format!("k{i}");
         for _ in 0..3 + i {
             should(&mut client, request("bounds", &[&[(key.as_str(), "v")]], 0)).await;
@@ -304,4 +305,155 @@ async fn in_a_real_chromium_the_page_draws_live_charts_and_follows_a_reload() {
         "{store}"
     );
     assert!(build.contains("SERVING"), "{build}");
+}
+
+#[tokio::test]
+async fn with_redis_the_store_shows_its_health_check_until_redis_stops_answering() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), LOADED);
+    let mut redis = testkit::redis_server::RedisServer::start_with(&["--requirepass", "hunter2"]);
+    let url = format!("redis://:hunter2@127.0.0.1:{}", redis.port());
+    let server = Ratelimitd::start(&[
+        "--config",
+        dir.path().to_str().unwrap(),
+        "--redis-url",
+        &url,
+        "--status-page-sample-interval",
+        "1s",
+    ]);
+    let addr = server.http_addr();
+    let store = eventually(Duration::from_secs(10), "a healthy sample", || async {
+        let status = status_json(addr).await;
+        (status["store"]["state"] == "healthy").then(|| status["store"].clone())
+    })
+    .await;
+    assert_eq!(store["kind"], "redis");
+    let address = store["address"].as_str().unwrap();
+    assert!(address.contains(&redis.port().to_string()), "{store}");
+    assert!(
+        !address.contains("hunter2"),
+        "the password is not shown: {store}"
+    );
+    assert!(
+        store["latency_us"].as_u64().is_some_and(|us| us > 0),
+        "{store}"
+    );
+    assert!(store["latency_series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|us| us.as_u64().is_some_and(|us| us > 0)));
+
+    redis.kill();
+    let status = eventually(Duration::from_secs(15), "an unhealthy sample", || async {
+        let status = status_json(addr).await;
+        (status["store"]["state"] == "unhealthy").then_some(status)
+    })
+    .await;
+    assert!(status["store"]["latency_us"].is_null(), "{status}");
+    assert!(
+        status["store"]["latency_series"]
+            .as_array()
+            .unwrap()
+            .last()
+            .is_some_and(Value::is_null),
+        "{status}"
+    );
+}
+
+#[tokio::test]
+async fn status_json_stays_small_and_quick_whatever_the_number_of_rules_and_values() {
+    const RULES: usize = 20_000;
+    const SHOWN: usize = 10;
+    const RULES_HIT: usize = 40;
+    const VALUES: usize = 30;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &many_rules(RULES));
+    let mut settings = Settings::new(vec![dir.path().to_path_buf()]);
+    settings.status_page = StatusPageSettings {
+        sample_interval: Duration::from_secs(1),
+        max_rules: SHOWN,
+    };
+    settings.top = ratelimitd::service::top_values::TopSettings {
+        values: 1000,
+        max_rules: 1000,
+        show_values: true,
+        hash_key: None,
+    };
+    let server = InProcess::start(settings);
+    let mut client = server.client().await;
+    let long = "v".repeat(200);
+    for rule in 0..RULES_HIT {
+        let key = format!("k{rule}");
+        for value in 0..VALUES {
+            let value = format!("{long}{value}");
+            should(
+                &mut client,
+                request("bounds", &[&[(key.as_str(), value.as_str())]], 0),
+            )
+            .await;
+        }
+    }
+    let addr = server.http_addr();
+    let sent = (RULES_HIT * VALUES) as u64;
+    eventually(Duration::from_secs(10), "every request sampled", || async {
+        let status = status_json(addr).await;
+        (sum(&status["samples"]["requests"]) == sent).then_some(())
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let response = get(addr, "/status.json").await;
+    let took = started.elapsed();
+    assert_eq!(response.status, 200);
+    let status: Value = serde_json::from_str(&response.body).unwrap();
+    eprintln!(
+        "/status.json with {RULES} rules: {} bytes in {took:?}",
+        response.body.len()
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(
+        response.body.len() < 64 << 10,
+        "{} bytes",
+        response.body.len()
+    );
+    assert_eq!(status["config"]["rules_total"], RULES);
+    assert_eq!(status["config"]["rules"].as_array().unwrap().len(), SHOWN);
+    assert_eq!(status["rules"]["charts"].as_array().unwrap().len(), SHOWN);
+    assert_eq!(status["rules"]["tracked"], RULES_HIT);
+    let top = &status["top"];
+    assert_eq!(top["enabled"], true, "{top}");
+    let top_rules = top["rules"].as_array().unwrap();
+    assert_eq!(top_rules.len(), SHOWN, "{top}");
+    for rule in top_rules {
+        for ranking in ["hits", "denied"] {
+            let values = rule[ranking]["top"].as_array().unwrap().len();
+            assert!(values <= 5, "{ranking}: {rule}");
+        }
+        assert_eq!(rule["hits"]["top"].as_array().unwrap().len(), 5, "{rule}");
+    }
+}
+
+#[test]
+fn a_sample_interval_or_a_cap_out_of_range_is_refused_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), LOADED);
+    for (flag, value) in [
+        ("--status-page-sample-interval", "500ms"),
+        ("--status-page-sample-interval", "11m"),
+        ("--status-page-max-rules", "0"),
+        ("--status-page-max-rules", "1001"),
+    ] {
+        let mut cmd = command();
+        cmd.args([
+            "serve",
+            "--config",
+            dir.path().to_str().unwrap(),
+            flag,
+            value,
+        ])
+        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"]);
+        let (status, _, stderr) = run_to_end(cmd, Duration::from_secs(30));
+        assert_eq!(status.code(), Some(1), "{flag} {value}: {stderr}");
+        assert!(stderr.contains(flag), "{flag} {value}: {stderr}");
+    }
 }
