@@ -9,7 +9,7 @@ const MIN_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// Longest `--status-page-sample-interval`.
 const MAX_SAMPLE_INTERVAL: Duration = Duration::from_secs(600);
 
-/// Status page (docs/operations/status-page.md).
+/// Status page (docs/operations/http-endpoints.md, "The status page").
 #[derive(clap::Args)]
 #[command(next_help_heading = "Status page")]
 pub struct StatusPageArgs {

@@ -1,7 +1,9 @@
-//! The status page (docs/operations/status-page.md): `GET /` is one self-contained document
-//! whose Content-Security-Policy allows exactly its inline script and style by hash;
-//! `GET /status.json` shows the configuration, the sampled traffic per rule, the store and
-//! RLQS within `--status-page-max-rules` and the rule-series cap; and in a real headless
+//! The status page (docs/operations/http-endpoints.md, "The status page"): `GET /` is one
+//! self-contained document whose Content-Security-Policy allows exactly its inline script and
+//! style by hash;
+//! `GET /status.json` shows the configuration, the sampled traffic per rule, the store (Redis
+//! too) and RLQS within `--status-page-max-rules` and the rule-series cap, and stays small and
+//! quick with 20 000 rules; its flags refuse values out of range; and in a real headless
 //! Chromium the page loads from a server under load without an error logged, draws its charts,
 //! shows a rule added by a reload, and shows hostile descriptor values as text. The screenshot is
 //! kept at target/artefacts/status-page.png.
@@ -456,4 +458,60 @@ fn a_sample_interval_or_a_cap_out_of_range_is_refused_naming_the_flag() {
         assert_eq!(status.code(), Some(1), "{flag} {value}: {stderr}");
         assert!(stderr.contains(flag), "{flag} {value}: {stderr}");
     }
+}
+
+#[tokio::test]
+async fn rlqs_streams_and_buckets_show_within_the_cap() {
+    use testkit::rlqs_client::{bucket, usage, Envoy};
+    const STREAMS: usize = 3;
+    const BUCKETS: usize = 20;
+    const SHOWN: usize = 5;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), LOADED);
+    let server = Ratelimitd::start(&[
+        "--config",
+        dir.path().to_str().unwrap(),
+        "--status-page-max-rules",
+        &SHOWN.to_string(),
+    ]);
+    let ids: Vec<_> = (0..BUCKETS)
+        .map(|i| bucket(&[("user", &format!("u{i:02}"))]))
+        .collect();
+    let mut envoys = Vec::new();
+    for _ in 0..STREAMS {
+        let envoy = Envoy::connect(&server).await;
+        envoy
+            .report(
+                "status",
+                ids.iter().map(|id| usage(id.clone(), 1, 0, 0)).collect(),
+            )
+            .await;
+        envoys.push(envoy);
+    }
+    let addr = server.http_addr();
+    let rlqs = eventually(
+        Duration::from_secs(10),
+        "every stream and bucket",
+        || async {
+            let status = status_json(addr).await;
+            let rlqs = status["rlqs"].clone();
+            // Every stream joined the first two buckets (the second listed only past the cap).
+            let every_stream = (0..2).all(|i| rlqs["buckets_shown"][i]["streams"] == STREAMS)
+                || rlqs["buckets_shown"][0]["streams"] == STREAMS
+                    && rlqs["buckets_shown"].as_array().map(Vec::len) == Some(1);
+            (rlqs["streams"] == STREAMS && rlqs["buckets"] == BUCKETS && every_stream)
+                .then_some(rlqs)
+        },
+    )
+    .await;
+    let shown = rlqs["buckets_shown"].as_array().unwrap();
+    assert!(!shown.is_empty(), "{rlqs}");
+    assert_eq!(
+        shown.len(),
+        1,
+        "a second bucket's streams would pass the cap: {rlqs}"
+    );
+    assert_eq!(shown[0]["domain"], "status");
+    assert_eq!(shown[0]["bucket"]["user"], "u00");
+    assert_eq!(shown[0]["rule"], "status.user");
 }

@@ -3,7 +3,7 @@
 //! decisions per second and the share over the limit per rule over the last 15 minutes (from the
 //! [`history`] ring buffer a background [`sampler`] fills from the counters `/metrics` shows),
 //! the top limited values, the store's health and health-check time, RLQS streams and buckets,
-//! build and uptime (docs/operations/status-page.md).
+//! build and uptime (docs/operations/http-endpoints.md, "The status page").
 //!
 //! Bounded whatever the configuration and the traffic: the ring holds at most
 //! `--metrics-max-rule-series` rules, `/status.json` lists at most `--status-page-max-rules`
