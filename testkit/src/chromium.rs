@@ -81,6 +81,7 @@ impl Chromium {
                 "--remote-debugging-pipe",
                 "--no-sandbox",
                 "--disable-gpu",
+                "--disable-dev-shm-usage",
                 "--no-first-run",
                 "--no-default-browser-check",
                 "--disable-extensions",
@@ -105,9 +106,12 @@ impl Chromium {
                 Ok(())
             });
         }
-        let child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", binary().display()));
+        let child = command.spawn().unwrap_or_else(|e| {
+            panic!(
+                "start {}: {e} (install Debian's chromium package; scripts/test.sh does)",
+                binary().display()
+            )
+        });
         drop((browser_reads, browser_writes));
         let (sender, received) = mpsc::channel();
         std::thread::spawn(move || {
