@@ -30,6 +30,7 @@ mod request_body;
 mod rlqs_thread;
 mod settings;
 mod shared;
+mod status_sampler;
 mod store_metrics;
 mod store_stack;
 mod store_startup;
@@ -231,6 +232,7 @@ async fn serve<S: Store>(
         quotas.on_rules_changed(parts.on_rules_changed),
         &mut tasks,
     );
+    let status_page = status_sampler::start(&settings, &metrics, store.clone(), &mut tasks);
     let statsd = (settings.statsd.clone())
         .map(|sink| tokio::spawn(statsd::run(sink, metrics.clone(), tasks.stopping())));
 
@@ -262,6 +264,7 @@ async fn serve<S: Store>(
         edge,
         health: health.health,
         quotas,
+        status_page,
     };
     let http = HttpPorts::start(
         HttpListeners {

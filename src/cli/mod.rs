@@ -21,6 +21,7 @@ mod parse;
 mod responses;
 mod rlqs;
 mod serve;
+mod status_page;
 mod store;
 mod telemetry;
 mod top_values;

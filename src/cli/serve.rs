@@ -11,6 +11,7 @@ use super::leases::LeaseArgs;
 use super::listeners::{GrpcTransportArgs, ListenerArgs};
 use super::responses::ResponseArgs;
 use super::rlqs::RlqsArgs;
+use super::status_page::StatusPageArgs;
 use super::store::StoreArgs;
 use super::telemetry::TelemetryArgs;
 use super::top_values::TopValuesArgs;
@@ -57,6 +58,8 @@ pub struct ServeArgs {
     telemetry: TelemetryArgs,
     #[command(flatten)]
     top_values: TopValuesArgs,
+    #[command(flatten)]
+    status_page: StatusPageArgs,
 }
 
 impl ServeArgs {
@@ -102,6 +105,7 @@ impl ServeArgs {
             envoyproxy_metrics: self.envoyproxy_metrics()?,
             grpc: self.grpc_transport.options()?,
             rlqs: self.rlqs.settings(),
+            status_page: self.status_page.settings(),
         })
     }
 }

@@ -54,6 +54,7 @@ impl HttpPorts {
             xds: shared.feed.xds(),
             rlqs: Some(shared.quotas.registry().clone()),
             envoyproxy_metrics: None,
+            status_page: Some(shared.status_page.clone()),
         });
         let mut ports = vec![(listeners.http, main.clone())];
         let mut others = Vec::new();

@@ -18,6 +18,7 @@ use crate::service::metrics::{DEFAULT_MAX_RULE_SERIES, DEFAULT_NEAR_LIMIT_RATIO}
 use crate::service::rlqs::RlqsSettings;
 use crate::service::statsd::StatsdSettings;
 use crate::service::statsd_exporter::EnvoyproxyMetricsSettings;
+use crate::service::status_page::StatusPageSettings;
 use crate::service::store_error_policy::StoreErrorPolicy;
 use crate::service::top_values::TopSettings;
 use crate::service::ResponseHeaders;
@@ -96,6 +97,8 @@ pub struct Settings {
     pub grpc: GrpcOptions,
     /// The rate limit quota service (RLQS).
     pub rlqs: RlqsSettings,
+    /// The status page (`GET /`): its sample interval and how much it lists.
+    pub status_page: StatusPageSettings,
 }
 
 /// Drop-in mode (envoyproxy/ratelimit's environment): once serving, the listeners are logged at
@@ -170,6 +173,7 @@ impl Settings {
             envoyproxy_metrics: None,
             grpc: GrpcOptions::default(),
             rlqs: RlqsSettings::default(),
+            status_page: StatusPageSettings::default(),
         }
     }
 }

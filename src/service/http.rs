@@ -20,6 +20,8 @@
 //! - `/top`: per rule, the descriptor values hit and denied the most over the last 1, 5 or 15
 //!   minutes as JSON (`?window=1m|5m|15m&domain=D&rule=PATH`, see [`super::top_values`]); 400
 //!   naming the parameter that is wrong.
+//! - `/`: the status page, one self-contained HTML document under a strict
+//!   Content-Security-Policy, and `/status.json`, what it draws (see [`super::status_page`]).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -29,19 +31,21 @@ use futures::StreamExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Body, Frame, Incoming};
-use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CACHE_CONTROL, CONNECTION, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::health::Health;
 use super::json::{request_from_json, response_to_json};
 use super::metrics::Metrics;
+use super::rlconfig::rlconfig;
 use super::rlqs;
 use super::rls::RateLimitEdge;
 use super::statsd_exporter::EnvoyproxyMetrics;
+use super::status_page::{self, StatusPage};
 use super::top_values::TopQuery;
 use super::transport_refusal::TransportRefusal;
 use crate::config::xds::XdsConfig;
-use crate::limiter::{LimitKind, Rules};
+use crate::limiter::Rules;
 use crate::proto::rls::rate_limit_response::Code;
 use crate::store::Store;
 
@@ -69,6 +73,8 @@ pub struct HttpState<S> {
     /// Served at `metrics_path` instead of `metrics`: envoyproxy/ratelimit's families, as its
     /// `USE_PROMETHEUS` port serves them.
     pub envoyproxy_metrics: Option<Arc<EnvoyproxyMetrics>>,
+    /// `/` and `/status.json`: the status page (with `metrics` and `edge`).
+    pub status_page: Option<Arc<StatusPage>>,
 }
 
 impl<S> HttpState<S> {
@@ -83,6 +89,7 @@ impl<S> HttpState<S> {
             xds: None,
             rlqs: None,
             envoyproxy_metrics: None,
+            status_page: None,
         }
     }
 }
@@ -166,6 +173,22 @@ pub async fn respond<S: Store>(
             (Some(metrics), Some(_)) => top(metrics.clone(), request.uri().query()).await,
             _ => text(StatusCode::NOT_FOUND, "not found"),
         },
+        "/" if get => match &state.status_page {
+            Some(_) => status_document(),
+            None => text(StatusCode::NOT_FOUND, "not found"),
+        },
+        "/status.json" if get => match (&state.status_page, &state.metrics, &state.edge) {
+            (Some(page), Some(metrics), Some(edge)) => {
+                status_json(
+                    &state,
+                    page.clone(),
+                    metrics.clone(),
+                    edge.rules().load_full(),
+                )
+                .await
+            }
+            _ => text(StatusCode::NOT_FOUND, "not found"),
+        },
         "/rlqs" if get => match &state.rlqs {
             Some(pages) => rlqs_page(pages.clone(), request.uri().query()),
             None => text(StatusCode::NOT_FOUND, "not found"),
@@ -176,6 +199,7 @@ pub async fn respond<S: Store>(
             None => text(StatusCode::NOT_FOUND, "not found"),
         },
         "/healthcheck" | "/rlconfig" | "/rlqs" | "/top" => method_not_allowed(),
+        "/" | "/status.json" if state.status_page.is_some() => method_not_allowed(),
         _ => text(StatusCode::NOT_FOUND, "not found"),
     }
 }
@@ -260,6 +284,71 @@ async fn top(metrics: Arc<Metrics>, query: Option<&str>) -> Response<HttpBody> {
         return text(StatusCode::INTERNAL_SERVER_ERROR, "/top not rendered");
     };
     let mut response = text(StatusCode::OK, body);
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The headers every answer of the status page carries: nothing sniffed, cached, framed or
+/// sent as a referrer.
+fn status_headers(response: &mut Response<HttpBody>) {
+    let headers = response.headers_mut();
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+    headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
+}
+
+/// `GET /`: the status page, under the Content-Security-Policy that allows its inline style and
+/// script by hash.
+fn status_document() -> Response<HttpBody> {
+    let document = status_page::document::document();
+    let mut response = Response::new(Full::new(document.html.clone()).boxed_unsync());
+    status_headers(&mut response);
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    if let Ok(policy) = HeaderValue::from_str(&document.policy) {
+        headers.insert("content-security-policy", policy);
+    }
+    response
+}
+
+/// `GET /status.json`: what the status page draws, built off the serving thread.
+async fn status_json<S: Store>(
+    state: &HttpState<S>,
+    page: Arc<StatusPage>,
+    metrics: Arc<Metrics>,
+    rules: Arc<Rules>,
+) -> Response<HttpBody> {
+    let rlqs = state.rlqs.clone();
+    let xds = state.xds.clone();
+    let serving = state.health.is_serving();
+    let built = tokio::task::spawn_blocking(move || {
+        let sources = status_page::status_json::Sources {
+            rules,
+            metrics: &metrics,
+            rlqs: rlqs.as_deref(),
+            xds: xds.as_deref(),
+            serving,
+        };
+        status_page::status_json::render(&page, &sources).to_string()
+    })
+    .await;
+    let Ok(body) = built else {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "/status.json not rendered",
+        );
+    };
+    let mut response = text(StatusCode::OK, body);
+    status_headers(&mut response);
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -353,47 +442,4 @@ fn too_large<S>(state: &HttpState<S>) -> Response<HttpBody> {
         .headers_mut()
         .insert(CONNECTION, HeaderValue::from_static("close"));
     response
-}
-
-/// The `/rlconfig` text: one line per configured limit, sorted by path.
-pub fn rlconfig(rules: &Rules) -> String {
-    let mut out = String::new();
-    for limit in rules.limits() {
-        let (unit, requests_per_unit) = match &limit.kind {
-            LimitKind::Unlimited => ("UNKNOWN".to_string(), 0),
-            LimitKind::Limited(l) => (l.unit.as_str().to_ascii_uppercase(), l.requests_per_unit),
-            LimitKind::Blocked { unit, .. } => (unit.as_str().to_ascii_uppercase(), 0),
-        };
-        out.push_str(&format!(
-            "{}: unit={unit} requests_per_unit={requests_per_unit}, shadow_mode: {}",
-            limit.path, limit.shadow_mode
-        ));
-        match &limit.kind {
-            LimitKind::Unlimited => out.push_str(", unlimited: true"),
-            LimitKind::Limited(l) => {
-                if l.unit_multiplier != 1 {
-                    out.push_str(&format!(", unit_multiplier: {}", l.unit_multiplier));
-                }
-                let algorithm = l.rate.algorithm();
-                if algorithm != crate::limiter::Algorithm::default() {
-                    out.push_str(&format!(", algorithm: {algorithm}"));
-                }
-                if algorithm.uses_burst() && l.rate.burst() != l.requests_per_unit {
-                    out.push_str(&format!(", burst: {}", l.rate.burst()));
-                }
-                if l.consistency != crate::limiter::Consistency::default() {
-                    out.push_str(&format!(", consistency: {}", l.consistency));
-                }
-            }
-            LimitKind::Blocked {
-                unit_multiplier, ..
-            } => {
-                if *unit_multiplier != 1 {
-                    out.push_str(&format!(", unit_multiplier: {unit_multiplier}"));
-                }
-            }
-        }
-        out.push('\n');
-    }
-    out
 }

@@ -40,8 +40,10 @@
 //! sink's datagrams), read when scraped.
 mod overflow_label;
 mod rule_series;
+mod totals;
 
 pub use overflow_label::OVERFLOW_LABEL;
+pub use totals::{ProcessTotals, RuleTotals};
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -454,6 +456,17 @@ impl Metrics {
     /// The `GET /top` JSON: the rules `query` selects that were hit, tracked or not, each
     /// tracked one with its rankings over the query's window (see [`super::top_values`]).
     pub fn top_json(&self, query: &TopQuery) -> String {
+        self.top_value(query, usize::MAX, usize::MAX).to_string()
+    }
+
+    /// The `/top` document of [`Metrics::top_json`] with at most `max_rules` rules (the most
+    /// denied first) and `max_values` values per ranking.
+    pub fn top_value(
+        &self,
+        query: &TopQuery,
+        max_rules: usize,
+        max_values: usize,
+    ) -> serde_json::Value {
         let rules: Vec<(Arc<str>, Arc<str>, Arc<RuleStats>)> = self
             .rules
             .read()
@@ -480,7 +493,12 @@ impl Metrics {
                 })
             })
             .collect();
-        self.top.render(query, &views)
+        self.top.render_value(query, &views, max_rules, max_values)
+    }
+
+    /// Most series of the per-rule families `/metrics` shows (`--metrics-max-rule-series`).
+    pub fn max_rule_series(&self) -> usize {
+        self.max_rule_series
     }
 
     pub fn near_limit_ratio(&self) -> f64 {
@@ -1364,6 +1382,68 @@ fn unix_now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+/// What the status page's sampler reads (see [`totals`]).
+impl Metrics {
+    /// Every rule with counters, in no particular order, its labels added up. Takes the rule
+    /// map's read lock while it copies the counts out.
+    pub fn rule_totals(&self) -> Vec<RuleTotals> {
+        let mut totals = Vec::new();
+        for (domain, rules) in self.rules.read().iter() {
+            for (path, stats) in rules {
+                let mut sum = [0u64; 5];
+                let mut add = |counters: &Counters| {
+                    for (sum, value) in sum.iter_mut().zip(counters.read()) {
+                        *sum = sum.saturating_add(value);
+                    }
+                };
+                add(&stats.plain);
+                for series in [&stats.detailed, &stats.overridden] {
+                    for counters in series.by_label.read().values() {
+                        add(counters);
+                    }
+                    add(&series.overflow);
+                }
+                totals.push(RuleTotals {
+                    domain: domain.clone(),
+                    rule: path.clone(),
+                    hits: sum[0],
+                    over_limit: sum[3],
+                });
+            }
+        }
+        totals
+    }
+
+    /// The process's totals since start.
+    pub fn process_totals(&self) -> ProcessTotals {
+        let requests = |result: RequestResult| {
+            let index = RequestResult::ALL
+                .iter()
+                .position(|r| *r == result)
+                .unwrap_or(0);
+            self.requests[index].load(Ordering::Relaxed)
+        };
+        ProcessTotals {
+            requests: self
+                .requests
+                .iter()
+                .map(|counter| counter.load(Ordering::Relaxed))
+                .sum(),
+            over_limit: requests(RequestResult::OverLimit),
+            latency_sum_ns: self.latency.sum_ns.load(Ordering::Relaxed),
+            reloads_ok: self.reloads_ok.load(Ordering::Relaxed),
+            reloads_failed: self.reloads_failed.load(Ordering::Relaxed),
+            last_reload_ok: self.last_reload_ok.load(Ordering::Relaxed),
+            last_load_unix: self.last_success_unix.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether `/top` tracks any rule (`--top-max-rules` above 0).
+    pub fn top_enabled(&self) -> bool {
+        self.top.max_rules() > 0
+    }
 }
 
 #[cfg(test)]
