@@ -225,6 +225,16 @@ impl<S> DenyCache<S> {
         }
     }
 
+    /// Forgets the denials of the counters of `checks` (their counters were reset).
+    fn forget(&self, checks: &[Check]) {
+        for check in checks {
+            self.shard_of_parts(&check.key, &check.rate)
+                .lock()
+                .entries
+                .remove(&(check.key.clone(), check.rate));
+        }
+    }
+
     fn shard_of(&self, key: &(CounterKey, Rate)) -> &Mutex<Shard> {
         self.shard_of_parts(&key.0, &key.1)
     }
@@ -344,6 +354,20 @@ impl<S: Store> Store for DenyCache<S> {
 
     fn release(&self) -> impl std::future::Future<Output = ()> + Send {
         self.inner.release()
+    }
+
+    /// Always the store's state: a remembered denial says nothing about a counter's count.
+    async fn peek(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
+        self.inner.peek(checks).await
+    }
+
+    /// Also forgets the reset counters' denials here, before and after the store call: a
+    /// request deciding meanwhile may have learned one from the old state.
+    async fn reset(&self, checks: &[Check]) -> Result<Vec<bool>, StoreError> {
+        self.forget(checks);
+        let result = self.inner.reset(checks).await;
+        self.forget(checks);
+        result
     }
 
     async fn decide(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {

@@ -346,6 +346,25 @@ impl<S: Store> Store for LeasedStore<S> {
         self.inner.give_back(returns)
     }
 
+    /// The store's state, which counts the hits granted to leases (this replica's and the
+    /// others') as used.
+    fn peek(
+        &self,
+        checks: &[Check],
+    ) -> impl std::future::Future<Output = Result<Vec<Verdict>, StoreError>> + Send {
+        self.inner.peek(checks)
+    }
+
+    /// The store's state only: leases in hand (here and in other replicas) stay spendable until
+    /// they end, and what they give back afterwards is taken from the fresh counter
+    /// (docs/operations/http-endpoints.md, "/counters/reset").
+    fn reset(
+        &self,
+        checks: &[Check],
+    ) -> impl std::future::Future<Output = Result<Vec<bool>, StoreError>> + Send {
+        self.inner.reset(checks)
+    }
+
     /// Gives back every unspent hit of the window algorithms' leases, one store call per
     /// [`LeaseSettings::wait`] at most, so that a replica stopping in a rolling deploy strands
     /// nothing until its windows end. token_bucket and gcra leases end within a period anyway.
