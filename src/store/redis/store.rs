@@ -418,25 +418,37 @@ impl Store for RedisStore {
             .collect()
     }
 
-    /// One `lua/reset.lua` call per key the counter may live under, on the server that owns it:
-    /// ratelimitd's own key (a fixed window's current and previous windows), and, for a fixed
-    /// window in envoyproxy/ratelimit's format, that format's keys of the current and previous
-    /// windows on this host's clock (as they are named).
+    /// One `lua/reset.lua` call per key the counter may live under, on the server that owns it,
+    /// all at once (so a reset takes one timeout at most): ratelimitd's own key (a fixed window's
+    /// current and previous windows), and, for a fixed window in envoyproxy/ratelimit's format,
+    /// that format's keys of the current and previous windows on this host's clock (as they are
+    /// named).
     async fn reset(&self, checks: &[Check]) -> Result<Vec<bool>, StoreError> {
-        let mut held = Vec::with_capacity(checks.len());
-        for check in checks {
-            let mut deleted = 0;
-            for (key, args) in self.reset_calls(check) {
-                deleted += match self.run_side_script(&RESET, &key, &args).await? {
-                    Value::Int(count) => count,
-                    other => {
-                        return Err(StoreError::Protocol(format!(
-                            "reset answered {other:?}, not a count"
-                        )))
-                    }
-                };
+        let calls: Vec<(usize, String, Vec<String>)> = checks
+            .iter()
+            .enumerate()
+            .flat_map(|(index, check)| {
+                self.reset_calls(check)
+                    .into_iter()
+                    .map(move |(key, args)| (index, key, args))
+            })
+            .collect();
+        let answers = futures::future::join_all(
+            calls
+                .iter()
+                .map(|(_, key, args)| self.run_side_script(&RESET, key, args)),
+        )
+        .await;
+        let mut held = vec![false; checks.len()];
+        for ((index, _, _), answer) in calls.iter().zip(answers) {
+            match answer? {
+                Value::Int(deleted) => held[*index] |= deleted > 0,
+                other => {
+                    return Err(StoreError::Protocol(format!(
+                        "reset answered {other:?}, not a count"
+                    )))
+                }
             }
-            held.push(deleted > 0);
         }
         Ok(held)
     }
