@@ -58,6 +58,7 @@ use crate::limiter::{Modes, RequestBounds, Rules};
 use crate::proto::rlqs::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
+use crate::service::counters::AdminToken;
 use crate::service::http::{HttpState, DEFAULT_METRICS_PATH};
 use crate::service::metrics::{DEFAULT_MAX_RULE_SERIES, DEFAULT_NEAR_LIMIT_RATIO};
 use crate::service::rlqs::{QuotaRegistry, RlqsService, RlqsSettings};
@@ -156,6 +157,8 @@ pub struct Settings {
     pub grpc: GrpcOptions,
     /// The rate limit quota service (RLQS).
     pub rlqs: RlqsSettings,
+    /// The bearer token of `POST /counters/reset` (`--admin-token-file`); `None`: resets are off.
+    pub admin_token: Option<Arc<AdminToken>>,
 }
 
 /// Drop-in mode (envoyproxy/ratelimit's environment): once serving, the listeners are logged at
@@ -230,6 +233,7 @@ impl Settings {
             envoyproxy_metrics: None,
             grpc: GrpcOptions::default(),
             rlqs: RlqsSettings::default(),
+            admin_token: None,
         }
     }
 }
@@ -358,6 +362,7 @@ struct Context {
     rlqs: RlqsSettings,
     /// Where RLQS demands are shared: Redis when the store is Redis, else this process.
     quota_demands: Demands,
+    admin_token: Option<Arc<AdminToken>>,
 }
 
 /// Binds the listeners with `bind`, loads the TLS files and the configuration, builds the store
@@ -466,6 +471,7 @@ pub async fn run<'a>(
             ..settings.rlqs
         },
         quota_demands: Demands::Memory(MemoryDemands::new()),
+        admin_token: settings.admin_token.clone(),
     };
     match settings.redis {
         None if settings.redis_keys.format() == KeyFormat::Envoyproxy => {
@@ -785,6 +791,7 @@ async fn serve<S: Store>(
         xds: context.config.xds(),
         rlqs: Some(quotas.clone()),
         envoyproxy_metrics: None,
+        admin_token: context.admin_token.clone(),
     });
     let mut http_ports = vec![(http, http_state.clone())];
     let mut extra_ports = Vec::new();
@@ -799,6 +806,7 @@ async fn serve<S: Store>(
             xds: None,
             rlqs: None,
             envoyproxy_metrics: None,
+            admin_token: None,
         };
         http_ports.push((listener, Arc::new(metrics_state)));
     }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::admin::AdminArgs;
 use super::bounds::{RequestBoundArgs, TransportBoundArgs};
 use super::config_source::{ConfigSourceArgs, InitialConfigArgs, ReloadArgs};
 use super::leases::LeaseArgs;
@@ -57,6 +58,8 @@ pub struct ServeArgs {
     telemetry: TelemetryArgs,
     #[command(flatten)]
     top_values: TopValuesArgs,
+    #[command(flatten)]
+    admin: AdminArgs,
 }
 
 impl ServeArgs {
@@ -102,6 +105,7 @@ impl ServeArgs {
             envoyproxy_metrics: self.envoyproxy_metrics()?,
             grpc: self.grpc_transport.options()?,
             rlqs: self.rlqs.settings(),
+            admin_token: self.admin.admin_token()?,
         })
     }
 }

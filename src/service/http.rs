@@ -20,8 +20,13 @@
 //! - `/top`: per rule, the descriptor values hit and denied the most over the last 1, 5 or 15
 //!   minutes as JSON (`?window=1m|5m|15m&domain=D&rule=PATH`, see [`super::top_values`]); 400
 //!   naming the parameter that is wrong.
+//! - `/counters`: per descriptor of `?domain=D&descriptor=k=v,k2=v2`, its rule and its counter's
+//!   state, read from the store without consuming; `POST /counters/reset` with the same selector
+//!   deletes that state, only with the bearer token of `--admin-token-file` (see
+//!   [`super::counters`]).
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -29,9 +34,12 @@ use futures::StreamExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Body, Frame, Incoming};
-use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE};
+use hyper::header::{
+    HeaderValue, ALLOW, AUTHORIZATION, CONNECTION, CONTENT_TYPE, WWW_AUTHENTICATE,
+};
 use hyper::{Method, Request, Response, StatusCode};
 
+use super::counters::{self, AdminToken};
 use super::health::Health;
 use super::json::{request_from_json, response_to_json};
 use super::metrics::Metrics;
@@ -69,7 +77,14 @@ pub struct HttpState<S> {
     /// Served at `metrics_path` instead of `metrics`: envoyproxy/ratelimit's families, as its
     /// `USE_PROMETHEUS` port serves them.
     pub envoyproxy_metrics: Option<Arc<EnvoyproxyMetrics>>,
+    /// The token `POST /counters/reset` requires; `None`: resets are off.
+    pub admin_token: Option<Arc<AdminToken>>,
 }
+
+/// The address of the peer an HTTP request came from, put in the request's extensions by the
+/// port that accepted the connection (logged with every counter reset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
 
 impl<S> HttpState<S> {
     /// Only `/healthcheck`.
@@ -83,6 +98,7 @@ impl<S> HttpState<S> {
             xds: None,
             rlqs: None,
             envoyproxy_metrics: None,
+            admin_token: None,
         }
     }
 }
@@ -166,6 +182,39 @@ pub async fn respond<S: Store>(
             (Some(metrics), Some(_)) => top(metrics.clone(), request.uri().query()).await,
             _ => text(StatusCode::NOT_FOUND, "not found"),
         },
+        "/counters" if get => match &state.edge {
+            Some(edge) => answer(counters::read(edge, request.uri().query()).await),
+            None => text(StatusCode::NOT_FOUND, "not found"),
+        },
+        "/counters/reset" if *request.method() == Method::POST => match &state.edge {
+            Some(edge) => {
+                let caller = counters::Caller {
+                    authorization: request
+                        .headers()
+                        .get(AUTHORIZATION)
+                        .map(HeaderValue::as_bytes),
+                    peer: request.extensions().get::<PeerAddr>().map(|peer| peer.0),
+                };
+                answer(
+                    counters::reset(
+                        edge,
+                        state.admin_token.as_deref(),
+                        state.metrics.as_deref(),
+                        caller,
+                        request.uri().query(),
+                    )
+                    .await,
+                )
+            }
+            None => text(StatusCode::NOT_FOUND, "not found"),
+        },
+        "/counters/reset" if state.edge.is_some() => {
+            let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+            response
+                .headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("POST"));
+            response
+        }
         "/rlqs" if get => match &state.rlqs {
             Some(pages) => rlqs_page(pages.clone(), request.uri().query()),
             None => text(StatusCode::NOT_FOUND, "not found"),
@@ -175,7 +224,7 @@ pub async fn respond<S: Store>(
             Some(edge) => json(&state, edge, request).await,
             None => text(StatusCode::NOT_FOUND, "not found"),
         },
-        "/healthcheck" | "/rlconfig" | "/rlqs" | "/top" => method_not_allowed(),
+        "/healthcheck" | "/rlconfig" | "/rlqs" | "/top" | "/counters" => method_not_allowed(),
         _ => text(StatusCode::NOT_FOUND, "not found"),
     }
 }
@@ -263,6 +312,22 @@ async fn top(metrics: Arc<Metrics>, query: Option<&str>) -> Response<HttpBody> {
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The response of a `/counters` endpoint's [`counters::Answer`].
+fn answer(answer: counters::Answer) -> Response<HttpBody> {
+    let mut response = text(answer.status, answer.body);
+    if answer.json {
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    if answer.challenge {
+        response
+            .headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
     response
 }
 
