@@ -93,7 +93,7 @@ mod tests {
             consistency: Consistency::Leased,
             rule: None,
         };
-        let probe = &probes(&[check.clone()])[0];
+        let probe = &probes(std::slice::from_ref(&check))[0];
         assert_eq!((probe.hits, probe.shadow), (0, true));
         assert_eq!(probe.consistency, Consistency::Exact);
         assert_eq!((&probe.key, probe.rate), (&check.key, check.rate));
