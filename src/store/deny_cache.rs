@@ -476,6 +476,26 @@ mod tests {
         assert_eq!(cache.hits(), 1);
     }
 
+    #[tokio::test]
+    async fn a_reset_counter_is_forgotten_and_admits_again_while_others_stay_remembered() {
+        let (_, cache) = setup(DenyCacheSettings::default());
+        for value in ["a", "b"] {
+            for _ in 0..3 {
+                cache.decide(&[check(value, 1, false)]).await.unwrap();
+            }
+        }
+        assert_eq!(cache.len(), 2);
+        let read = cache.peek(&[check("a", 1, false)]).await.unwrap();
+        assert_eq!(read[0].remaining, 0, "a read is the store's state");
+        assert_eq!(cache.hits(), 0, "a read never answers from the cache");
+        let held = cache.reset(&[check("a", 1, false)]).await.unwrap();
+        assert_eq!(held, vec![true]);
+        assert_eq!(cache.len(), 1);
+        assert!(cache.decide(&[check("a", 1, false)]).await.unwrap()[0].admitted);
+        assert!(!cache.decide(&[check("b", 1, false)]).await.unwrap()[0].admitted);
+        assert_eq!(cache.hits(), 1, "b's denial is still remembered");
+    }
+
     #[test]
     fn a_key_and_its_parts_pick_the_same_shard() {
         let (_, cache) = setup(DenyCacheSettings::default());
