@@ -4,7 +4,7 @@
 //! resets it so the next requests start fresh, touching no other key; resets need the admin
 //! token (401, 403, off without `--admin-token-file`), which is read again when its file changes;
 //! malformed selectors are 400s naming the problem; a store that does not answer is a 503 that
-//! changes nothing.
+//! changes nothing; a leased counter shows the hits granted to leases as used.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -433,4 +433,27 @@ async fn a_store_that_does_not_answer_is_a_503_and_nothing_changes() {
         metrics.contains("ratelimitd_counter_resets_total{result=\"failed\"} 1"),
         "{metrics}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_counter_shows_the_hits_granted_to_leases_as_used() {
+    let redis = RedisServer::start();
+    let token = token_file("leased", TOKEN);
+    let url = redis.url();
+    let server = serve(Some(&token), &["--redis-url", &url]);
+    let mut client = server.client().await;
+    assert_eq!(admitted(&mut client, "hot", "frank", 5).await, 5);
+    let selector = "domain=counters&descriptor=hot=frank";
+    let state = read(&server, selector).await;
+    let counter = &state["counters"][0];
+    assert_eq!(counter["consistency"], "leased", "{state}");
+    let used = counter["used"].as_u64().expect("used");
+    assert!(
+        (5..=160).contains(&used),
+        "the store counts the hits granted to leases, spent or not: {state}"
+    );
+    assert_eq!(counter["remaining"].as_u64(), Some(160 - used), "{state}");
+    let (status, _, body) = reset(&server, selector, Some(TOKEN)).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"held_state\":true"), "{body}");
 }

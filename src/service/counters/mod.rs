@@ -307,7 +307,7 @@ pub async fn reset<S: Store>(
                     %peer,
                     selector = %selector.escape_debug(),
                     %error,
-                    "counter reset failed: the store did not answer"
+                    "counter reset failed"
                 );
                 return Answer::text(
                     StatusCode::SERVICE_UNAVAILABLE,
