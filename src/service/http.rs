@@ -198,7 +198,7 @@ pub async fn respond<S: Store>(
                 answer(
                     counters::reset(
                         edge,
-                        state.admin_token.as_deref(),
+                        state.admin_token.as_ref(),
                         state.metrics.as_deref(),
                         caller,
                         request.uri().query(),

@@ -10,13 +10,14 @@ pub mod admin_token;
 pub mod selector;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use hyper::StatusCode;
 use serde_json::{json, Value};
 
 use super::metrics::{CounterReset, Metrics};
 use super::rls::RateLimitEdge;
+use super::throttle::WarnThrottle;
 use crate::limiter::check::Check;
 use crate::limiter::counter_state::CounterState;
 use crate::limiter::{plan, ConfiguredLimit, Request, Resolution, Rules};
@@ -249,7 +250,7 @@ pub struct Caller<'a> {
 /// with the selector and the caller's address.
 pub async fn reset<S: Store>(
     edge: &RateLimitEdge<S>,
-    admin: Option<&AdminToken>,
+    admin: Option<&Arc<AdminToken>>,
     metrics: Option<&Metrics>,
     caller: Caller<'_>,
     query: Option<&str>,
@@ -272,7 +273,7 @@ pub async fn reset<S: Store>(
             StatusCode::UNAUTHORIZED,
             "a counter reset needs `Authorization: Bearer <token of --admin-token-file>`",
         )),
-        (Some(admin), Some(token)) if !admin.accepts(token) => Some(Answer::text(
+        (Some(admin), Some(token)) if !accepts(admin, token).await => Some(Answer::text(
             StatusCode::FORBIDDEN,
             "the bearer token is not the admin token",
         )),
@@ -280,12 +281,15 @@ pub async fn reset<S: Store>(
     };
     if let Some(refusal) = refusal {
         record(CounterReset::Refused);
-        tracing::warn!(
-            %peer,
-            selector = %selector.escape_debug(),
-            status = refusal.status.as_u16(),
-            "counter reset refused"
-        );
+        if let Some(suppressed) = REFUSALS.admit() {
+            tracing::warn!(
+                %peer,
+                selector = %selector.escape_debug(),
+                status = refusal.status.as_u16(),
+                suppressed,
+                "counter reset refused"
+            );
+        }
         return refusal;
     }
     let (request, matched) = match select(edge, query) {
@@ -346,6 +350,18 @@ pub async fn reset<S: Store>(
         })
         .collect();
     Answer::json(&json!({"domain": request.domain, "counters": counters}))
+}
+
+/// Refused resets are logged at most once a second (with the count of the others): anyone who
+/// reaches the port can send them.
+static REFUSALS: LazyLock<WarnThrottle> = LazyLock::new(WarnThrottle::new);
+
+/// Whether `admin` accepts `token`, off the serving thread: the token file may be read again.
+async fn accepts(admin: &Arc<AdminToken>, token: &[u8]) -> bool {
+    let (admin, token) = (Arc::clone(admin), token.to_vec());
+    tokio::task::spawn_blocking(move || admin.accepts(&token))
+        .await
+        .unwrap_or(false)
 }
 
 /// The token of an `Authorization: Bearer <token>` header (the scheme in any case, as RFC 9110
