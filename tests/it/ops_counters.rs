@@ -242,6 +242,27 @@ async fn redis_reads_without_consuming_and_resets_only_the_selected_counters() {
     read_then_reset(&server, &|| Some(keys_of(&mut redis.connection()))).await;
 }
 
+#[tokio::test]
+async fn redis_in_envoyproxy_key_format_reads_without_consuming_and_resets_only_the_selected_counters(
+) {
+    let redis = RedisServer::start();
+    let token = token_file("envoyproxy", TOKEN);
+    let url = redis.url();
+    let server = serve(
+        Some(&token),
+        &["--redis-url", &url, "--key-format", "envoyproxy"],
+    );
+    let keys = || Some(keys_of(&mut redis.connection()));
+    read_then_reset(&server, &keys).await;
+    let after = keys_of(&mut redis.connection());
+    assert!(
+        after
+            .iter()
+            .any(|key| key.starts_with("counters_fixed_window_bob_")),
+        "fixed windows are kept in envoyproxy/ratelimit's format: {after:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_reads_without_consuming_and_resets_only_the_selected_counters() {
     let cluster = RedisCluster::start(3, 0);
