@@ -438,10 +438,16 @@ async fn a_store_that_does_not_answer_is_a_503_and_nothing_changes() {
     let selector = "domain=counters&descriptor=token_bucket=erin";
 
     redis.pause();
+    let started = std::time::Instant::now();
     let (status, _, body) = reset(&server, selector, Some(TOKEN)).await;
     let (read_status, read_body) =
         http_get(server.http_addr(), &format!("/counters?{selector}")).await;
+    let took = started.elapsed();
     redis.resume();
+    assert!(
+        took < Duration::from_secs(3),
+        "each answered within about its --redis-timeout of 300ms: {took:?}"
+    );
     assert_eq!(status, 503, "{body}");
     assert_eq!(read_status, 503, "{read_body}");
 
