@@ -350,6 +350,11 @@ async fn malformed_selectors_are_400s_naming_the_problem() {
         assert_eq!(status, 400, "reset {selector}: {body}");
         assert!(body.contains(named), "reset {selector}: {body}");
     }
+    let (status, _, body) = reset(&server, "domain=counters&descriptor=gcra", None).await;
+    assert_eq!(
+        status, 401,
+        "the token is checked before the selector is read: {body}"
+    );
     let (status, body) = http_get(
         server.http_addr(),
         "/counters?domain=nowhere&descriptor=a=b",
