@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::admin::AdminArgs;
 use super::bounds::{RequestBoundArgs, TransportBoundArgs};
 use super::config_source::{ConfigSourceArgs, InitialConfigArgs, ReloadArgs};
 use super::leases::LeaseArgs;
@@ -60,6 +61,8 @@ pub struct ServeArgs {
     top_values: TopValuesArgs,
     #[command(flatten)]
     status_page: StatusPageArgs,
+    #[command(flatten)]
+    admin: AdminArgs,
 }
 
 impl ServeArgs {
@@ -106,6 +109,7 @@ impl ServeArgs {
             grpc: self.grpc_transport.options()?,
             rlqs: self.rlqs.settings(),
             status_page: self.status_page.settings(),
+            admin_token: self.admin.admin_token()?,
         })
     }
 }

@@ -22,8 +22,13 @@
 //!   naming the parameter that is wrong.
 //! - `/`: the status page, one self-contained HTML document under a strict
 //!   Content-Security-Policy, and `/status.json`, what it draws (see [`super::status_page`]).
+//! - `/counters`: per descriptor of `?domain=D&descriptor=k=v,k2=v2`, its rule and its counter's
+//!   state, read from the store without consuming; `POST /counters/reset` with the same selector
+//!   deletes that state, only with the bearer token of `--admin-token-file` (see
+//!   [`super::counters`]).
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -31,9 +36,12 @@ use futures::StreamExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Body, Frame, Incoming};
-use hyper::header::{HeaderValue, CACHE_CONTROL, CONNECTION, CONTENT_TYPE};
+use hyper::header::{
+    HeaderValue, ALLOW, AUTHORIZATION, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, WWW_AUTHENTICATE,
+};
 use hyper::{Method, Request, Response, StatusCode};
 
+use super::counters::{self, AdminToken};
 use super::health::Health;
 use super::json::{request_from_json, response_to_json};
 use super::metrics::Metrics;
@@ -75,7 +83,14 @@ pub struct HttpState<S> {
     pub envoyproxy_metrics: Option<Arc<EnvoyproxyMetrics>>,
     /// `/` and `/status.json`: the status page (with `metrics` and `edge`).
     pub status_page: Option<Arc<StatusPage>>,
+    /// The token `POST /counters/reset` requires; `None`: resets are off.
+    pub admin_token: Option<Arc<AdminToken>>,
 }
+
+/// The address of the peer an HTTP request came from, put in the request's extensions by the
+/// port that accepted the connection (logged with every counter reset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
 
 impl<S> HttpState<S> {
     /// Only `/healthcheck`.
@@ -90,6 +105,7 @@ impl<S> HttpState<S> {
             rlqs: None,
             envoyproxy_metrics: None,
             status_page: None,
+            admin_token: None,
         }
     }
 }
@@ -189,6 +205,39 @@ pub async fn respond<S: Store>(
             }
             _ => text(StatusCode::NOT_FOUND, "not found"),
         },
+        "/counters" if get => match &state.edge {
+            Some(edge) => answer(counters::read(edge, request.uri().query()).await),
+            None => text(StatusCode::NOT_FOUND, "not found"),
+        },
+        "/counters/reset" if *request.method() == Method::POST => match &state.edge {
+            Some(edge) => {
+                let caller = counters::Caller {
+                    authorization: request
+                        .headers()
+                        .get(AUTHORIZATION)
+                        .map(HeaderValue::as_bytes),
+                    peer: request.extensions().get::<PeerAddr>().map(|peer| peer.0),
+                };
+                answer(
+                    counters::reset(
+                        edge,
+                        state.admin_token.as_ref(),
+                        state.metrics.as_deref(),
+                        caller,
+                        request.uri().query(),
+                    )
+                    .await,
+                )
+            }
+            None => text(StatusCode::NOT_FOUND, "not found"),
+        },
+        "/counters/reset" if state.edge.is_some() => {
+            let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+            response
+                .headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("POST"));
+            response
+        }
         "/rlqs" if get => match &state.rlqs {
             Some(pages) => rlqs_page(pages.clone(), request.uri().query()),
             None => text(StatusCode::NOT_FOUND, "not found"),
@@ -198,7 +247,7 @@ pub async fn respond<S: Store>(
             Some(edge) => json(&state, edge, request).await,
             None => text(StatusCode::NOT_FOUND, "not found"),
         },
-        "/healthcheck" | "/rlconfig" | "/rlqs" | "/top" => method_not_allowed(),
+        "/healthcheck" | "/rlconfig" | "/rlqs" | "/top" | "/counters" => method_not_allowed(),
         "/" | "/status.json" if state.status_page.is_some() => method_not_allowed(),
         _ => text(StatusCode::NOT_FOUND, "not found"),
     }
@@ -316,6 +365,22 @@ fn status_document() -> Response<HttpBody> {
     );
     if let Ok(policy) = HeaderValue::from_str(&document.policy) {
         headers.insert("content-security-policy", policy);
+    }
+    response
+}
+
+/// The response of a `/counters` endpoint's [`counters::Answer`].
+fn answer(answer: counters::Answer) -> Response<HttpBody> {
+    let mut response = text(answer.status, answer.body);
+    if answer.json {
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    if answer.challenge {
+        response
+            .headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
     response
 }

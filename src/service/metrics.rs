@@ -86,6 +86,37 @@ const LATENCY_BUCKETS_US: [u64; 14] = [
     1_000_000,
 ];
 
+/// How a `POST /counters/reset` ended, for `ratelimitd_counter_resets_total{result}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterReset {
+    /// The counters were reset.
+    Reset,
+    /// Refused before the selector was read: resets are off, no token or a wrong one.
+    Refused,
+    /// A malformed selector or a domain not configured.
+    Invalid,
+    /// The store failed.
+    Failed,
+}
+
+impl CounterReset {
+    const ALL: [CounterReset; 4] = [
+        CounterReset::Reset,
+        CounterReset::Refused,
+        CounterReset::Invalid,
+        CounterReset::Failed,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            CounterReset::Reset => "reset",
+            CounterReset::Refused => "refused",
+            CounterReset::Invalid => "invalid",
+            CounterReset::Failed => "failed",
+        }
+    }
+}
+
 /// How a request ended, for `ratelimitd_requests_total{result}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestResult {
@@ -372,6 +403,8 @@ pub struct Metrics {
     store_errors: [AtomicU64; 3],
     policy: Mutex<&'static str>,
     policy_answers: AtomicU64,
+    /// `POST /counters/reset` calls by [`CounterReset::ALL`].
+    counter_resets: [AtomicU64; 4],
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,
     last_reload_ok: AtomicBool,
@@ -428,6 +461,7 @@ impl Metrics {
             store_errors: Default::default(),
             policy: Mutex::new("unavailable"),
             policy_answers: AtomicU64::new(0),
+            counter_resets: Default::default(),
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
             last_reload_ok: AtomicBool::new(true),
@@ -733,6 +767,15 @@ impl Metrics {
         self.policy_answers.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A `POST /counters/reset` call and how it ended.
+    pub fn record_counter_reset(&self, outcome: CounterReset) {
+        let index = CounterReset::ALL
+            .iter()
+            .position(|o| *o == outcome)
+            .unwrap_or(0);
+        self.counter_resets[index].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A configuration reload attempt.
     pub fn record_reload(&self, success: bool) {
         if success {
@@ -920,6 +963,21 @@ impl Metrics {
             *self.policy.lock(),
             self.policy_answers.load(Ordering::Relaxed)
         );
+
+        family(
+            &mut out,
+            "ratelimitd_counter_resets_total",
+            "POST /counters/reset calls, by result: reset, refused (resets off, no or wrong token), invalid (selector), failed (store).",
+            "counter",
+        );
+        for (outcome, count) in CounterReset::ALL.iter().zip(&self.counter_resets) {
+            let _ = writeln!(
+                out,
+                "ratelimitd_counter_resets_total{{result=\"{}\"}} {}",
+                outcome.label(),
+                count.load(Ordering::Relaxed)
+            );
+        }
 
         family(
             &mut out,

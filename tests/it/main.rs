@@ -41,6 +41,7 @@ mod lease_model;
 mod lease_replicas;
 mod observability;
 mod ops_config_limits;
+mod ops_counters;
 mod ops_deny_cache;
 mod ops_health_failures;
 mod ops_json;
