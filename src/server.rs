@@ -10,6 +10,7 @@ mod call_gate;
 mod config_feed;
 pub mod connection_age;
 mod connections;
+mod error;
 mod grpc_connection;
 pub mod grpc_options;
 mod grpc_port;
@@ -29,6 +30,7 @@ mod request_body;
 mod rlqs_thread;
 mod settings;
 mod shared;
+mod status_sampler;
 mod store_metrics;
 mod store_stack;
 mod store_startup;
@@ -45,6 +47,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use self::config_feed::ConfigFeed;
+pub use self::error::ServerError;
 pub use self::grpc_options::GrpcOptions;
 use self::grpc_port::{Capacity, GrpcPort};
 use self::health_probe::{ConfigGate, HealthComponent, StoreHealth};
@@ -59,10 +62,8 @@ use self::shared::Shared;
 use self::store_stack::{Stacked, StoreStack};
 use self::store_startup::Startup;
 use self::tasks::Tasks;
-use self::tls::TlsError;
 pub use self::transport_bounds::TransportBounds;
 
-use crate::config::ConfigErrors;
 use crate::service::rlqs::RlqsSettings;
 use crate::service::statsd;
 use crate::service::{Metrics, RateLimitEdge};
@@ -70,25 +71,6 @@ use crate::store::{Store, StoreError};
 
 /// How long the statsd sink's last flush may take once serving has stopped.
 const STATSD_LAST_FLUSH: Duration = Duration::from_secs(3);
-
-/// Why the server could not start or keep running.
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    #[error("invalid configuration: {}", .0.one_line())]
-    Config(#[from] ConfigErrors),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("{0}")]
-    Settings(String),
-    #[error("gRPC server failed: {0}")]
-    Lanes(#[from] lanes::LaneStopped),
-    #[error("gRPC reflection setup failed: {0}")]
-    Reflection(#[from] tonic_reflection::server::Error),
-    #[error("socket error: {0}")]
-    Io(#[from] std::io::Error),
-    #[error(transparent)]
-    Tls(#[from] TlsError),
-}
 
 /// The listeners [`run`] serves: bound, or bound once the first configuration has arrived.
 enum Ports<'a> {
@@ -250,6 +232,7 @@ async fn serve<S: Store>(
         quotas.on_rules_changed(parts.on_rules_changed),
         &mut tasks,
     );
+    let status_page = status_sampler::start(&settings, &metrics, store.clone(), &mut tasks);
     let statsd = (settings.statsd.clone())
         .map(|sink| tokio::spawn(statsd::run(sink, metrics.clone(), tasks.stopping())));
 
@@ -281,6 +264,7 @@ async fn serve<S: Store>(
         edge,
         health: health.health,
         quotas,
+        status_page,
     };
     let http = HttpPorts::start(
         HttpListeners {

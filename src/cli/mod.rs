@@ -5,6 +5,7 @@
 //! into those before parsing ([`upstream_env`]), so flags win, then `RATELIMITD_*`, then
 //! upstream's, and every value goes through the same parser.
 
+mod admin;
 mod arguments;
 mod bounds;
 mod check;
@@ -21,6 +22,7 @@ mod parse;
 mod responses;
 mod rlqs;
 mod serve;
+mod status_page;
 mod store;
 mod telemetry;
 mod top_values;

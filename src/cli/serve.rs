@@ -5,12 +5,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::admin::AdminArgs;
 use super::bounds::{RequestBoundArgs, TransportBoundArgs};
 use super::config_source::{ConfigSourceArgs, InitialConfigArgs, ReloadArgs};
 use super::leases::LeaseArgs;
 use super::listeners::{GrpcTransportArgs, ListenerArgs};
 use super::responses::ResponseArgs;
 use super::rlqs::RlqsArgs;
+use super::status_page::StatusPageArgs;
 use super::store::StoreArgs;
 use super::telemetry::TelemetryArgs;
 use super::top_values::TopValuesArgs;
@@ -57,6 +59,10 @@ pub struct ServeArgs {
     telemetry: TelemetryArgs,
     #[command(flatten)]
     top_values: TopValuesArgs,
+    #[command(flatten)]
+    status_page: StatusPageArgs,
+    #[command(flatten)]
+    admin: AdminArgs,
 }
 
 impl ServeArgs {
@@ -102,6 +108,8 @@ impl ServeArgs {
             envoyproxy_metrics: self.envoyproxy_metrics()?,
             grpc: self.grpc_transport.options()?,
             rlqs: self.rlqs.settings(),
+            status_page: self.status_page.settings(),
+            admin_token: self.admin.admin_token()?,
         })
     }
 }

@@ -6,6 +6,7 @@ pub mod check;
 pub mod clock;
 pub mod consistency;
 pub mod counter_key;
+pub mod counter_state;
 pub mod matcher;
 pub mod metadata;
 pub mod plan;

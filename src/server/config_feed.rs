@@ -6,10 +6,10 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio_util::sync::CancellationToken;
 
+use super::error::ServerError;
 use super::memory_release;
 use super::settings::Settings;
 use super::tasks::Tasks;
-use super::ServerError;
 use crate::config::reload::{ReloadOutcome, Reloader};
 use crate::config::xds::{XdsConfig, XdsOptions, XdsUpdate};
 use crate::config::{self, Loader};
@@ -251,19 +251,9 @@ async fn watch_config(
                 limits,
                 changed,
             } => {
-                metrics.record_reload(true);
-                if changed {
-                    metrics.register_rules(&reloader.rules().load_full());
-                    on_rules_changed();
-                    tracing::info!(trigger, domains, limits, "configuration reloaded");
-                } else {
-                    tracing::info!(
-                        trigger,
-                        domains,
-                        limits,
-                        "configuration reloaded, no change"
-                    );
-                }
+                applied(&metrics, reloader.rules(), &*on_rules_changed, changed);
+                let change = if changed { "" } else { ", no change" };
+                tracing::info!(trigger, domains, limits, "configuration reloaded{change}");
             }
             ReloadOutcome::Rejected(errors) => {
                 metrics.record_reload(false);
@@ -305,19 +295,9 @@ fn xds_update(
             limits,
             changed,
         } => {
-            metrics.record_reload(true);
-            if changed {
-                metrics.register_rules(&config.rules().load_full());
-                on_rules_changed();
-                tracing::info!(version = %shown(&version), domains, limits, "xDS configuration applied");
-            } else {
-                tracing::info!(
-                    version = %shown(&version),
-                    domains,
-                    limits,
-                    "xDS configuration applied, no change"
-                );
-            }
+            applied(metrics, config.rules(), on_rules_changed, changed);
+            let change = if changed { "" } else { ", no change" };
+            tracing::info!(version = %shown(&version), domains, limits, "xDS configuration applied{change}");
         }
         XdsUpdate::Rejected { version, errors } => {
             metrics.record_reload(false);
@@ -328,5 +308,20 @@ fn xds_update(
                 errors.one_line()
             );
         }
+    }
+}
+
+/// A configuration that validated is in force: counted as a reload; when it changed the rules,
+/// their metrics registered and `on_rules_changed` called.
+fn applied(
+    metrics: &Metrics,
+    rules: &ArcSwap<Rules>,
+    on_rules_changed: &(dyn Fn() + Send + Sync),
+    changed: bool,
+) {
+    metrics.record_reload(true);
+    if changed {
+        metrics.register_rules(&rules.load_full());
+        on_rules_changed();
     }
 }

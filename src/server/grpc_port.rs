@@ -11,7 +11,9 @@ use tonic_health::server::HealthService;
 
 use super::accept::AcceptBackoff;
 use super::connections::Registry;
+use super::error::ServerError;
 use super::grpc_connection::{GrpcTransport, TransportOptions};
+use super::grpc_options::GrpcOptions;
 use super::lanes;
 use super::listener::GrpcListener;
 use super::memory_budget::MemoryBudget;
@@ -20,7 +22,6 @@ use super::quotas::Quotas;
 use super::tasks::Tasks;
 use super::tls::{ServerTls, TlsError, TLS_RELOAD_INTERVAL};
 use super::transport_bounds::TransportBounds;
-use super::{GrpcOptions, ServerError};
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::service::transport_refusal::Port;

@@ -22,7 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
 
 use super::accept::AcceptBackoff;
-use crate::service::http::{respond, HttpState};
+use crate::service::http::{respond, HttpState, PeerAddr};
 use crate::service::transport_refusal::{Port, TransportRefusal};
 use crate::service::Metrics;
 use crate::store::Store;
@@ -156,8 +156,12 @@ async fn connection<S: Store>(
     metrics: Arc<Metrics>,
     _listed: Listed,
 ) {
-    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+    let peer = stream.peer_addr().ok().map(PeerAddr);
+    let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
         let state = state.clone();
+        if let Some(peer) = peer {
+            request.extensions_mut().insert(peer);
+        }
         async move { Ok::<_, Infallible>(respond(state, request).await) }
     });
     let mut builder = http1::Builder::new();

@@ -54,6 +54,8 @@ impl HttpPorts {
             xds: shared.feed.xds(),
             rlqs: Some(shared.quotas.registry().clone()),
             envoyproxy_metrics: None,
+            status_page: Some(shared.status_page.clone()),
+            admin_token: shared.settings.admin_token.clone(),
         });
         let mut ports = vec![(listeners.http, main.clone())];
         let mut others = Vec::new();

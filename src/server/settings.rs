@@ -1,6 +1,7 @@
 //! What [`run`](super::run) is given: the settings of every subsystem and the bound listeners.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -13,11 +14,13 @@ use crate::config::xds::XdsOptions;
 use crate::config::{self, LoadOptions};
 use crate::limiter::consistency::DEFAULT_LEASE_PERIOD;
 use crate::limiter::{Modes, RequestBounds};
+use crate::service::counters::AdminToken;
 use crate::service::http::DEFAULT_METRICS_PATH;
 use crate::service::metrics::{DEFAULT_MAX_RULE_SERIES, DEFAULT_NEAR_LIMIT_RATIO};
 use crate::service::rlqs::RlqsSettings;
 use crate::service::statsd::StatsdSettings;
 use crate::service::statsd_exporter::EnvoyproxyMetricsSettings;
+use crate::service::status_page::StatusPageSettings;
 use crate::service::store_error_policy::StoreErrorPolicy;
 use crate::service::top_values::TopSettings;
 use crate::service::ResponseHeaders;
@@ -96,6 +99,10 @@ pub struct Settings {
     pub grpc: GrpcOptions,
     /// The rate limit quota service (RLQS).
     pub rlqs: RlqsSettings,
+    /// The status page (`GET /`): its sample interval and how much it lists.
+    pub status_page: StatusPageSettings,
+    /// The bearer token of `POST /counters/reset` (`--admin-token-file`); `None`: resets are off.
+    pub admin_token: Option<Arc<AdminToken>>,
 }
 
 /// Drop-in mode (envoyproxy/ratelimit's environment): once serving, the listeners are logged at
@@ -170,6 +177,8 @@ impl Settings {
             envoyproxy_metrics: None,
             grpc: GrpcOptions::default(),
             rlqs: RlqsSettings::default(),
+            status_page: StatusPageSettings::default(),
+            admin_token: None,
         }
     }
 }

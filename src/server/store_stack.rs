@@ -7,6 +7,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use super::config_feed::OnRulesChanged;
+use super::error::ServerError;
 use super::health_probe::PROBE_INTERVAL;
 use super::memory_leases;
 use super::settings::{Settings, ENVOYPROXY_KEYS_NEED_REDIS};
@@ -14,7 +15,6 @@ use super::store_metrics::{
     register_deny_cache, register_failure_health, register_lease_metrics, register_redis_counters,
 };
 use super::store_startup::{self, RedisSlots, Startup};
-use super::ServerError;
 use crate::limiter::Rules;
 use crate::service::Metrics;
 use crate::store::lease::{LeaseSettings, LeasedStore};

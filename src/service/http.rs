@@ -20,8 +20,15 @@
 //! - `/top`: per rule, the descriptor values hit and denied the most over the last 1, 5 or 15
 //!   minutes as JSON (`?window=1m|5m|15m&domain=D&rule=PATH`, see [`super::top_values`]); 400
 //!   naming the parameter that is wrong.
+//! - `/`: the status page, one self-contained HTML document under a strict
+//!   Content-Security-Policy, and `/status.json`, what it draws (see [`super::status_page`]).
+//! - `/counters`: per descriptor of `?domain=D&descriptor=k=v,k2=v2`, its rule and its counter's
+//!   state, read from the store without consuming; `POST /counters/reset` with the same selector
+//!   deletes that state, only with the bearer token of `--admin-token-file` (see
+//!   [`super::counters`]).
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -29,19 +36,24 @@ use futures::StreamExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Body, Frame, Incoming};
-use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE};
+use hyper::header::{
+    HeaderValue, ALLOW, AUTHORIZATION, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, WWW_AUTHENTICATE,
+};
 use hyper::{Method, Request, Response, StatusCode};
 
+use super::counters::{self, AdminToken};
 use super::health::Health;
 use super::json::{request_from_json, response_to_json};
 use super::metrics::Metrics;
+use super::rlconfig::rlconfig;
 use super::rlqs;
 use super::rls::RateLimitEdge;
 use super::statsd_exporter::EnvoyproxyMetrics;
+use super::status_page::{self, StatusPage};
 use super::top_values::TopQuery;
 use super::transport_refusal::TransportRefusal;
 use crate::config::xds::XdsConfig;
-use crate::limiter::{LimitKind, Rules};
+use crate::limiter::Rules;
 use crate::proto::rls::rate_limit_response::Code;
 use crate::store::Store;
 
@@ -69,7 +81,16 @@ pub struct HttpState<S> {
     /// Served at `metrics_path` instead of `metrics`: envoyproxy/ratelimit's families, as its
     /// `USE_PROMETHEUS` port serves them.
     pub envoyproxy_metrics: Option<Arc<EnvoyproxyMetrics>>,
+    /// `/` and `/status.json`: the status page (with `metrics` and `edge`).
+    pub status_page: Option<Arc<StatusPage>>,
+    /// The token `POST /counters/reset` requires; `None`: resets are off.
+    pub admin_token: Option<Arc<AdminToken>>,
 }
+
+/// The address of the peer an HTTP request came from, put in the request's extensions by the
+/// port that accepted the connection (logged with every counter reset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
 
 impl<S> HttpState<S> {
     /// Only `/healthcheck`.
@@ -83,6 +104,8 @@ impl<S> HttpState<S> {
             xds: None,
             rlqs: None,
             envoyproxy_metrics: None,
+            status_page: None,
+            admin_token: None,
         }
     }
 }
@@ -166,6 +189,55 @@ pub async fn respond<S: Store>(
             (Some(metrics), Some(_)) => top(metrics.clone(), request.uri().query()).await,
             _ => text(StatusCode::NOT_FOUND, "not found"),
         },
+        "/" if get => match &state.status_page {
+            Some(_) => status_document(),
+            None => text(StatusCode::NOT_FOUND, "not found"),
+        },
+        "/status.json" if get => match (&state.status_page, &state.metrics, &state.edge) {
+            (Some(page), Some(metrics), Some(edge)) => {
+                status_json(
+                    &state,
+                    page.clone(),
+                    metrics.clone(),
+                    edge.rules().load_full(),
+                )
+                .await
+            }
+            _ => text(StatusCode::NOT_FOUND, "not found"),
+        },
+        "/counters" if get => match &state.edge {
+            Some(edge) => answer(counters::read(edge, request.uri().query()).await),
+            None => text(StatusCode::NOT_FOUND, "not found"),
+        },
+        "/counters/reset" if *request.method() == Method::POST => match &state.edge {
+            Some(edge) => {
+                let caller = counters::Caller {
+                    authorization: request
+                        .headers()
+                        .get(AUTHORIZATION)
+                        .map(HeaderValue::as_bytes),
+                    peer: request.extensions().get::<PeerAddr>().map(|peer| peer.0),
+                };
+                answer(
+                    counters::reset(
+                        edge,
+                        state.admin_token.as_ref(),
+                        state.metrics.as_deref(),
+                        caller,
+                        request.uri().query(),
+                    )
+                    .await,
+                )
+            }
+            None => text(StatusCode::NOT_FOUND, "not found"),
+        },
+        "/counters/reset" if state.edge.is_some() => {
+            let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+            response
+                .headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("POST"));
+            response
+        }
         "/rlqs" if get => match &state.rlqs {
             Some(pages) => rlqs_page(pages.clone(), request.uri().query()),
             None => text(StatusCode::NOT_FOUND, "not found"),
@@ -175,7 +247,8 @@ pub async fn respond<S: Store>(
             Some(edge) => json(&state, edge, request).await,
             None => text(StatusCode::NOT_FOUND, "not found"),
         },
-        "/healthcheck" | "/rlconfig" | "/rlqs" | "/top" => method_not_allowed(),
+        "/healthcheck" | "/rlconfig" | "/rlqs" | "/top" | "/counters" => method_not_allowed(),
+        "/" | "/status.json" if state.status_page.is_some() => method_not_allowed(),
         _ => text(StatusCode::NOT_FOUND, "not found"),
     }
 }
@@ -260,6 +333,87 @@ async fn top(metrics: Arc<Metrics>, query: Option<&str>) -> Response<HttpBody> {
         return text(StatusCode::INTERNAL_SERVER_ERROR, "/top not rendered");
     };
     let mut response = text(StatusCode::OK, body);
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The headers every answer of the status page carries: nothing sniffed, cached, framed or
+/// sent as a referrer.
+fn status_headers(response: &mut Response<HttpBody>) {
+    let headers = response.headers_mut();
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+    headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
+}
+
+/// `GET /`: the status page, under the Content-Security-Policy that allows its inline style and
+/// script by hash.
+fn status_document() -> Response<HttpBody> {
+    let document = status_page::document::document();
+    let mut response = Response::new(Full::new(document.html.clone()).boxed_unsync());
+    status_headers(&mut response);
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    if let Ok(policy) = HeaderValue::from_str(&document.policy) {
+        headers.insert("content-security-policy", policy);
+    }
+    response
+}
+
+/// The response of a `/counters` endpoint's [`counters::Answer`].
+fn answer(answer: counters::Answer) -> Response<HttpBody> {
+    let mut response = text(answer.status, answer.body);
+    if answer.json {
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    if answer.challenge {
+        response
+            .headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    response
+}
+
+/// `GET /status.json`: what the status page draws, built off the serving thread.
+async fn status_json<S: Store>(
+    state: &HttpState<S>,
+    page: Arc<StatusPage>,
+    metrics: Arc<Metrics>,
+    rules: Arc<Rules>,
+) -> Response<HttpBody> {
+    let rlqs = state.rlqs.clone();
+    let xds = state.xds.clone();
+    let serving = state.health.is_serving();
+    let built = tokio::task::spawn_blocking(move || {
+        let sources = status_page::status_json::Sources {
+            rules,
+            metrics: &metrics,
+            rlqs: rlqs.as_deref(),
+            xds: xds.as_deref(),
+            serving,
+        };
+        status_page::status_json::render(&page, &sources).to_string()
+    })
+    .await;
+    let Ok(body) = built else {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "/status.json not rendered",
+        );
+    };
+    let mut response = text(StatusCode::OK, body);
+    status_headers(&mut response);
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -353,47 +507,4 @@ fn too_large<S>(state: &HttpState<S>) -> Response<HttpBody> {
         .headers_mut()
         .insert(CONNECTION, HeaderValue::from_static("close"));
     response
-}
-
-/// The `/rlconfig` text: one line per configured limit, sorted by path.
-pub fn rlconfig(rules: &Rules) -> String {
-    let mut out = String::new();
-    for limit in rules.limits() {
-        let (unit, requests_per_unit) = match &limit.kind {
-            LimitKind::Unlimited => ("UNKNOWN".to_string(), 0),
-            LimitKind::Limited(l) => (l.unit.as_str().to_ascii_uppercase(), l.requests_per_unit),
-            LimitKind::Blocked { unit, .. } => (unit.as_str().to_ascii_uppercase(), 0),
-        };
-        out.push_str(&format!(
-            "{}: unit={unit} requests_per_unit={requests_per_unit}, shadow_mode: {}",
-            limit.path, limit.shadow_mode
-        ));
-        match &limit.kind {
-            LimitKind::Unlimited => out.push_str(", unlimited: true"),
-            LimitKind::Limited(l) => {
-                if l.unit_multiplier != 1 {
-                    out.push_str(&format!(", unit_multiplier: {}", l.unit_multiplier));
-                }
-                let algorithm = l.rate.algorithm();
-                if algorithm != crate::limiter::Algorithm::default() {
-                    out.push_str(&format!(", algorithm: {algorithm}"));
-                }
-                if algorithm.uses_burst() && l.rate.burst() != l.requests_per_unit {
-                    out.push_str(&format!(", burst: {}", l.rate.burst()));
-                }
-                if l.consistency != crate::limiter::Consistency::default() {
-                    out.push_str(&format!(", consistency: {}", l.consistency));
-                }
-            }
-            LimitKind::Blocked {
-                unit_multiplier, ..
-            } => {
-                if *unit_multiplier != 1 {
-                    out.push_str(&format!(", unit_multiplier: {unit_multiplier}"));
-                }
-            }
-        }
-        out.push('\n');
-    }
-    out
 }

@@ -59,11 +59,13 @@ mod request_families;
 mod rule_families;
 mod rule_series;
 mod store_families;
+mod totals;
 mod transport_families;
 mod xds_families;
 
 pub use build_info::VERSION as BUILD_VERSION;
 pub use overflow_label::OVERFLOW_LABEL;
+pub use totals::{ProcessTotals, RuleTotals};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -106,6 +108,37 @@ const LATENCY_BUCKETS_US: [u64; 14] = [
     50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
     1_000_000,
 ];
+
+/// How a `POST /counters/reset` ended, for `ratelimitd_counter_resets_total{result}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterReset {
+    /// The counters were reset.
+    Reset,
+    /// Refused before the selector was read: resets are off, no token or a wrong one.
+    Refused,
+    /// A malformed selector or a domain not configured.
+    Invalid,
+    /// The store failed.
+    Failed,
+}
+
+impl CounterReset {
+    const ALL: [CounterReset; 4] = [
+        CounterReset::Reset,
+        CounterReset::Refused,
+        CounterReset::Invalid,
+        CounterReset::Failed,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            CounterReset::Reset => "reset",
+            CounterReset::Refused => "refused",
+            CounterReset::Invalid => "invalid",
+            CounterReset::Failed => "failed",
+        }
+    }
+}
 
 /// How a request ended, for `ratelimitd_requests_total{result}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -373,6 +406,8 @@ pub struct Metrics {
     store_errors: [AtomicU64; 3],
     policy: Mutex<&'static str>,
     policy_answers: AtomicU64,
+    /// `POST /counters/reset` calls by [`CounterReset::ALL`].
+    counter_resets: [AtomicU64; 4],
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,
     last_reload_ok: AtomicBool,
@@ -428,6 +463,7 @@ impl Metrics {
             store_errors: Default::default(),
             policy: Mutex::new("unavailable"),
             policy_answers: AtomicU64::new(0),
+            counter_resets: Default::default(),
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
             last_reload_ok: AtomicBool::new(true),
@@ -454,6 +490,17 @@ impl Metrics {
     /// The `GET /top` JSON: the rules `query` selects that were hit, tracked or not, each
     /// tracked one with its rankings over the query's window (see [`super::top_values`]).
     pub fn top_json(&self, query: &TopQuery) -> String {
+        self.top_value(query, usize::MAX, usize::MAX).to_string()
+    }
+
+    /// The `/top` document of [`Metrics::top_json`] with at most `max_rules` rules (the most
+    /// denied first) and `max_values` values per ranking.
+    pub fn top_value(
+        &self,
+        query: &TopQuery,
+        max_rules: usize,
+        max_values: usize,
+    ) -> serde_json::Value {
         let rules: Vec<(Arc<str>, Arc<str>, Arc<RuleStats>)> = self
             .rules
             .read()
@@ -480,7 +527,12 @@ impl Metrics {
                 })
             })
             .collect();
-        self.top.render(query, &views)
+        self.top.render_value(query, &views, max_rules, max_values)
+    }
+
+    /// Most series of the per-rule families `/metrics` shows (`--metrics-max-rule-series`).
+    pub fn max_rule_series(&self) -> usize {
+        self.max_rule_series
     }
 
     pub fn near_limit_ratio(&self) -> f64 {
@@ -714,6 +766,15 @@ impl Metrics {
     /// A request answered by the store-failure policy.
     pub fn record_policy_answer(&self) {
         self.policy_answers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A `POST /counters/reset` call and how it ended.
+    pub fn record_counter_reset(&self, outcome: CounterReset) {
+        let index = CounterReset::ALL
+            .iter()
+            .position(|o| *o == outcome)
+            .unwrap_or(0);
+        self.counter_resets[index].fetch_add(1, Ordering::Relaxed);
     }
 
     /// A configuration reload attempt.
@@ -1004,6 +1065,68 @@ fn unix_now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+/// What the status page's sampler reads (see [`totals`]).
+impl Metrics {
+    /// Every rule with counters, in no particular order, its labels added up. Takes the rule
+    /// map's read lock while it copies the counts out.
+    pub fn rule_totals(&self) -> Vec<RuleTotals> {
+        let mut totals = Vec::new();
+        for (domain, rules) in self.rules.read().iter() {
+            for (path, stats) in rules {
+                let mut sum = [0u64; 5];
+                let mut add = |counters: &Counters| {
+                    for (sum, value) in sum.iter_mut().zip(counters.read()) {
+                        *sum = sum.saturating_add(value);
+                    }
+                };
+                add(&stats.plain);
+                for series in [&stats.detailed, &stats.overridden] {
+                    for counters in series.by_label.read().values() {
+                        add(counters);
+                    }
+                    add(&series.overflow);
+                }
+                totals.push(RuleTotals {
+                    domain: domain.clone(),
+                    rule: path.clone(),
+                    hits: sum[0],
+                    over_limit: sum[3],
+                });
+            }
+        }
+        totals
+    }
+
+    /// The process's totals since start.
+    pub fn process_totals(&self) -> ProcessTotals {
+        let requests = |result: RequestResult| {
+            let index = RequestResult::ALL
+                .iter()
+                .position(|r| *r == result)
+                .unwrap_or(0);
+            self.requests[index].load(Ordering::Relaxed)
+        };
+        ProcessTotals {
+            requests: self
+                .requests
+                .iter()
+                .map(|counter| counter.load(Ordering::Relaxed))
+                .sum(),
+            over_limit: requests(RequestResult::OverLimit),
+            latency_sum_ns: self.latency.sum_ns.load(Ordering::Relaxed),
+            reloads_ok: self.reloads_ok.load(Ordering::Relaxed),
+            reloads_failed: self.reloads_failed.load(Ordering::Relaxed),
+            last_reload_ok: self.last_reload_ok.load(Ordering::Relaxed),
+            last_load_unix: self.last_success_unix.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether `/top` tracks any rule (`--top-max-rules` above 0).
+    pub fn top_enabled(&self) -> bool {
+        self.top.max_rules() > 0
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 pub mod call_span;
 pub mod convert;
+pub mod counters;
 pub mod decision_log;
 pub mod descriptor_label;
 pub mod go_regex;
@@ -12,10 +13,13 @@ pub mod http;
 pub mod json;
 pub mod metrics;
 pub mod probe_transport;
+pub mod query_text;
+pub mod rlconfig;
 pub mod rlqs;
 pub mod rls;
 pub mod statsd;
 pub mod statsd_exporter;
+pub mod status_page;
 pub mod store_error_policy;
 pub mod throttle;
 pub mod top_values;

@@ -122,6 +122,16 @@ impl<S: Store> RateLimitEdge<S> {
         &self.rules
     }
 
+    /// The store the requests are decided in (`/counters` reads and resets it).
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    /// What one request may carry (`/counters` selectors are bounded alike).
+    pub fn request_bounds(&self) -> &RequestBounds {
+        &self.request_bounds
+    }
+
     /// Decides one request; also used by the HTTP `/json` endpoint (untraced).
     pub async fn decide(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
         self.decide_traced(request, &CallSpan::none()).await

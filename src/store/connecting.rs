@@ -69,6 +69,20 @@ impl<S: Store> Store for Connecting<S> {
         }
     }
 
+    async fn peek(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
+        match self.get() {
+            Some(store) => store.peek(checks).await,
+            None => Err(self.not_yet()),
+        }
+    }
+
+    async fn reset(&self, checks: &[Check]) -> Result<Vec<bool>, StoreError> {
+        match self.get() {
+            Some(store) => store.reset(checks).await,
+            None => Err(self.not_yet()),
+        }
+    }
+
     async fn release(&self) {
         if let Some(store) = self.get() {
             store.release().await;

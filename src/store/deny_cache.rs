@@ -225,6 +225,16 @@ impl<S> DenyCache<S> {
         }
     }
 
+    /// Forgets the denials of the counters of `checks` (their counters were reset).
+    fn forget(&self, checks: &[Check]) {
+        for check in checks {
+            self.shard_of_parts(&check.key, &check.rate)
+                .lock()
+                .entries
+                .remove(&(check.key.clone(), check.rate));
+        }
+    }
+
     fn shard_of(&self, key: &(CounterKey, Rate)) -> &Mutex<Shard> {
         self.shard_of_parts(&key.0, &key.1)
     }
@@ -346,6 +356,20 @@ impl<S: Store> Store for DenyCache<S> {
         self.inner.release()
     }
 
+    /// Always the store's state: a remembered denial says nothing about a counter's count.
+    async fn peek(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
+        self.inner.peek(checks).await
+    }
+
+    /// Also forgets the reset counters' denials here, before and after the store call: a
+    /// request deciding meanwhile may have learned one from the old state.
+    async fn reset(&self, checks: &[Check]) -> Result<Vec<bool>, StoreError> {
+        self.forget(checks);
+        let result = self.inner.reset(checks).await;
+        self.forget(checks);
+        result
+    }
+
     async fn decide(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
         if self.settings.max_entries == 0 {
             return self.inner.decide(checks).await;
@@ -450,6 +474,26 @@ mod tests {
         clock.advance_us(1_000_000);
         assert!(cache.decide(&[check("a", 1, false)]).await.unwrap()[0].admitted);
         assert_eq!(cache.hits(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_reset_counter_is_forgotten_and_admits_again_while_others_stay_remembered() {
+        let (_, cache) = setup(DenyCacheSettings::default());
+        for value in ["a", "b"] {
+            for _ in 0..3 {
+                cache.decide(&[check(value, 1, false)]).await.unwrap();
+            }
+        }
+        assert_eq!(cache.len(), 2);
+        let read = cache.peek(&[check("a", 1, false)]).await.unwrap();
+        assert_eq!(read[0].remaining, 0, "a read is the store's state");
+        assert_eq!(cache.hits(), 0, "a read never answers from the cache");
+        let held = cache.reset(&[check("a", 1, false)]).await.unwrap();
+        assert_eq!(held, vec![true]);
+        assert_eq!(cache.len(), 1);
+        assert!(cache.decide(&[check("a", 1, false)]).await.unwrap()[0].admitted);
+        assert!(!cache.decide(&[check("b", 1, false)]).await.unwrap()[0].admitted);
+        assert_eq!(cache.hits(), 1, "b's denial is still remembered");
     }
 
     #[test]

@@ -116,6 +116,24 @@ pub trait Store: Send + Sync + 'static {
         returns: &[LeaseReturn],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Reads the state of each of `checks`' counters without consuming or writing anything: one
+    /// verdict per check, what a check of 0 hits on that counter alone would get (`remaining`,
+    /// and `reset_after_us` until the counter is fully replenished), in order, from the store
+    /// itself: decorators that answer from state of their own (a deny cache, leases in hand)
+    /// pass it through. The checks' `hits` and `shadow` are ignored.
+    fn peek(
+        &self,
+        checks: &[Check],
+    ) -> impl Future<Output = Result<Vec<Verdict>, StoreError>> + Send;
+
+    /// Deletes the stored state of each of `checks`' counters (every key the counter's state
+    /// lives under, on the store's own clock for the window algorithms), so the next request on
+    /// it starts as on a counter never used; nothing else is touched. One answer per check, in
+    /// order: whether it held any state. Each counter is reset on its own, not all or nothing;
+    /// an error means some may not have been reset.
+    fn reset(&self, checks: &[Check])
+        -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
+
     /// Hands back, as the server stops, what this store holds that other replicas could use
     /// (the lease layer's unspent hits); nothing is decided through the store afterwards. A store
     /// that holds nothing for others has nothing to do.

@@ -1,13 +1,14 @@
 //! The parts the integration tests (tests/it) and the benchmark tools' tests run against: the
 //! real `ratelimitd` binary, real redis-server processes (single, replicated, Cluster, Sentinel,
-//! TLS) on free ports, Envoy, an xDS control plane, an OTLP collector, a throwaway PKI, load
-//! generators, and the Markdown reader the documentation tests share.
+//! TLS) on free ports, Envoy, an xDS control plane, a headless Chromium, an OTLP collector, a
+//! throwaway PKI, load generators, and the Markdown reader the documentation tests share.
 //!
 //! Files the helpers read are found from the repository root ([`repo_root`]): the fixtures stay
 //! in tests/fixtures, next to the tests that name them.
 
 use std::path::{Path, PathBuf};
 
+pub mod chromium;
 pub mod control_plane;
 pub mod envoy;
 pub mod fault_load;

@@ -607,11 +607,30 @@ pub fn wait_for_window_room(window: u64, room: u64) {
 
 /// A plain HTTP/1.1 GET; returns (status code, body).
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let (code, _, body) = http_request(addr, "GET", path, &[]).await;
+    (code, body)
+}
+
+/// An HTTP/1.1 request of `method` with `headers` and no body; returns (status code, head,
+/// body), the head being the status line and the headers.
+pub async fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr)
         .await
         .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if method == "POST" {
+        req.push_str("Content-Length: 0\r\n");
+    }
+    for (name, value) in headers {
+        req.push_str(&format!("{name}: {value}\r\n"));
+    }
+    req.push_str("\r\n");
     stream.write_all(req.as_bytes()).await.unwrap();
     let mut raw = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))
@@ -636,7 +655,7 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     } else {
         body.to_string()
     };
-    (code, body)
+    (code, head.to_owned(), body)
 }
 
 /// The body of an HTTP/1.1 response sent with `Transfer-Encoding: chunked`, joined.

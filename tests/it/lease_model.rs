@@ -312,3 +312,62 @@ async fn a_gcra_lease_spent_at_the_end_of_its_period_admits_no_more_than_exact()
 async fn a_token_bucket_lease_spent_at_the_end_of_its_period_admits_no_more_than_exact() {
     late_spender(Algorithm::TokenBucket).await;
 }
+
+/// A reset through one replica: that replica's leases go with the counter's state, the other's
+/// stay spendable, so until they end the counter admits at most the other replica's outstanding
+/// hits beyond what a fresh start admits: less than half a lease left when it asked for the next,
+/// and that one, each at most B/16 hits.
+#[tokio::test]
+async fn a_reset_admits_at_most_the_other_replicas_lease_beyond_a_fresh_start() {
+    let limit: u32 = 320;
+    let rate = Rate::new(Algorithm::FixedWindow, limit, Unit::Minute, 1, None).unwrap();
+    let start = 1_700_000_040_000_000u64;
+    let clock = Arc::new(ManualClock::new(start));
+    let replicas = replicas(&clock, 2);
+    let check = Check {
+        key: key("reset"),
+        rate,
+        hits: 1,
+        shadow: false,
+        consistency: Consistency::Leased,
+        rule: None,
+    };
+    let mut admitted_before = 0;
+    for _ in 0..60 {
+        for replica in &replicas {
+            if replica.decide(std::slice::from_ref(&check)).await.unwrap()[0].admitted {
+                admitted_before += 1;
+            }
+            tokio::task::yield_now().await;
+        }
+        clock.advance_us(1_000);
+    }
+    assert_eq!(admitted_before, 120);
+    let held = replicas[0]
+        .reset(std::slice::from_ref(&check))
+        .await
+        .unwrap();
+    assert_eq!(held, vec![true]);
+
+    let mut admitted = 0u32;
+    for _ in 0..limit {
+        for replica in &replicas {
+            if replica.decide(std::slice::from_ref(&check)).await.unwrap()[0].admitted {
+                admitted += 1;
+            }
+            tokio::task::yield_now().await;
+        }
+        clock.advance_us(1_000);
+    }
+    let other_lease = limit / MAX_LEASE_SHARE as u32;
+    let other_outstanding = other_lease * 3 / 2;
+    assert!(
+        admitted <= limit + other_outstanding,
+        "{admitted} admitted after the reset, a fresh start admits {limit} and the other \
+         replica holds at most {other_outstanding}"
+    );
+    assert!(
+        admitted + 2 * other_lease >= limit,
+        "{admitted} admitted after the reset: leases deny at most what they strand"
+    );
+}

@@ -84,27 +84,50 @@ async fn three_replicas_never_admit_more_than_a_leased_limit() {
             admitted <= 400,
             "{key}: {admitted} of 1200 admitted by three replicas, over the limit of 400"
         );
+        // gcra takes nothing back: the unused hits of a lease that ended stay spent until the
+        // rate refills them (docs/leases.md), so they are owed on top of the leases in hand.
+        let mut expired = 0;
+        if key == "gcra" {
+            for server in &servers {
+                expired += metric(
+                    server.http_addr(),
+                    "ratelimitd_lease_hits_total{domain=\"hot\",rule=\"hot.gcra\",hits=\"expired\"}",
+                )
+                .await;
+            }
+        }
         assert!(
-            admitted >= 400 - 3 * 400 / 16,
-            "{key}: {admitted} admitted, fewer than the limit less three leases"
+            admitted + expired as usize >= 400 - 3 * 400 / 16,
+            "{key}: {admitted} admitted and {expired} hits of ended leases, fewer than the limit less three leases"
         );
     }
 
     let mut calls = 0;
     let mut local = 0;
+    // Which replica wins the race for the last leases depends on scheduling: each rule is
+    // decided from leases somewhere, not necessarily on every replica.
+    let mut local_by_rule = std::collections::BTreeMap::new();
     for server in &servers {
         calls += metric(server.http_addr(), "ratelimitd_lease_calls_total").await;
         for rule in ["hot.fixed", "hot.gcra"] {
             let series = |family: &str, kind: &str| {
                 format!("{family}{{domain=\"hot\",rule=\"{rule}\",{kind}}}")
             };
-            let by_rule = metric(
-                server.http_addr(),
-                &series("ratelimitd_lease_decisions_total", "decided=\"local\""),
-            )
-            .await;
-            assert!(by_rule > 0, "{rule}: no local decision on a replica");
+            // From hits in hand, or from hits in hand once a refill came (a busy machine
+            // makes requests wait for refills).
+            let mut by_rule = 0;
+            for decided in ["local", "after_refill"] {
+                by_rule += metric(
+                    server.http_addr(),
+                    &series(
+                        "ratelimitd_lease_decisions_total",
+                        &format!("decided=\"{decided}\""),
+                    ),
+                )
+                .await;
+            }
             local += by_rule;
+            *local_by_rule.entry(rule).or_insert(0) += by_rule;
             let granted = metric(
                 server.http_addr(),
                 &series("ratelimitd_lease_hits_total", "hits=\"granted\""),
@@ -124,6 +147,12 @@ async fn three_replicas_never_admit_more_than_a_leased_limit() {
         assert!(
             !body.contains("rule=\"hot.tight\",decided="),
             "an exact rule has no lease series"
+        );
+    }
+    for (rule, local) in &local_by_rule {
+        assert!(
+            *local > 0,
+            "{rule}: no decision from a lease on any replica"
         );
     }
     assert!(

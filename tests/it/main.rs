@@ -1,7 +1,8 @@
 //! The integration tests, one crate linked once: a module per subject, each a file of this
 //! directory (`tests/it/X.rs` is `mod X;` here), its tests named `X::test_name`. They run the real
 //! binary and real redis-server processes through [`testkit`]. `scripts/test.sh` runs them all;
-//! `scripts/test-fast.sh` runs all but the modules that need Envoy, kubectl or grpcio.
+//! `scripts/test-fast.sh` runs all but the modules that need Envoy, kubectl, grpcio, Prometheus
+//! or Chromium.
 
 mod cli_check;
 mod cli_mistakes;
@@ -40,6 +41,7 @@ mod lease_model;
 mod lease_replicas;
 mod observability;
 mod ops_config_limits;
+mod ops_counters;
 mod ops_deny_cache;
 mod ops_health_failures;
 mod ops_json;
@@ -71,6 +73,7 @@ mod redis_urls;
 mod rlqs_envoy;
 mod rlqs_service;
 mod server_run;
+mod status_page;
 mod store_contract;
 mod upstream_integration;
 mod xds_config;

@@ -68,6 +68,8 @@ contract!(
     zero_hits_consume_nothing,
     shadow_checks_never_veto,
     empty_request_is_empty,
+    a_read_sees_what_a_zero_hit_check_sees_and_consumes_nothing,
+    a_reset_starts_its_counter_afresh_and_no_other,
 );
 
 fn key(domain: &str, value: &str) -> CounterKey {
@@ -603,5 +605,90 @@ mod redis_concurrency {
                 "{algorithm}"
             );
         }
+    }
+}
+
+async fn peek<S: Store>(store: &S, checks: &[Check]) -> Vec<Verdict> {
+    store.peek(checks).await.expect("store answers a read")
+}
+
+async fn a_read_sees_what_a_zero_hit_check_sees_and_consumes_nothing<S: Store>(
+    store: &S,
+    clock: &ManualClock,
+) {
+    clock.set_us(T0);
+    for (i, rate) in rates().into_iter().enumerate() {
+        let used = key("read", &i.to_string());
+        let idle = key("read-idle", &i.to_string());
+        assert!(one(store, check(&used, rate, 3)).await.admitted, "{rate:?}");
+        clock.set_us(T0 + S);
+        let zero_hits = one(store, check(&used, rate, 0)).await;
+        let checks = [check(&used, rate, 5), check(&idle, rate, 1)];
+        for _ in 0..3 {
+            let read = peek(store, &checks).await;
+            assert_eq!(read[0], zero_hits, "{rate:?}");
+            assert_eq!(read[1], one(store, check(&idle, rate, 0)).await, "{rate:?}");
+            assert_eq!(read[1].remaining, rate.burst(), "{rate:?}");
+        }
+        for _ in 3..rate.burst() {
+            assert!(one(store, check(&used, rate, 1)).await.admitted, "{rate:?}");
+        }
+        assert!(
+            !one(store, check(&used, rate, 1)).await.admitted,
+            "{rate:?}"
+        );
+        assert!(
+            one(store, check(&idle, rate, u64::from(rate.burst())))
+                .await
+                .admitted,
+            "{rate:?}: reading the idle counter left it idle"
+        );
+        clock.set_us(T0);
+    }
+}
+
+async fn a_reset_starts_its_counter_afresh_and_no_other<S: Store>(store: &S, clock: &ManualClock) {
+    for (i, rate) in rates().into_iter().enumerate() {
+        clock.set_us(T0 + 50 * S);
+        let reset_one = key("reset", &i.to_string());
+        let other = key("reset-other", &i.to_string());
+        let capacity = u64::from(rate.burst());
+        assert!(one(store, check(&reset_one, rate, capacity)).await.admitted);
+        assert!(one(store, check(&other, rate, 1)).await.admitted);
+        // Into the next window: a fixed window's previous window still has its key.
+        clock.set_us(T0 + MINUTE + S);
+        let _ = one(store, check(&reset_one, rate, 1)).await;
+        let before_other = peek(store, &[check(&other, rate, 1)]).await;
+
+        let held = store
+            .reset(&[check(&reset_one, rate, 1)])
+            .await
+            .expect("store answers a reset");
+        assert_eq!(held, vec![true], "{rate:?}");
+        let again = store
+            .reset(&[check(&reset_one, rate, 1)])
+            .await
+            .expect("store answers a reset");
+        assert_eq!(again, vec![false], "{rate:?}: nothing left to reset");
+
+        assert_eq!(
+            peek(store, &[check(&other, rate, 1)]).await,
+            before_other,
+            "{rate:?}: the other counter is untouched"
+        );
+        assert_eq!(
+            peek(store, &[check(&reset_one, rate, 1)]).await[0].remaining,
+            rate.burst(),
+            "{rate:?}"
+        );
+        let fresh = one(store, check(&reset_one, rate, capacity)).await;
+        assert!(
+            fresh.admitted,
+            "{rate:?}: a full burst again after the reset"
+        );
+        assert!(
+            !one(store, check(&reset_one, rate, 1)).await.admitted,
+            "{rate:?}"
+        );
     }
 }

@@ -75,11 +75,23 @@ pub trait Pages: Send + Sync {
     /// The buckets after `after` (from the first when `None`) in domain and bucket order, as
     /// many as hold at most `members` streams in all, and at least one.
     fn page(&self, after: Option<&BucketKey>, members: usize) -> Vec<BucketView>;
+    /// Open RLQS streams.
+    fn streams(&self) -> usize;
+    /// Buckets subscribed by at least one stream.
+    fn buckets(&self) -> usize;
 }
 
 impl<D: QuotaDemands> Pages for QuotaRegistry<D> {
     fn page(&self, after: Option<&BucketKey>, members: usize) -> Vec<BucketView> {
         QuotaRegistry::page(self, after, members)
+    }
+
+    fn streams(&self) -> usize {
+        QuotaRegistry::streams(self)
+    }
+
+    fn buckets(&self) -> usize {
+        QuotaRegistry::buckets(self)
     }
 }
 
@@ -293,6 +305,14 @@ mod tests {
                 views.push(view.clone());
             }
             views
+        }
+
+        fn streams(&self) -> usize {
+            self.buckets.iter().map(|view| view.streams.len()).sum()
+        }
+
+        fn buckets(&self) -> usize {
+            self.buckets.len()
         }
     }
 

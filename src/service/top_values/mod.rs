@@ -179,10 +179,29 @@ impl TopValues {
             .record(minute, identity, hits, denied, shown);
     }
 
+    /// Most rules tracked (`--top-max-rules`); 0: `/top` is off.
+    pub fn max_rules(&self) -> usize {
+        self.max_rules
+    }
+
     /// The `/top` JSON for `rules` (those the query selects, in any order).
     pub fn render(&self, query: &TopQuery, rules: &[RuleView<'_>]) -> String {
+        self.render_value(query, rules, usize::MAX, self.values)
+            .to_string()
+    }
+
+    /// The `/top` document for `rules`, with at most `max_rules` rules (the most denied first)
+    /// and `max_values` values per ranking.
+    pub fn render_value(
+        &self,
+        query: &TopQuery,
+        rules: &[RuleView<'_>],
+        max_rules: usize,
+        max_values: usize,
+    ) -> Value {
         let now = self.minute();
         let minutes = query.window.minutes();
+        let values = max_values.min(self.values);
         let mut shown: Vec<(u64, u64, Value)> = Vec::new();
         let mut untracked = 0;
         for rule in rules {
@@ -193,8 +212,8 @@ impl TopValues {
             let (hits, denied) = {
                 let ring = top.ring.lock();
                 (
-                    ring.ranking(now, minutes, Kind::Hits, self.values),
-                    ring.ranking(now, minutes, Kind::Denied, self.values),
+                    ring.ranking(now, minutes, Kind::Hits, values),
+                    ring.ranking(now, minutes, Kind::Denied, values),
                 )
             };
             let show = rule.detailed_metric || self.show_values;
@@ -211,6 +230,7 @@ impl TopValues {
             ));
         }
         shown.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+        shown.truncate(max_rules);
         json!({
             "window": query.window.name(),
             "values_per_rule": self.values,
@@ -218,7 +238,6 @@ impl TopValues {
             "untracked_rules": untracked,
             "rules": shown.into_iter().map(|(_, _, rule)| rule).collect::<Vec<_>>(),
         })
-        .to_string()
     }
 }
 

@@ -1,6 +1,8 @@
 //! The query of `GET /top`: `window=1m|5m|15m` (default `1m`), `domain=D`, `rule=PATH`, each
 //! percent-decoded; anything else is refused with a message naming it.
 
+use crate::service::query_text::decode;
+
 /// What `/top` is asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopQuery {
@@ -78,27 +80,6 @@ impl TopQuery {
         }
         Ok(parsed)
     }
-}
-
-/// `+` as a space and `%XX` as that byte; `None` for a bad escape or bytes that are not UTF-8.
-fn decode(text: &str) -> Option<String> {
-    let mut bytes = Vec::with_capacity(text.len());
-    let mut rest = text.as_bytes();
-    while let Some((&byte, tail)) = rest.split_first() {
-        match byte {
-            b'+' => bytes.push(b' '),
-            b'%' => {
-                let hex = tail.get(..2)?;
-                let hex = std::str::from_utf8(hex).ok()?;
-                bytes.push(u8::from_str_radix(hex, 16).ok()?);
-                rest = &tail[2..];
-                continue;
-            }
-            other => bytes.push(other),
-        }
-        rest = tail;
-    }
-    String::from_utf8(bytes).ok()
 }
 
 #[cfg(test)]

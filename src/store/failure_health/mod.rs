@@ -172,6 +172,16 @@ impl<S: Store> Store for FailureHealth<S> {
         self.inner.release()
     }
 
+    /// Not counted: operator reads and resets are no decisions, and their failures say what
+    /// the probe already says.
+    async fn peek(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
+        self.inner.peek(checks).await
+    }
+
+    async fn reset(&self, checks: &[Check]) -> Result<Vec<bool>, StoreError> {
+        self.inner.reset(checks).await
+    }
+
     /// Counted like decisions: a lease call that fails is a store call that failed.
     async fn lease(&self, asks: &[LeaseAsk]) -> Result<Vec<LeaseAnswer>, StoreError> {
         let connected = self.inner.is_connected();
@@ -246,6 +256,14 @@ mod tests {
 
         async fn give_back(&self, _: &[LeaseReturn]) -> Result<(), StoreError> {
             Ok(())
+        }
+
+        async fn peek(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
+            self.decide(checks).await
+        }
+
+        async fn reset(&self, checks: &[Check]) -> Result<Vec<bool>, StoreError> {
+            Ok(vec![false; checks.len()])
         }
 
         async fn decide(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {

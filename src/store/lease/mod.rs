@@ -123,13 +123,33 @@ impl<S: Store> LeasedStore<S> {
         &self.inner
     }
 
-    /// The slot of `check`'s counter, made on first use; `None` when it is decided exactly.
-    fn slot(&self, check: &Check) -> Option<Arc<LeaseSlot>> {
-        let hash = self.hasher.hash_one((
+    /// The hash a slot of `check`'s counter is held under.
+    fn slot_hash(&self, check: &Check) -> u64 {
+        self.hasher.hash_one((
             check.key.as_str(),
             check.rate.algorithm(),
             check.rate.window_us(),
-        ));
+        ))
+    }
+
+    /// Drops the slots of `checks`' counters with the leases they hold, whose unspent hits are
+    /// then neither spent here nor given back (their counters were reset in the store).
+    fn drop_slots(&self, checks: &[Check]) {
+        for check in checks {
+            let hash = self.slot_hash(check);
+            let mut shard = self.shards[(hash % SHARDS as u64) as usize].lock();
+            if shard
+                .get(&hash)
+                .is_some_and(|slot| slot.key == check.key && slot.rate == check.rate)
+            {
+                shard.remove(&hash);
+            }
+        }
+    }
+
+    /// The slot of `check`'s counter, made on first use; `None` when it is decided exactly.
+    fn slot(&self, check: &Check) -> Option<Arc<LeaseSlot>> {
+        let hash = self.slot_hash(check);
         let mut shard = self.shards[(hash % SHARDS as u64) as usize].lock();
         if let Some(slot) = shard.get(&hash) {
             if slot.key == check.key && slot.rate == check.rate {
@@ -344,6 +364,27 @@ impl<S: Store> Store for LeasedStore<S> {
         returns: &[LeaseReturn],
     ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send {
         self.inner.give_back(returns)
+    }
+
+    /// The store's state, which counts the hits granted to leases (this replica's and the
+    /// others') as used.
+    fn peek(
+        &self,
+        checks: &[Check],
+    ) -> impl std::future::Future<Output = Result<Vec<Verdict>, StoreError>> + Send {
+        self.inner.peek(checks)
+    }
+
+    /// The store's state, and this replica's leases of the reset counters, dropped before and
+    /// after the store call (a request meanwhile may have made a slot again) without giving
+    /// anything back. Other replicas' leases stay spendable until they end, and what they give
+    /// back afterwards is taken from the fresh counter (docs/operations/http-endpoints.md,
+    /// "/counters/reset").
+    async fn reset(&self, checks: &[Check]) -> Result<Vec<bool>, StoreError> {
+        self.drop_slots(checks);
+        let result = self.inner.reset(checks).await;
+        self.drop_slots(checks);
+        result
     }
 
     /// Gives back every unspent hit of the window algorithms' leases, one store call per

@@ -194,6 +194,27 @@ impl MemoryStore {
         }
     }
 
+    /// What each of `checks` would get with 0 hits (what [`Store::peek`] answers): a decision
+    /// of 0 hits writes nothing, and checks sharing a counter add up to 0 hits too.
+    pub fn peek_now(&self, checks: &[Check]) -> Vec<Verdict> {
+        self.decide_now(&crate::limiter::counter_state::probes(checks))
+    }
+
+    /// Removes the counter of each of `checks` (what [`Store::reset`] does); whether each held
+    /// a live state.
+    pub fn reset_now(&self, checks: &[Check]) -> Vec<bool> {
+        checks
+            .iter()
+            .map(|check| {
+                let id = counter_id(&self.keys, check);
+                let shard = (id.high >> (64 - SHARD_BITS)) as usize;
+                let mut map = self.shards[shard].0.lock();
+                let now = self.clock.now_us();
+                map.remove(&id).is_some_and(|slot| !slot.is_expired(now))
+            })
+            .collect()
+    }
+
     /// Removes every expired counter; returns how many.
     pub fn sweep_expired(&self) -> usize {
         (0..SHARDS).map(|index| self.sweep_shard(index)).sum()
@@ -283,6 +304,14 @@ impl Store for MemoryStore {
     async fn give_back(&self, returns: &[LeaseReturn]) -> Result<(), StoreError> {
         self.give_back_now(returns);
         Ok(())
+    }
+
+    async fn peek(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
+        Ok(self.peek_now(checks))
+    }
+
+    async fn reset(&self, checks: &[Check]) -> Result<Vec<bool>, StoreError> {
+        Ok(self.reset_now(checks))
     }
 
     fn is_healthy(&self) -> impl Future<Output = bool> + Send {

@@ -12,6 +12,7 @@ use redis::Value;
 use tokio::time::Instant;
 
 use super::local::Locals;
+use super::scripts::envoyproxy_key::envoyproxy_key;
 use super::scripts::key_layout::KeyLayout;
 use super::scripts::keys::prefixed_redis_key;
 use super::scripts::library::library;
@@ -28,7 +29,9 @@ use super::topology::cluster;
 use super::topology::pending::Decided;
 use crate::limiter::algorithm::lease::{can_give_back, Grant};
 use crate::limiter::algorithm::Verdict;
-use crate::limiter::clock::Clock;
+use crate::limiter::clock::{Clock, SystemClock};
+use crate::limiter::counter_state::probes;
+use crate::limiter::rate::{Algorithm, MICROS_PER_SECOND};
 use crate::store::{Check, LeaseAnswer, LeaseAsk, LeaseReturn, Store, StoreError};
 
 /// The Redis-backed [`Store`]. Cheap to clone; clones share the pool.
@@ -265,6 +268,38 @@ impl RedisStore {
     }
 }
 
+/// Deletes one counter's state (`POST /counters/reset`).
+static RESET: SideScript = SideScript::new(include_str!("../../../lua/reset.lua"));
+
+impl RedisStore {
+    /// The `lua/reset.lua` calls that delete every key `check`'s counter may live under: each
+    /// key with its arguments.
+    fn reset_calls(&self, check: &Check) -> Vec<(String, Vec<String>)> {
+        let pinned = self.pinned_clock.as_ref().map(|clock| clock.now_us());
+        let pinned_arg = pinned.map(|now| now.to_string()).into_iter();
+        let native_window = match check.rate.algorithm() {
+            Algorithm::FixedWindow => check.rate.window_us(),
+            _ => 0,
+        };
+        let native = prefixed_redis_key(self.layout.prefix(), &check.key, &check.rate);
+        let mut calls = vec![(
+            native,
+            std::iter::once(native_window.to_string())
+                .chain(pinned_arg)
+                .collect(),
+        )];
+        if self.layout.envoyproxy_counting().is_some() && KeyLayout::counts_as_envoyproxy(check) {
+            let now_s = pinned.unwrap_or_else(|| SystemClock.now_us()) / MICROS_PER_SECOND;
+            let window_s = (check.rate.window_us() / MICROS_PER_SECOND).max(1);
+            for at_s in [now_s, now_s.saturating_sub(window_s)] {
+                let key = envoyproxy_key(self.layout.prefix(), &check.key, &check.rate, at_s);
+                calls.push((key, vec!["0".to_owned()]));
+            }
+        }
+        calls
+    }
+}
+
 impl Store for RedisStore {
     async fn decide(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
         if checks.is_empty() {
@@ -360,6 +395,62 @@ impl Store for RedisStore {
             .dispatcher()
             .give_back(refunds, pinned, deadline)
             .await
+    }
+
+    /// Each check a request of its own with 0 hits, which the request script only reads (every
+    /// algorithm's evaluation of 0 hits writes nothing), all queued at once so that they share
+    /// one call per server: the same math as a decision, on Redis's clock.
+    async fn peek(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
+        let pinned = self.pinned_clock.as_ref().map(|clock| clock.now_us());
+        let sent = probes(checks)
+            .iter()
+            .map(|probe| Invocation::laid_out(std::slice::from_ref(probe), pinned, &self.layout))
+            .collect();
+        let deadline = Instant::now() + self.settings.timeout;
+        let answers = self.locals.dispatcher().decide_many(sent, deadline).await;
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer?.verdicts.first().copied().ok_or_else(|| {
+                    StoreError::Protocol("a counter read without its verdict".into())
+                })
+            })
+            .collect()
+    }
+
+    /// One `lua/reset.lua` call per key the counter may live under, on the server that owns it,
+    /// all at once (so a reset takes one timeout at most): ratelimitd's own key (a fixed window's
+    /// current and previous windows), and, for a fixed window in envoyproxy/ratelimit's format,
+    /// that format's keys of the current and previous windows on this host's clock (as they are
+    /// named).
+    async fn reset(&self, checks: &[Check]) -> Result<Vec<bool>, StoreError> {
+        let calls: Vec<(usize, String, Vec<String>)> = checks
+            .iter()
+            .enumerate()
+            .flat_map(|(index, check)| {
+                self.reset_calls(check)
+                    .into_iter()
+                    .map(move |(key, args)| (index, key, args))
+            })
+            .collect();
+        let answers = futures::future::join_all(
+            calls
+                .iter()
+                .map(|(_, key, args)| self.run_side_script(&RESET, key, args)),
+        )
+        .await;
+        let mut held = vec![false; checks.len()];
+        for ((index, _, _), answer) in calls.iter().zip(answers) {
+            match answer? {
+                Value::Int(deleted) => held[*index] |= deleted > 0,
+                other => {
+                    return Err(StoreError::Protocol(format!(
+                        "reset answered {other:?}, not a count"
+                    )))
+                }
+            }
+        }
+        Ok(held)
     }
 
     /// A `PING` through the calling thread's pool(s), the ones its requests use, so health and

@@ -1,0 +1,31 @@
+//! Operator actions that change state: `POST /counters/reset` and the token it requires.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::service::counters::AdminToken;
+
+/// Admin actions (docs/operations/http-endpoints.md, "/counters/reset").
+#[derive(clap::Args)]
+#[command(next_help_heading = "Admin actions")]
+pub struct AdminArgs {
+    /// A file holding the bearer token POST /counters/reset requires (at least 16 visible ASCII
+    /// characters, surrounding whitespace ignored), read again when it changes. Without it,
+    /// counter resets are off (403).
+    #[arg(long, env = "RATELIMITD_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
+}
+
+impl AdminArgs {
+    /// The token, read from its file; an error names the flag and the file.
+    pub fn admin_token(&self) -> Result<Option<Arc<AdminToken>>, String> {
+        self.admin_token_file
+            .as_ref()
+            .map(|path| {
+                AdminToken::load(path)
+                    .map(Arc::new)
+                    .map_err(|error| format!("--admin-token-file {}: {error}", path.display()))
+            })
+            .transpose()
+    }
+}
