@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use prometheus::proto::MetricFamily;
 
 use super::family::{FamilyGroup, Spec};
-use super::Metrics;
+use super::state::Metrics;
 use crate::config::{ConfigBound, Loader};
 
 const RELOADS: Spec<'static> = Spec::counter(

@@ -8,7 +8,8 @@ use std::sync::Weak;
 use prometheus::proto::MetricFamily;
 
 use super::family::{FamilyGroup, Spec};
-use super::{Metrics, RequestResult, LATENCY_BUCKETS_US, OVERFLOW_LABEL};
+use super::overflow_label::OVERFLOW_LABEL;
+use super::state::{Metrics, RequestResult, LATENCY_BUCKETS_US};
 use crate::limiter::RequestBound;
 
 const DURATION: Spec<'static> = Spec::histogram(

@@ -8,8 +8,9 @@ use std::sync::Weak;
 use prometheus::proto::MetricFamily;
 
 use super::family::{FamilyGroup, Spec};
+use super::overflow_label::OVERFLOW_LABEL;
 use super::rule_series::{self, Labels, Values};
-use super::{Metrics, OVERFLOW_LABEL};
+use super::state::Metrics;
 
 const DETAILED_LABELS: &[&str] = &["domain", "rule", "descriptor"];
 

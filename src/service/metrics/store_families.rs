@@ -7,7 +7,7 @@ use std::sync::Weak;
 use prometheus::proto::MetricFamily;
 
 use super::family::{FamilyGroup, Spec};
-use super::{CounterReset, Metrics, STORE_ERROR_KINDS};
+use super::state::{CounterReset, Metrics, STORE_ERROR_KINDS};
 
 const STORE_ERRORS: Spec<'static> = Spec::counter(
     "ratelimitd_store_errors_total",

@@ -6,7 +6,8 @@ use std::sync::Weak;
 use prometheus::proto::MetricFamily;
 
 use super::family::{FamilyGroup, Spec};
-use super::{Metrics, Port, TransportRefusal};
+use super::state::Metrics;
+use crate::service::transport_refusal::{Port, TransportRefusal};
 
 const TRANSPORT_LIMITED: Spec<'static> = Spec::counter(
     "ratelimitd_transport_limited_total",
