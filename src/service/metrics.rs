@@ -37,36 +37,64 @@
 //! what the transport bounds refused or closed (by [`TransportRefusal`]), accept errors by port, requests
 //! in an unknown domain, requests global shadow mode let through, and the counters other
 //! components expose (Redis script reloads, deny-cache hits, open connections, the statsd
-//! sink's datagrams), read when scraped.
+//! sink's datagrams), read when scraped; `ratelimitd_build_info`; and on Linux the process
+//! families (`process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_open_fds`
+//! and the others of the `prometheus` crate's process collector).
+//!
+//! The exposition is the `prometheus` crate's (tikv/rust-prometheus): every family group is a
+//! [`prometheus::core::Collector`] registered in one [`prometheus::Registry`], reading the
+//! counters when scraped, and the registry's families are written by its
+//! [`prometheus::TextEncoder`] in the text format 0.0.4. Recording stays on this module's own
+//! atomics, so the request path costs what it did; the families are built at scrape time only.
+//! Not `prometheus-client`: it writes OpenMetrics, which appends `.` to every help text, names a
+//! counter family without its `_total` suffix and ends with `# EOF`, so the help and `# TYPE`
+//! lines users and dashboards read would change. As the crate does, the registry orders the
+//! families by name and each family's series by label values, and leaves out a family with no
+//! series (one labelled per value seen shows from its first value on).
+mod build_info;
+mod config_families;
+mod family;
 mod overflow_label;
+mod request_families;
+mod rule_families;
 mod rule_series;
+mod state;
+mod store_families;
 mod totals;
+mod transport_families;
+mod xds_families;
 
+pub use build_info::VERSION as BUILD_VERSION;
 pub use overflow_label::OVERFLOW_LABEL;
+pub use state::{
+    CounterReset, Metrics, RequestResult, UpstreamCounts, DETAILED_METRIC_CAP, RESPONSE_TIME_MAX_MS,
+};
+use state::{
+    Counters, Histogram, Latched, ResponseTimes, RuleStats, RulesByDomain, Slot, Taken,
+    UpstreamTaken, STORE_ERROR_KINDS,
+};
 pub use totals::{ProcessTotals, RuleTotals};
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
+use prometheus::{Registry, TextEncoder};
 
+use self::family::{FamilyGroup, Spec};
 use super::descriptor_label::{cut, detailed_label, override_label};
-use super::top_values::{RuleTop, RuleView, TopQuery, TopSettings, TopValues};
+use super::top_values::{RuleView, TopQuery, TopSettings, TopValues};
 use super::transport_refusal::{Port, TransportRefusal};
-use crate::config::xds::{XdsConfig, XdsStream};
-use crate::config::{ConfigBound, Loader};
+use crate::config::xds::XdsConfig;
+use crate::config::Loader;
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::{
-    Code, ConfiguredLimit, LimitKind, Outcome, Plan, Request, RequestBound, Resolution, RuleSet,
-    Rules,
+    Code, ConfiguredLimit, Outcome, Plan, Request, RequestBound, Resolution, RuleSet, Rules,
 };
 use crate::store::StoreError;
 
-/// Most distinct `descriptor` label values kept per `detailed_metric` rule.
-pub const DETAILED_METRIC_CAP: usize = 1000;
 pub use super::descriptor_label::DETAILED_LABEL_MAX_BYTES;
 /// The `rule` label of descriptors limited by a client override without a configured rule.
 pub const OVERRIDE_RULE: &str = "(override)";
@@ -75,366 +103,8 @@ pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.8;
 /// Most unknown domains counted one by one; requests naming any further one count under
 /// [`OVERFLOW_LABEL`].
 pub const UNKNOWN_DOMAIN_CAP: usize = 100;
-/// Response times are kept per whole millisecond up to this; longer ones count as this.
-pub const RESPONSE_TIME_MAX_MS: u64 = 10_000;
 /// Most series of the per-rule families shown by default (`--metrics-max-rule-series`).
 pub const DEFAULT_MAX_RULE_SERIES: usize = 5000;
-
-/// Upper bounds of the latency histogram buckets, in µs.
-const LATENCY_BUCKETS_US: [u64; 14] = [
-    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
-    1_000_000,
-];
-
-/// How a `POST /counters/reset` ended, for `ratelimitd_counter_resets_total{result}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CounterReset {
-    /// The counters were reset.
-    Reset,
-    /// Refused before the selector was read: resets are off, no token or a wrong one.
-    Refused,
-    /// A malformed selector or a domain not configured.
-    Invalid,
-    /// The store failed.
-    Failed,
-}
-
-impl CounterReset {
-    const ALL: [CounterReset; 4] = [
-        CounterReset::Reset,
-        CounterReset::Refused,
-        CounterReset::Invalid,
-        CounterReset::Failed,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            CounterReset::Reset => "reset",
-            CounterReset::Refused => "refused",
-            CounterReset::Invalid => "invalid",
-            CounterReset::Failed => "failed",
-        }
-    }
-}
-
-/// How a request ended, for `ratelimitd_requests_total{result}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestResult {
-    Ok,
-    OverLimit,
-    InvalidArgument,
-    Unavailable,
-}
-
-impl RequestResult {
-    const ALL: [RequestResult; 4] = [
-        RequestResult::Ok,
-        RequestResult::OverLimit,
-        RequestResult::InvalidArgument,
-        RequestResult::Unavailable,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            RequestResult::Ok => "ok",
-            RequestResult::OverLimit => "over_limit",
-            RequestResult::InvalidArgument => "invalid_argument",
-            RequestResult::Unavailable => "unavailable",
-        }
-    }
-}
-
-const STORE_ERROR_KINDS: [&str; 3] = ["timeout", "unavailable", "protocol"];
-
-/// The five rule counters, and what the upstream-stats reader took of them so far.
-#[derive(Debug, Default)]
-struct Counters {
-    total: AtomicU64,
-    within: AtomicU64,
-    near: AtomicU64,
-    over: AtomicU64,
-    shadow: AtomicU64,
-    /// The values [`Counters::take`] last read; only the one upstream-stats reader moves them.
-    taken: [AtomicU64; 5],
-}
-
-impl Counters {
-    fn add(counter: &AtomicU64, n: u64) {
-        if n > 0 {
-            counter.fetch_add(n, Ordering::Relaxed);
-        }
-    }
-
-    /// total, within, near, over, shadow.
-    fn read(&self) -> [u64; 5] {
-        [
-            self.total.load(Ordering::Relaxed),
-            self.within.load(Ordering::Relaxed),
-            self.near.load(Ordering::Relaxed),
-            self.over.load(Ordering::Relaxed),
-            self.shadow.load(Ordering::Relaxed),
-        ]
-    }
-
-    /// What each counter gained since the previous call.
-    fn take(&self) -> [u64; 5] {
-        let now = self.read();
-        std::array::from_fn(|i| {
-            now[i].saturating_sub(self.taken[i].swap(now[i], Ordering::Relaxed))
-        })
-    }
-}
-
-/// A counter and what the upstream-stats reader took of it so far.
-#[derive(Debug, Default)]
-struct Latched {
-    value: AtomicU64,
-    taken: Taken,
-}
-
-/// The value a cumulative count had when the upstream-stats reader last read it.
-#[derive(Debug, Default)]
-struct Taken(AtomicU64);
-
-impl Taken {
-    /// What `now` gained since the previous call.
-    fn delta(&self, now: u64) -> u64 {
-        now.saturating_sub(self.0.swap(now, Ordering::Relaxed))
-    }
-}
-
-/// Counters per label, at most [`DETAILED_METRIC_CAP`] labels; further labels share `overflow`.
-#[derive(Debug, Default)]
-struct CappedSeries {
-    by_label: RwLock<HashMap<String, Arc<Counters>>>,
-    overflow: Arc<Counters>,
-    overflow_used: AtomicBool,
-}
-
-impl CappedSeries {
-    fn counters(&self, label: String) -> Arc<Counters> {
-        if let Some(counters) = self.by_label.read().get(&label) {
-            return counters.clone();
-        }
-        let mut by_label = self.by_label.write();
-        if let Some(counters) = by_label.get(&label) {
-            return counters.clone();
-        }
-        if by_label.len() < DETAILED_METRIC_CAP {
-            let counters = Arc::new(Counters::default());
-            by_label.insert(label, counters.clone());
-            return counters;
-        }
-        self.overflow_used.store(true, Ordering::Relaxed);
-        self.overflow.clone()
-    }
-}
-
-#[derive(Debug, Default)]
-struct RuleStats {
-    /// Hits counted without a descriptor label (rules without `detailed_metric`).
-    plain: Counters,
-    plain_used: AtomicBool,
-    /// `detailed_metric` rules: per descriptor label.
-    detailed: CappedSeries,
-    /// Hits of descriptors with a client override, per `domain.key_value` suffix (see
-    /// [`override_label`]); `/metrics` adds them to the rule's plain or detailed series.
-    overridden: CappedSeries,
-    /// The rule has `detailed_metric: true`, as last configured.
-    is_detailed: AtomicBool,
-    /// The rule is `unlimited: true`, as last configured (envoyproxy/ratelimit counts nothing
-    /// for those, so they are left out of its stats).
-    is_unlimited: AtomicBool,
-    /// `/top`'s summaries, from the rule's first hit; `None` when it came beyond
-    /// `--top-max-rules`.
-    top: OnceLock<Option<RuleTop>>,
-}
-
-impl RuleStats {
-    fn configure(&self, limit: &ConfiguredLimit) {
-        self.is_detailed
-            .store(limit.detailed_metric, Ordering::Relaxed);
-        self.is_unlimited
-            .store(limit.kind == LimitKind::Unlimited, Ordering::Relaxed);
-    }
-}
-
-/// The counters one descriptor's hits go to.
-enum Slot<'a> {
-    Plain(&'a Counters),
-    Labelled(Arc<Counters>),
-}
-
-impl std::ops::Deref for Slot<'_> {
-    type Target = Counters;
-
-    fn deref(&self) -> &Counters {
-        match self {
-            Slot::Plain(counters) => counters,
-            Slot::Labelled(counters) => counters,
-        }
-    }
-}
-
-/// envoyproxy/ratelimit's counters as it names and counts them: what its stats are made of.
-/// Either what they gained since the previous [`Metrics::take_upstream_deltas`] (the statsd
-/// sink's deltas) or their totals since start ([`Metrics::upstream_totals`], the
-/// envoyproxy-format Prometheus families).
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct UpstreamCounts {
-    /// Per stat key (`domain.key_value.key2`, unsanitized), the hits of total_hits,
-    /// within_limit, near_limit, over_limit and shadow_mode. Only keys with some;
-    /// unlimited rules are left out (envoyproxy/ratelimit counts nothing for them). A detailed
-    /// rule's descriptors beyond the cap count under `<rule path>._other`, overridden ones
-    /// under `<domain>._other`.
-    pub rules: Vec<(String, [u64; 5])>,
-    /// Per unknown domain (cut at [`DETAILED_LABEL_MAX_BYTES`]; beyond [`UNKNOWN_DOMAIN_CAP`]
-    /// domains, `_other`): descriptors of the requests that named it.
-    pub domains_not_found: Vec<(String, u64)>,
-    /// Configurations loaded: the one at startup (counted at the first call) and every reload.
-    pub config_load_success: u64,
-    /// Reloads rejected.
-    pub config_load_error: u64,
-    /// Requests whose store call failed.
-    pub store_errors: u64,
-    /// Requests answered INVALID_ARGUMENT.
-    pub invalid_requests: u64,
-    /// Requests global shadow mode answered OK although a descriptor was over its limit.
-    pub global_shadow_mode: u64,
-    /// Requests decided (every result).
-    pub requests: u64,
-}
-
-/// What the scalar upstream counters were when last taken.
-#[derive(Debug, Default)]
-struct UpstreamTaken {
-    config_load_success: Taken,
-    config_load_error: Taken,
-    store_errors: Taken,
-    invalid_requests: Taken,
-    global_shadow_mode: Taken,
-    requests: Taken,
-}
-
-/// Requests per whole millisecond they took since start (index `RESPONSE_TIME_MAX_MS`: that or
-/// more), and what the statsd reader took of them.
-#[derive(Debug)]
-struct ResponseTimes {
-    counts: Box<[AtomicU64]>,
-    taken: Box<[AtomicU64]>,
-}
-
-impl ResponseTimes {
-    fn new() -> ResponseTimes {
-        let zeros = || {
-            (0..=RESPONSE_TIME_MAX_MS)
-                .map(|_| AtomicU64::new(0))
-                .collect()
-        };
-        ResponseTimes {
-            counts: zeros(),
-            taken: zeros(),
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Histogram {
-    buckets: [AtomicU64; LATENCY_BUCKETS_US.len()],
-    count: AtomicU64,
-    sum_ns: AtomicU64,
-}
-
-impl Histogram {
-    fn new() -> Histogram {
-        Histogram {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            count: AtomicU64::new(0),
-            sum_ns: AtomicU64::new(0),
-        }
-    }
-
-    fn observe(&self, elapsed: Duration) {
-        let us = elapsed.as_micros() as u64;
-        if let Some(i) = LATENCY_BUCKETS_US.iter().position(|&bound| us <= bound) {
-            self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_ns
-            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
-    }
-}
-
-type Source = Box<dyn Fn() -> u64 + Send + Sync>;
-
-type LabelledSource = Box<dyn Fn() -> Vec<(Vec<String>, u64)> + Send + Sync>;
-
-/// A counter family read from another component when scraped, one series per label set.
-struct LabelledExternal {
-    name: &'static str,
-    help: &'static str,
-    labels: Box<[&'static str]>,
-    read: LabelledSource,
-}
-
-/// A value read from another component when scraped.
-struct External {
-    name: &'static str,
-    help: &'static str,
-    kind: &'static str,
-    read: Source,
-}
-
-/// Domain -> rule path -> counters; the names are shared with the snapshots `/metrics` takes.
-type RulesByDomain = HashMap<Arc<str>, HashMap<Arc<str>, Arc<RuleStats>>>;
-
-/// Every metric of the process. Cheap to share (`Arc<Metrics>`); recording is lock-free except
-/// for the first hit of a rule and detailed-metric lookups.
-pub struct Metrics {
-    near_limit_ratio: f64,
-    /// Most series of the per-rule families `/metrics` shows (see [`rule_series`]).
-    max_rule_series: usize,
-    /// domain -> rule path -> counters.
-    rules: RwLock<RulesByDomain>,
-    latency: Histogram,
-    requests: [AtomicU64; 4],
-    /// Requests refused by each of [`RequestBound::ALL`].
-    request_bounds: [AtomicU64; 3],
-    store_errors: [AtomicU64; 3],
-    policy: Mutex<&'static str>,
-    policy_answers: AtomicU64,
-    /// `POST /counters/reset` calls by [`CounterReset::ALL`].
-    counter_resets: [AtomicU64; 4],
-    reloads_ok: AtomicU64,
-    reloads_failed: AtomicU64,
-    last_reload_ok: AtomicBool,
-    last_success_unix: AtomicU64,
-    /// The loader of the running configuration, whose counters are rendered.
-    config_loader: Mutex<Option<Arc<Loader>>>,
-    xds_config: Mutex<Option<Arc<XdsConfig>>>,
-    transport_refusals: [AtomicU64; TransportRefusal::ALL.len()],
-    accept_errors: [AtomicU64; Port::ALL.len()],
-    externals: Mutex<Vec<External>>,
-    labelled_externals: Mutex<Vec<LabelledExternal>>,
-    /// Unknown domain -> descriptors asked for in it, at most [`UNKNOWN_DOMAIN_CAP`] domains.
-    domains_not_found: RwLock<HashMap<String, Arc<Latched>>>,
-    domains_not_found_overflow: Latched,
-    global_shadow_mode: AtomicU64,
-    /// Requests per whole millisecond they took, kept only once
-    /// [`Metrics::keep_response_times`] asked for them.
-    response_ms: OnceLock<ResponseTimes>,
-    upstream_taken: UpstreamTaken,
-    /// `/top`: the values hit and denied the most, per rule.
-    top: TopValues,
-}
-
-impl std::fmt::Debug for Metrics {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Metrics")
-            .field("near_limit_ratio", &self.near_limit_ratio)
-            .finish_non_exhaustive()
-    }
-}
 
 impl Default for Metrics {
     fn default() -> Metrics {
@@ -466,12 +136,10 @@ impl Metrics {
             reloads_failed: AtomicU64::new(0),
             last_reload_ok: AtomicBool::new(true),
             last_success_unix: AtomicU64::new(unix_now()),
-            config_loader: Mutex::new(None),
-            xds_config: Mutex::new(None),
             transport_refusals: Default::default(),
             accept_errors: Default::default(),
-            externals: Mutex::new(Vec::new()),
-            labelled_externals: Mutex::new(Vec::new()),
+            registry: process_registry(),
+            own_families: OnceLock::new(),
             domains_not_found: RwLock::new(HashMap::new()),
             domains_not_found_overflow: Latched::default(),
             global_shadow_mode: AtomicU64::new(0),
@@ -737,16 +405,17 @@ impl Metrics {
         self.request_bounds[index].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Renders the counters of `loader` (files read, parsed, refused by a configuration bound).
+    /// Exports the counters of `loader` (files read, parsed, refused by a configuration bound),
+    /// instead of those of the loader registered before.
     pub fn register_config_loader(&self, loader: Arc<Loader>) {
-        *self.config_loader.lock() = Some(loader);
+        self.register_group(config_families::loader(loader));
     }
 
     /// The xDS client's configuration, whose version in force is exported
     /// (`ratelimitd_config_xds_version_info`), with the state of its stream
     /// (`ratelimitd_xds_stream_up` and the others).
     pub fn register_xds_config(&self, config: Arc<XdsConfig>) {
-        *self.xds_config.lock() = Some(config);
+        self.register_group(xds_families::group(config));
     }
 
     pub fn record_store_error(&self, error: &StoreError) {
@@ -803,28 +472,32 @@ impl Metrics {
         self.accept_errors[index].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Adds a counter read from `read` when scraped (`name` should end in `_total`).
+    /// Adds a counter read from `read` when scraped (`name` should end in `_total`), instead of
+    /// the family registered under `name` before.
     pub fn register_counter(
         &self,
         name: &'static str,
         help: &'static str,
         read: impl Fn() -> u64 + Send + Sync + 'static,
     ) {
-        self.register(name, help, "counter", Box::new(read));
+        let spec = Spec::counter(name, help, &[]);
+        self.register_group(FamilyGroup::new(&[spec], move || vec![spec.single(read())]));
     }
 
-    /// Adds a gauge read from `read` when scraped.
+    /// Adds a gauge read from `read` when scraped, instead of the family registered under
+    /// `name` before.
     pub fn register_gauge(
         &self,
         name: &'static str,
         help: &'static str,
         read: impl Fn() -> u64 + Send + Sync + 'static,
     ) {
-        self.register(name, help, "gauge", Box::new(read));
+        let spec = Spec::gauge(name, help, &[]);
+        self.register_group(FamilyGroup::new(&[spec], move || vec![spec.single(read())]));
     }
 
     /// Adds a counter family read from `read` when scraped: one series per `(label value,
-    /// count)` it returns, labelled `label` (the family shows, without series, before the first).
+    /// count)` it returns, labelled `label` (no family while it returns none).
     pub fn register_labelled_counter(
         &self,
         name: &'static str,
@@ -841,8 +514,9 @@ impl Metrics {
     }
 
     /// Adds a counter family read from `read` when scraped: one series per `(label values,
-    /// count)` it returns, the values in the order of `labels` (the family shows, without series,
-    /// before the first). The caller bounds how many it returns.
+    /// count)` it returns, the values in the order of `labels` (no family while it returns
+    /// none), instead of the family registered under `name` before. The caller bounds how many
+    /// it returns.
     pub fn register_counter_family(
         &self,
         name: &'static str,
@@ -850,360 +524,54 @@ impl Metrics {
         labels: &[&'static str],
         read: impl Fn() -> Vec<(Vec<String>, u64)> + Send + Sync + 'static,
     ) {
-        let mut externals = self.labelled_externals.lock();
-        externals.retain(|e| e.name != name);
-        externals.push(LabelledExternal {
-            name,
-            help,
-            labels: labels.into(),
-            read: Box::new(read),
+        let group = FamilyGroup::new(&[Spec::counter(name, help, labels)], {
+            let labels: Box<[&'static str]> = labels.into();
+            move || {
+                let mut family = Spec::counter(name, help, &labels).family();
+                for (values, count) in read() {
+                    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+                    family.sample(&values, count);
+                }
+                vec![family.done()]
+            }
         });
+        self.register_group(group);
     }
 
-    fn register(&self, name: &'static str, help: &'static str, kind: &'static str, read: Source) {
-        let mut externals = self.externals.lock();
-        externals.retain(|e| e.name != name);
-        externals.push(External {
-            name,
-            help,
-            kind,
-            read,
+    /// Registers `group`, taking the place of the group registered before with the same
+    /// families. A group the registry refuses (a name or label Prometheus does not accept, a
+    /// family another group has) is a programming error: it is logged and not exported.
+    fn register_group(&self, group: prometheus::Result<FamilyGroup>) {
+        let registered = group.and_then(|group| {
+            let _ = self.registry.unregister(Box::new(group.stand_in()));
+            let names: Vec<String> = group.names().map(str::to_owned).collect();
+            self.registry
+                .register(Box::new(group))
+                .map_err(|error| prometheus::Error::Msg(format!("{names:?}: {error}")))
         });
+        if let Err(error) = registered {
+            tracing::error!(%error, "a metric family group was not registered");
+        }
     }
 
-    /// The Prometheus text exposition of every metric.
-    pub fn render(&self) -> String {
-        let mut out = String::with_capacity(4096);
-        let hidden = self.render_rules(&mut out);
-        family(
-            &mut out,
-            "ratelimitd_rule_series_hidden",
-            "Label sets of the per-rule families without a series of their own (beyond --metrics-max-rule-series): hits under rule=\"_other\", rules at zero not shown.",
-            "gauge",
-        );
-        let _ = writeln!(out, "ratelimitd_rule_series_hidden {hidden}");
-
-        family(
-            &mut out,
-            "ratelimitd_request_duration_seconds",
-            "Time to decide a rate-limit request (gRPC or /json): validation, matching, store.",
-            "histogram",
-        );
-        let mut cumulative = 0;
-        for (bound, bucket) in LATENCY_BUCKETS_US.iter().zip(&self.latency.buckets) {
-            cumulative += bucket.load(Ordering::Relaxed);
-            let le = *bound as f64 / 1e6;
-            let _ = writeln!(
-                out,
-                "ratelimitd_request_duration_seconds_bucket{{le=\"{le}\"}} {cumulative}"
-            );
-        }
-        let count = self.latency.count.load(Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "ratelimitd_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
-        );
-        let sum = self.latency.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(out, "ratelimitd_request_duration_seconds_sum {sum}");
-        let _ = writeln!(out, "ratelimitd_request_duration_seconds_count {count}");
-
-        family(
-            &mut out,
-            "ratelimitd_requests_total",
-            "Rate-limit requests by result (ok, over_limit, invalid_argument, unavailable).",
-            "counter",
-        );
-        for (result, counter) in RequestResult::ALL.iter().zip(&self.requests) {
-            let _ = writeln!(
-                out,
-                "ratelimitd_requests_total{{result=\"{}\"}} {}",
-                result.label(),
-                counter.load(Ordering::Relaxed)
-            );
-        }
-
-        family(
-            &mut out,
-            "ratelimitd_request_limit_rejections_total",
-            "Requests refused with INVALID_ARGUMENT for exceeding a request limit (descriptors, entries, entry_bytes).",
-            "counter",
-        );
-        for (bound, counter) in RequestBound::ALL.iter().zip(&self.request_bounds) {
-            let _ = writeln!(
-                out,
-                "ratelimitd_request_limit_rejections_total{{limit=\"{}\"}} {}",
-                bound.label(),
-                counter.load(Ordering::Relaxed)
-            );
-        }
-
-        family(
-            &mut out,
-            "ratelimitd_store_errors_total",
-            "Store calls that failed, by kind (timeout, unavailable, protocol).",
-            "counter",
-        );
-        for (kind, counter) in STORE_ERROR_KINDS.iter().zip(&self.store_errors) {
-            let _ = writeln!(
-                out,
-                "ratelimitd_store_errors_total{{kind=\"{kind}\"}} {}",
-                counter.load(Ordering::Relaxed)
-            );
-        }
-
-        family(
-            &mut out,
-            "ratelimitd_store_error_answers_total",
-            "Requests answered by the store-failure policy (--on-store-error) because the store failed.",
-            "counter",
-        );
-        let _ = writeln!(
-            out,
-            "ratelimitd_store_error_answers_total{{policy=\"{}\"}} {}",
-            *self.policy.lock(),
-            self.policy_answers.load(Ordering::Relaxed)
-        );
-
-        family(
-            &mut out,
-            "ratelimitd_counter_resets_total",
-            "POST /counters/reset calls, by result: reset, refused (resets off, no or wrong token), invalid (selector), failed (store).",
-            "counter",
-        );
-        for (outcome, count) in CounterReset::ALL.iter().zip(&self.counter_resets) {
-            let _ = writeln!(
-                out,
-                "ratelimitd_counter_resets_total{{result=\"{}\"}} {}",
-                outcome.label(),
-                count.load(Ordering::Relaxed)
-            );
-        }
-
-        family(
-            &mut out,
-            "ratelimitd_config_reloads_total",
-            "Configuration reloads (file change, SIGHUP or xDS response), by result.",
-            "counter",
-        );
-        let _ = writeln!(
-            out,
-            "ratelimitd_config_reloads_total{{result=\"success\"}} {}",
-            self.reloads_ok.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "ratelimitd_config_reloads_total{{result=\"failure\"}} {}",
-            self.reloads_failed.load(Ordering::Relaxed)
-        );
-        family(
-            &mut out,
-            "ratelimitd_config_last_reload_successful",
-            "1 if the last configuration reload succeeded (or none was tried), 0 if it was rejected.",
-            "gauge",
-        );
-        let _ = writeln!(
-            out,
-            "ratelimitd_config_last_reload_successful {}",
-            u8::from(self.last_reload_ok.load(Ordering::Relaxed))
-        );
-        family(
-            &mut out,
-            "ratelimitd_config_last_reload_success_timestamp_seconds",
-            "Unix time of the last configuration load that succeeded.",
-            "gauge",
-        );
-        let _ = writeln!(
-            out,
-            "ratelimitd_config_last_reload_success_timestamp_seconds {}",
-            self.last_success_unix.load(Ordering::Relaxed)
-        );
-        if let Some(config) = self.xds_config.lock().as_ref() {
-            family(
-                &mut out,
-                "ratelimitd_config_xds_version_info",
-                "1, labelled with the version_info of the xDS configuration in force (none before the first).",
-                "gauge",
-            );
-            if let Some(version) = config.version() {
-                let _ = writeln!(
-                    out,
-                    "ratelimitd_config_xds_version_info{{version=\"{}\"}} 1",
-                    escape(&super::version_info::shown(&version))
-                );
-            }
-            render_xds_stream(&mut out, config.stream());
-        }
-
-        if let Some(loader) = self.config_loader.lock().as_ref() {
-            render_config_loader(&mut out, loader);
-        }
-        family(
-            &mut out,
-            "ratelimitd_domain_not_found_total",
-            "Descriptors of requests whose domain no configuration defines (answered OK without a limit), by domain (at most 100; further ones as _other).",
-            "counter",
-        );
-        let mut domains: Vec<(String, u64)> = self
-            .domains_not_found
-            .read()
-            .iter()
-            .map(|(domain, counter)| (escape(domain), counter.value.load(Ordering::Relaxed)))
-            .collect();
-        domains.sort();
-        let overflow = self
-            .domains_not_found_overflow
-            .value
-            .load(Ordering::Relaxed);
-        if overflow > 0 {
-            domains.push((OVERFLOW_LABEL.to_owned(), overflow));
-        }
-        for (domain, descriptors) in domains {
-            let _ = writeln!(
-                out,
-                "ratelimitd_domain_not_found_total{{domain=\"{domain}\"}} {descriptors}"
-            );
-        }
-        family(
-            &mut out,
-            "ratelimitd_global_shadow_mode_total",
-            "Requests answered OK by global shadow mode (--shadow-mode) although a descriptor was over its limit.",
-            "counter",
-        );
-        let _ = writeln!(
-            out,
-            "ratelimitd_global_shadow_mode_total {}",
-            self.global_shadow_mode.load(Ordering::Relaxed)
-        );
-        family(
-            &mut out,
-            "ratelimitd_transport_limited_total",
-            "Calls, messages and connections a transport limit refused or closed, by limit (see the README's Limits and hardening).",
-            "counter",
-        );
-        for (refusal, counter) in TransportRefusal::ALL.iter().zip(&self.transport_refusals) {
-            let _ = writeln!(
-                out,
-                "ratelimitd_transport_limited_total{{limit=\"{}\"}} {}",
-                refusal.label(),
-                counter.load(Ordering::Relaxed)
-            );
-        }
-        family(
-            &mut out,
-            "ratelimitd_accept_errors_total",
-            "Failed accepts (e.g. out of file descriptors), by port; each is followed by a backoff.",
-            "counter",
-        );
-        for (port, counter) in Port::ALL.iter().zip(&self.accept_errors) {
-            let _ = writeln!(
-                out,
-                "ratelimitd_accept_errors_total{{port=\"{}\"}} {}",
-                port.label(),
-                counter.load(Ordering::Relaxed)
-            );
-        }
-
-        for external in self.externals.lock().iter() {
-            family(&mut out, external.name, external.help, external.kind);
-            let _ = writeln!(out, "{} {}", external.name, (external.read)());
-        }
-        for external in self.labelled_externals.lock().iter() {
-            family(&mut out, external.name, external.help, "counter");
-            for (values, count) in (external.read)() {
-                let _ = write!(out, "{}{{", external.name);
-                for (index, (label, value)) in external.labels.iter().zip(&values).enumerate() {
-                    let comma = if index > 0 { "," } else { "" };
-                    let _ = write!(out, "{comma}{label}=\"{}\"", escape(value));
-                }
-                let _ = writeln!(out, "}} {count}");
-            }
-        }
-        out
-    }
-
-    /// The per-rule families, within [`Metrics::with_max_rule_series`]; returns how many label
-    /// sets have no series of their own.
-    fn render_rules(&self, out: &mut String) -> usize {
-        use rule_series::{Labels, Values};
-        // One sorted snapshot, so every family lists the series in the same order. Overridden
-        // hits join the rule's series: its plain one, or for a detailed rule the descriptor's.
-        // The lock is held only to copy the counts and the (shared) names out.
-        let mut series: Vec<(Labels, Values)> = Vec::new();
-        for (domain, rules) in self.rules.read().iter() {
-            for (path, stats) in rules {
-                let labels = |descriptor: Option<&str>| {
-                    (domain.clone(), path.clone(), descriptor.map(str::to_string))
-                };
-                if stats.plain_used.load(Ordering::Relaxed) {
-                    series.push((labels(None), stats.plain.read()));
-                }
-                for (label, counters) in stats.detailed.by_label.read().iter() {
-                    series.push((labels(Some(label)), counters.read()));
-                }
-                if stats.detailed.overflow_used.load(Ordering::Relaxed) {
-                    series.push((labels(Some(OVERFLOW_LABEL)), stats.detailed.overflow.read()));
-                }
-                let detailed = stats.is_detailed.load(Ordering::Relaxed);
-                for (label, counters) in stats.overridden.by_label.read().iter() {
-                    series.push((labels(detailed.then_some(label)), counters.read()));
-                }
-                if stats.overridden.overflow_used.load(Ordering::Relaxed) {
-                    series.push((
-                        labels(detailed.then_some(OVERFLOW_LABEL)),
-                        stats.overridden.overflow.read(),
-                    ));
-                }
-            }
-        }
-        series.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
-        series.dedup_by(|(labels, values), (kept_labels, kept)| {
-            if labels != kept_labels {
-                return false;
-            }
-            for (kept, value) in kept.iter_mut().zip(*values) {
-                *kept += value;
-            }
-            true
+    /// The Prometheus text exposition (format 0.0.4) of every registered family, and of this
+    /// module's own families, whose collectors read `self` through a weak reference (so they
+    /// are registered here, the first time, rather than at construction).
+    pub fn render(self: &Arc<Self>) -> String {
+        self.own_families.get_or_init(|| {
+            let own = Arc::downgrade(self);
+            self.register_group(rule_families::group(own.clone()));
+            self.register_group(request_families::group(own.clone()));
+            self.register_group(store_families::group(own.clone()));
+            self.register_group(config_families::reloads(own.clone()));
+            self.register_group(transport_families::group(own));
         });
-        let shown = rule_series::within_cap(series.into_iter(), self.max_rule_series);
-        let families = [
-            (
-                "ratelimitd_total_hits_total",
-                "Hits of descriptors that matched the rule.",
-            ),
-            (
-                "ratelimitd_within_limit_total",
-                "Hits answered OK (near-limit hits included).",
-            ),
-            (
-                "ratelimitd_near_limit_total",
-                "Admitted hits that left less than (1 - near_limit_ratio) of the limit's capacity.",
-            ),
-            (
-                "ratelimitd_over_limit_total",
-                "Hits over the limit (shadow- and quota-mode ones included).",
-            ),
-            (
-                "ratelimitd_shadow_mode_total",
-                "Hits over a shadow-mode limit (answered OK).",
-            ),
-        ];
-        for (i, (name, help)) in families.iter().enumerate() {
-            family(out, name, help, "counter");
-            for ((domain, path, descriptor), values) in &shown.series {
-                let _ = write!(
-                    out,
-                    "{name}{{domain=\"{}\",rule=\"{}\"",
-                    escape(domain),
-                    escape(path)
-                );
-                if let Some(descriptor) = descriptor {
-                    let _ = write!(out, ",descriptor=\"{}\"", escape(descriptor));
-                }
-                let _ = writeln!(out, "}} {}", values[i]);
-            }
+        let families = self.registry.gather();
+        let mut text = String::with_capacity(4096);
+        if let Err(error) = TextEncoder::new().encode_utf8(&families, &mut text) {
+            tracing::error!(%error, "metrics not encoded");
         }
-        shown.hidden
+        text
     }
 
     /// Keeps each request's time per whole millisecond from now on, for
@@ -1339,100 +707,25 @@ fn walk_limits(set: &RuleSet, out: &mut Vec<Arc<ConfiguredLimit>>) {
     }
 }
 
-/// The xDS stream's families: whether it is up, how long the configuration may have been stale,
-/// the last response, the stalls.
-fn render_xds_stream(out: &mut String, stream: &XdsStream) {
-    let gauges: [(&str, &str, u64); 3] = [
-        (
-            "ratelimitd_xds_stream_up",
-            "1 while the xDS stream is open, 0 while it is down (the configuration in force keeps serving).",
-            u64::from(stream.is_up()),
-        ),
-        (
-            "ratelimitd_xds_config_stale_seconds",
-            "Seconds the xDS stream has been down (0 while it is open): how long changes on the control plane may have gone unseen.",
-            stream.stale_for().as_secs(),
-        ),
-        (
-            "ratelimitd_xds_last_response_timestamp_seconds",
-            "Unix time of the last xDS response received (0 before the first).",
-            stream.last_response_unix().unwrap_or(0),
-        ),
-    ];
-    for (name, help, value) in gauges {
-        family(out, name, help, "gauge");
-        let _ = writeln!(out, "{name} {value}");
+/// A registry holding the process collector on Linux (CPU, memory, file descriptors, threads,
+/// start time) and `ratelimitd_build_info`.
+fn process_registry() -> Registry {
+    let registry = Registry::new();
+    #[cfg(target_os = "linux")]
+    if let Err(error) = registry.register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    )) {
+        tracing::error!(%error, "the process families were not registered");
     }
-    family(
-        out,
-        "ratelimitd_xds_stream_stalls_total",
-        "xDS streams dropped because a response did not arrive whole within --xds-response-timeout.",
-        "counter",
-    );
-    let _ = writeln!(
-        out,
-        "ratelimitd_xds_stream_stalls_total {}",
-        stream.stalls()
-    );
-}
-
-fn render_config_loader(out: &mut String, loader: &Loader) {
-    let stats = loader.stats();
-    family(
-        out,
-        "ratelimitd_config_file_reads_total",
-        "Configuration files read, to load them or to see whether they changed (unchanged files are not read).",
-        "counter",
-    );
-    let _ = writeln!(
-        out,
-        "ratelimitd_config_file_reads_total {}",
-        stats.files_read()
-    );
-    family(
-        out,
-        "ratelimitd_config_file_parses_total",
-        "Configuration files parsed (each load, at startup, on a change or SIGHUP, parses the files it reads).",
-        "counter",
-    );
-    let _ = writeln!(
-        out,
-        "ratelimitd_config_file_parses_total {}",
-        stats.files_parsed()
-    );
-    family(
-        out,
-        "ratelimitd_config_limit_rejections_total",
-        "Configuration files refused by a configuration limit (file_bytes, file_type, alias_bytes), at each load that met them.",
-        "counter",
-    );
-    for bound in ConfigBound::ALL {
-        let _ = writeln!(
-            out,
-            "ratelimitd_config_limit_rejections_total{{limit=\"{}\"}} {}",
-            bound.label(),
-            stats.rejected(bound)
-        );
-    }
-}
-
-fn family(out: &mut String, name: &str, help: &str, kind: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-/// Escapes a label value: backslash, double quote and newline.
-fn escape(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
+    match build_info::group() {
+        Ok(group) => {
+            if let Err(error) = registry.register(Box::new(group)) {
+                tracing::error!(%error, "ratelimitd_build_info was not registered");
+            }
         }
+        Err(error) => tracing::error!(%error, "ratelimitd_build_info was not registered"),
     }
-    out
+    registry
 }
 
 fn unix_now() -> u64 {
@@ -1522,7 +815,13 @@ mod tests {
 
     #[test]
     fn label_values_are_escaped_and_cut() {
-        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        let metrics = Arc::new(Metrics::default());
+        metrics.record_domain_not_found("a\"b\\c\nd", 1);
+        let text = metrics.render();
+        assert!(
+            text.contains("ratelimitd_domain_not_found_total{domain=\"a\\\"b\\\\c\\nd\"} 1\n"),
+            "{text}"
+        );
         let long = crate::limiter::Descriptor {
             entries: vec![crate::limiter::Entry {
                 key: "k".into(),
@@ -1534,6 +833,61 @@ mod tests {
         let label = detailed_label(&long);
         assert!(label.len() <= DETAILED_LABEL_MAX_BYTES);
         assert!(label.starts_with("k_é"));
+    }
+
+    #[test]
+    fn the_histogram_build_info_and_process_families_are_exported() {
+        let metrics = Arc::new(Metrics::default());
+        metrics.record_request(RequestResult::Ok, Duration::from_micros(70));
+        let text = metrics.render();
+        for line in [
+            "# HELP ratelimitd_request_duration_seconds Time to decide a rate-limit request (gRPC or /json): validation, matching, store.\n",
+            "# TYPE ratelimitd_request_duration_seconds histogram\n",
+            "ratelimitd_request_duration_seconds_bucket{le=\"0.00005\"} 0\n",
+            "ratelimitd_request_duration_seconds_bucket{le=\"0.0001\"} 1\n",
+            "ratelimitd_request_duration_seconds_bucket{le=\"1\"} 1\n",
+            "ratelimitd_request_duration_seconds_bucket{le=\"+Inf\"} 1\n",
+            "ratelimitd_request_duration_seconds_sum 0.00007\n",
+            "ratelimitd_request_duration_seconds_count 1\n",
+            "ratelimitd_requests_total{result=\"ok\"} 1\n",
+            "# TYPE ratelimitd_build_info gauge\n",
+        ] {
+            assert!(text.contains(line), "no {line:?} in:\n{text}");
+        }
+        assert!(
+            text.contains(&format!(
+                "ratelimitd_build_info{{version=\"{BUILD_VERSION}\"}} 1\n"
+            )),
+            "{text}"
+        );
+        if cfg!(target_os = "linux") {
+            for family in [
+                "process_cpu_seconds_total counter",
+                "process_resident_memory_bytes gauge",
+                "process_virtual_memory_bytes gauge",
+                "process_open_fds gauge",
+                "process_max_fds gauge",
+                "process_start_time_seconds gauge",
+            ] {
+                assert!(
+                    text.contains(&format!("# TYPE {family}\n")),
+                    "{family}:\n{text}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_family_registered_again_takes_the_place_of_the_first() {
+        let metrics = Arc::new(Metrics::default());
+        metrics.register_counter("ratelimitd_test_total", "A test counter.", || 1);
+        metrics.register_counter("ratelimitd_test_total", "A test counter.", || 2);
+        let text = metrics.render();
+        assert!(text.contains("\nratelimitd_test_total 2\n"), "{text}");
+        assert_eq!(
+            text.matches("# TYPE ratelimitd_test_total counter").count(),
+            1
+        );
     }
 
     fn entries(pairs: &[(&str, &str)]) -> Vec<crate::limiter::Entry> {
@@ -1585,7 +939,7 @@ mod tests {
             .expect("valid configuration");
         let mut rules = Rules::default();
         rules.domains.insert("d".into(), domain);
-        let metrics = Metrics::default();
+        let metrics = Arc::new(Metrics::default());
         metrics.register_rules(&rules);
         let request = |descriptors: Vec<crate::limiter::Descriptor>| Request {
             domain: "d".into(),
@@ -1687,7 +1041,7 @@ mod tests {
 
     #[test]
     fn series_of_rules_no_longer_configured_are_dropped() {
-        let metrics = Metrics::default();
+        let metrics = Arc::new(Metrics::default());
         let first = rules_of("d", &["kept", "renamed_1"]);
         metrics.register_rules(&first);
         let request = Request {

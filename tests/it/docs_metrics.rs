@@ -5,7 +5,9 @@
 //! an xDS control plane), answers a few requests, and in each the `# TYPE` lines of `/metrics`
 //! must be the table's rows whose condition that configuration meets, each with the table's
 //! type: a family missing from the table, a row that names no family, a wrong type or a wrong
-//! condition fails.
+//! condition fails. A row whose condition ends in `, once counted` is a family with a series per
+//! label value seen, absent until the first: it may be missing, but when shown it must meet the
+//! condition and have the table's type.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -83,9 +85,17 @@ impl fmt::Display for Family {
     }
 }
 
+/// A row of the table: the family, when it is shown, and whether only once counted.
+#[derive(Clone, Debug)]
+struct Row {
+    family: Family,
+    shown: Shown,
+    once_counted: bool,
+}
+
 /// The rows of the metrics table of docs/operations/metrics.md (every table of the page), by
 /// family name.
-fn documented() -> BTreeMap<String, (Family, Shown)> {
+fn documented() -> BTreeMap<String, Row> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations/metrics.md");
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let section: Vec<&str> = text.lines().collect();
@@ -131,9 +141,13 @@ fn documented() -> BTreeMap<String, (Family, Shown)> {
             "{path}: one `ratelimitd_*` family per row, found {:?} in: {line}",
             row[metric]
         );
-        let shown = Shown::parse(&row[shown]).unwrap_or_else(|| {
+        let (condition, once_counted) = match row[shown].strip_suffix(", once counted") {
+            Some(condition) => (condition, true),
+            None => (row[shown].as_str(), false),
+        };
+        let shown = Shown::parse(condition).unwrap_or_else(|| {
             panic!(
-                "{path}: unknown shown condition {:?} of {name} (known: always, Redis, deny cache, failure window, TLS, xDS, statsd)",
+                "{path}: unknown shown condition {:?} of {name} (known: always, Redis, deny cache, failure window, TLS, xDS, statsd, each optionally followed by `, once counted`)",
                 row[shown]
             )
         });
@@ -141,8 +155,13 @@ fn documented() -> BTreeMap<String, (Family, Shown)> {
             name: name.clone(),
             kind: row[kind].clone(),
         };
+        let row = Row {
+            family,
+            shown,
+            once_counted,
+        };
         assert!(
-            rows.insert(name.clone(), (family, shown)).is_none(),
+            rows.insert(name.clone(), row).is_none(),
             "{path}: {name} is listed twice"
         );
     }
@@ -167,13 +186,18 @@ fn exported(text: &str) -> BTreeSet<Family> {
         .collect()
 }
 
-/// What the table says a server meeting `conditions` exports.
-fn expected(table: &BTreeMap<String, (Family, Shown)>, conditions: &[Shown]) -> BTreeSet<Family> {
-    table
+/// What the table says a server meeting `conditions` exports: the families it must show, and
+/// those it may show once counted.
+fn expected(
+    table: &BTreeMap<String, Row>,
+    conditions: &[Shown],
+) -> (BTreeSet<Family>, BTreeSet<Family>) {
+    let (once_counted, always): (Vec<&Row>, Vec<&Row>) = table
         .values()
-        .filter(|(_, shown)| conditions.contains(shown))
-        .map(|(family, _)| family.clone())
-        .collect()
+        .filter(|row| conditions.contains(&row.shown))
+        .partition(|row| row.once_counted);
+    let families = |rows: Vec<&Row>| rows.into_iter().map(|row| row.family.clone()).collect();
+    (families(always), families(once_counted))
 }
 
 /// Scrapes `server` until its families are what the table says for `conditions` (families
@@ -181,12 +205,17 @@ fn expected(table: &BTreeMap<String, (Family, Shown)>, conditions: &[Shown]) -> 
 /// the difference otherwise.
 async fn assert_matches_table(server: &Ratelimitd, what: &str, conditions: &[Shown]) {
     let table = documented();
-    let wanted = expected(&table, conditions);
+    let (wanted, may_show) = expected(&table, conditions);
     let deadline = Instant::now() + SETTLE;
     loop {
         let text = metrics(server.http_addr()).await;
         let found = exported(&text);
-        if found == wanted {
+        let unexpected: Vec<&Family> = found
+            .difference(&wanted)
+            .filter(|family| !may_show.contains(*family))
+            .collect();
+        let missing: Vec<&Family> = wanted.difference(&found).collect();
+        if unexpected.is_empty() && missing.is_empty() {
             return;
         }
         if Instant::now() >= deadline {
@@ -201,8 +230,8 @@ async fn assert_matches_table(server: &Ratelimitd, what: &str, conditions: &[Sho
                  on /metrics, not in the table for these conditions:{}\n\
                  in the table for these conditions, not on /metrics:{}\n\
                  /metrics:\n{text}",
-                list(found.difference(&wanted).collect()),
-                list(wanted.difference(&found).collect()),
+                list(unexpected),
+                list(missing),
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -257,6 +286,11 @@ async fn the_memory_store_with_tls_and_statsd_exports_the_table() {
     ]);
     json_requests(&server).await;
     assert_matches_table(&server, "memory store, gRPC TLS, statsd", MEMORY_TLS_STATSD).await;
+    let text = metrics(server.http_addr()).await;
+    assert!(
+        text.contains("# TYPE ratelimitd_domain_not_found_total counter\n"),
+        "an unknown domain was asked for, so its family shows:\n{text}"
+    );
 }
 
 #[tokio::test]
@@ -320,10 +354,11 @@ fn every_row_is_shown_by_a_server_these_tests_start() {
     for shown in Shown::ALL {
         assert!(started.contains(&shown), "no server here meets {shown:?}");
     }
-    for (name, (_, shown)) in documented() {
+    for (name, row) in documented() {
         assert!(
-            started.contains(&shown),
-            "{name}: no server here meets {shown:?}"
+            started.contains(&row.shown),
+            "{name}: no server here meets {:?}",
+            row.shown
         );
     }
 }
