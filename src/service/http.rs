@@ -45,6 +45,7 @@ use super::counters::{self, AdminToken};
 use super::health::Health;
 use super::json::{request_from_json, response_to_json};
 use super::metrics::Metrics;
+use super::query_text;
 use super::rlconfig::rlconfig;
 use super::rlqs;
 use super::rls::RateLimitEdge;
@@ -284,12 +285,7 @@ pub const RLQS_MAX_PAGE: usize = 10_000;
 fn rlqs_page(pages: Arc<dyn rlqs::json::Pages>, query: Option<&str>) -> Response<HttpBody> {
     let mut limit = RLQS_PAGE;
     let mut after = None;
-    for pair in query
-        .unwrap_or("")
-        .split('&')
-        .filter(|pair| !pair.is_empty())
-    {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+    for (name, value) in query_text::pairs(query) {
         match name {
             "limit" => match value.parse::<usize>() {
                 Ok(n) if (1..=RLQS_MAX_PAGE).contains(&n) => limit = n,

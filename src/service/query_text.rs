@@ -1,6 +1,16 @@
 //! The text of a URI query's components: `application/x-www-form-urlencoded` as browsers and
 //! `curl --data-urlencode` write it.
 
+/// The `name=value` pairs of `query` (the URI's part after `?`), still encoded, empty ones
+/// skipped; a pair without `=` has an empty value.
+pub fn pairs(query: Option<&str>) -> impl Iterator<Item = (&str, &str)> {
+    query
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+}
+
 /// `+` as a space and `%XX` as that byte; `None` for a bad escape or bytes that are not UTF-8.
 pub fn decode(text: &str) -> Option<String> {
     let mut bytes = Vec::with_capacity(text.len());
@@ -37,5 +47,12 @@ mod tests {
         assert_eq!(decode("%+1"), None, "two hex digits, no sign");
         assert_eq!(decode("%ff"), None);
         assert_eq!(decode("").as_deref(), Some(""));
+    }
+
+    #[test]
+    fn pairs_split_at_ampersands_and_the_first_equals_sign() {
+        let split: Vec<_> = pairs(Some("a=1&&b&c=x=y")).collect();
+        assert_eq!(split, [("a", "1"), ("b", ""), ("c", "x=y")]);
+        assert_eq!(pairs(None).count(), 0);
     }
 }

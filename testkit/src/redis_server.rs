@@ -620,6 +620,16 @@ static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 /// The lowest port [`free_port`] picks.
 const LOWEST_PORT: u16 = 10000;
 
+/// Every key the server behind `connection` holds (`KEYS *`: test servers hold few).
+pub fn all_keys(connection: &mut redis::Connection) -> std::collections::BTreeSet<String> {
+    redis::cmd("KEYS")
+        .arg("*")
+        .query::<Vec<String>>(connection)
+        .expect("KEYS")
+        .into_iter()
+        .collect()
+}
+
 /// A free port of 127.0.0.1, never 6379, never one this process handed out before (another test
 /// thread may be about to bind it). It lies below the kernel's ephemeral range, so no outgoing
 /// connection takes it between this check and the server's bind, nor while a server is down for

@@ -15,7 +15,7 @@ use serde_json::Value;
 use testkit::ratelimitd::*;
 use testkit::redis_cluster::RedisCluster;
 use testkit::redis_sentinel::RedisSentinel;
-use testkit::redis_server::RedisServer;
+use testkit::redis_server::{all_keys, RedisServer};
 
 const ALGORITHMS: [&str; 5] = [
     "fixed_window",
@@ -217,15 +217,6 @@ async fn read_then_reset(server: &Ratelimitd, keys: Keys<'_>) {
     );
 }
 
-fn keys_of(connection: &mut redis::Connection) -> BTreeSet<String> {
-    redis::cmd("KEYS")
-        .arg("*")
-        .query::<Vec<String>>(connection)
-        .expect("KEYS")
-        .into_iter()
-        .collect()
-}
-
 #[tokio::test]
 async fn memory_reads_without_consuming_and_resets_only_the_selected_counters() {
     let token = token_file("memory", TOKEN);
@@ -239,7 +230,7 @@ async fn redis_reads_without_consuming_and_resets_only_the_selected_counters() {
     let token = token_file("redis", TOKEN);
     let url = redis.url();
     let server = serve(Some(&token), &["--redis-url", &url]);
-    read_then_reset(&server, &|| Some(keys_of(&mut redis.connection()))).await;
+    read_then_reset(&server, &|| Some(all_keys(&mut redis.connection()))).await;
 }
 
 #[tokio::test]
@@ -252,9 +243,9 @@ async fn redis_in_envoyproxy_key_format_reads_without_consuming_and_resets_only_
         Some(&token),
         &["--redis-url", &url, "--key-format", "envoyproxy"],
     );
-    let keys = || Some(keys_of(&mut redis.connection()));
+    let keys = || Some(all_keys(&mut redis.connection()));
     read_then_reset(&server, &keys).await;
-    let after = keys_of(&mut redis.connection());
+    let after = all_keys(&mut redis.connection());
     assert!(
         after
             .iter()
@@ -274,7 +265,7 @@ async fn redis_cluster_reads_without_consuming_and_resets_only_the_selected_coun
             cluster
                 .masters()
                 .into_iter()
-                .flat_map(|port| keys_of(&mut cluster.connection(port)))
+                .flat_map(|port| all_keys(&mut cluster.connection(port)))
                 .collect(),
         )
     };
@@ -287,7 +278,7 @@ async fn redis_sentinel_reads_without_consuming_and_resets_only_the_selected_cou
     let token = token_file("sentinel", TOKEN);
     let target = format!("{}@{}", setup.master_name(), setup.sentinel_addrs());
     let server = serve(Some(&token), &["--redis-sentinel", &target]);
-    let keys = || Some(keys_of(&mut setup.connection(setup.master_port())));
+    let keys = || Some(all_keys(&mut setup.connection(setup.master_port())));
     read_then_reset(&server, &keys).await;
 }
 
@@ -439,7 +430,7 @@ async fn a_store_that_does_not_answer_is_a_503_and_nothing_changes() {
     );
     let mut client = server.client().await;
     assert_eq!(admitted(&mut client, "token_bucket", "erin", 4).await, 3);
-    let before = keys_of(&mut redis.connection());
+    let before = all_keys(&mut redis.connection());
     let selector = "domain=counters&descriptor=token_bucket=erin";
 
     redis.pause();
@@ -457,7 +448,7 @@ async fn a_store_that_does_not_answer_is_a_503_and_nothing_changes() {
     assert_eq!(read_status, 503, "{read_body}");
 
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(keys_of(&mut redis.connection()), before);
+    assert_eq!(all_keys(&mut redis.connection()), before);
     assert_eq!(read(&server, selector).await["counters"][0]["used"], 3);
     assert_eq!(admitted(&mut client, "token_bucket", "erin", 1).await, 0);
     let (_, metrics) = http_get(server.http_addr(), "/metrics").await;

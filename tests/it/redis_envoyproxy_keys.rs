@@ -16,7 +16,7 @@ use ratelimitd::store::redis::{KeyFormat, KeyLayout, RedisSettings};
 use ratelimitd::store::{Check, RedisStore, Store};
 use testkit::ratelimitd::*;
 use testkit::redis_cluster::RedisCluster;
-use testkit::redis_server::RedisServer;
+use testkit::redis_server::{all_keys, RedisServer};
 use testkit::upstream_model::*;
 
 const S: u64 = 1_000_000;
@@ -57,15 +57,6 @@ fn get_count(connection: &mut redis::Connection, key: &str) -> Option<u64> {
 
 fn pttl(connection: &mut redis::Connection, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query(connection).expect("PTTL")
-}
-
-fn all_keys(connection: &mut redis::Connection) -> BTreeSet<String> {
-    redis::cmd("KEYS")
-        .arg("*")
-        .query::<Vec<String>>(connection)
-        .expect("KEYS")
-        .into_iter()
-        .collect()
 }
 
 fn admitted(resp: &ratelimitd::proto::rls::RateLimitResponse) -> bool {

@@ -8,10 +8,10 @@
 //! value; `+` is a space.
 
 use super::super::convert::{request_from_proto, Refused};
-use super::super::query_text::decode;
 use crate::limiter::{Request, RequestBounds};
 use crate::proto::common::{rate_limit_descriptor::Entry as ProtoEntry, RateLimitDescriptor};
 use crate::proto::rls::RateLimitRequest;
+use crate::service::query_text::{decode, pairs};
 
 /// Reads `query` (the URI's part after `?`) into the request of its descriptors, refused with a
 /// message naming what is wrong. Counts are checked against `bounds` as they are read, so a query
@@ -19,12 +19,7 @@ use crate::proto::rls::RateLimitRequest;
 pub fn parse(query: Option<&str>, bounds: &RequestBounds) -> Result<Request, String> {
     let mut domain: Option<String> = None;
     let mut descriptors: Vec<RateLimitDescriptor> = Vec::new();
-    for pair in query
-        .unwrap_or("")
-        .split('&')
-        .filter(|pair| !pair.is_empty())
-    {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+    for (name, value) in pairs(query) {
         match name {
             "domain" => {
                 if domain.is_some() {

@@ -1,7 +1,7 @@
 //! The query of `GET /top`: `window=1m|5m|15m` (default `1m`), `domain=D`, `rule=PATH`, each
 //! percent-decoded; anything else is refused with a message naming it.
 
-use crate::service::query_text::decode;
+use crate::service::query_text::{decode, pairs};
 
 /// What `/top` is asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,12 +46,7 @@ impl TopQuery {
             domain: None,
             rule: None,
         };
-        for pair in query
-            .unwrap_or("")
-            .split('&')
-            .filter(|pair| !pair.is_empty())
-        {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        for (name, value) in pairs(query) {
             let value =
                 decode(value).ok_or_else(|| format!("`{name}` is not percent-encoded UTF-8"))?;
             match name {
