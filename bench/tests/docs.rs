@@ -11,7 +11,15 @@ use testkit::repo_root;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_ratelimit-bench");
 const CEILING: &str = env!("CARGO_BIN_EXE_rls-ceiling");
-const BENCH_SUBCOMMANDS: [&str; 5] = ["load", "footprint", "report", "hold", "rlqs"];
+const BENCH_SUBCOMMANDS: [&str; 7] = [
+    "load",
+    "footprint",
+    "report",
+    "hold",
+    "rlqs",
+    "swl-redis-cost",
+    "redis-memory-per-key",
+];
 
 /// The flags in what `program args...` prints (stdout and stderr).
 fn usage_flags(program: &str, args: &[&str]) -> BTreeSet<String> {

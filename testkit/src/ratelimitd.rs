@@ -27,20 +27,30 @@ use tonic_health::pb::HealthCheckRequest;
 
 /// Path of the binary under test. Cargo builds it for the root package's integration tests and
 /// names it in `CARGO_BIN_EXE_ratelimitd` at compile time of those tests only, not of this crate:
-/// so it is read at run time, where cargo sets it too, else found where cargo puts it, next to the
-/// directory of the test executable (`target/<profile>/deps/it-<hash>` runs
-/// `target/<profile>/ratelimitd`).
+/// so it is read at run time, where cargo sets it too, else found where cargo puts it: beside the
+/// running executable (a tool such as `target/<profile>/ratelimit-bench` runs
+/// `target/<profile>/ratelimitd`), else next to its directory (`target/<profile>/deps/it-<hash>`
+/// runs `target/<profile>/ratelimitd`).
 pub fn bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let bin = match std::env::var_os("CARGO_BIN_EXE_ratelimitd") {
             Some(path) => PathBuf::from(path),
             None => {
-                let test = std::env::current_exe().expect("the test executable's path");
-                test.parent()
-                    .and_then(Path::parent)
-                    .expect("the test executable lives in target/<profile>/deps")
-                    .join("ratelimitd")
+                let running = std::env::current_exe().expect("the running executable's path");
+                let beside = running
+                    .parent()
+                    .expect("an executable lives in a directory")
+                    .join("ratelimitd");
+                if beside.is_file() {
+                    beside
+                } else {
+                    running
+                        .parent()
+                        .and_then(Path::parent)
+                        .expect("the test executable lives in target/<profile>/deps")
+                        .join("ratelimitd")
+                }
             }
         };
         assert!(

@@ -13,6 +13,8 @@
 //!                      [--server-pid PID]
 //! ratelimit-bench hold [--addr 127.0.0.1:8081] [--connections 1000] [--streams 100]
 //!                      [--declared 65000] [--hold 2s] [--rounds 4] [--server-pid PID]
+//! ratelimit-bench swl-redis-cost [--hits 100000] [--calls 2000]
+//! ratelimit-bench redis-memory-per-key [--keys 100000] [--algorithms fixed_window,gcra,...]
 //! ```
 //!
 //! The load: `connections` HTTP/2 connections, `concurrency` RPCs in flight on each (gRPC
@@ -32,7 +34,10 @@
 //! then how much an expiry sweep gives back. `hold` opens many connections of half-sent calls, round
 //! after round, and reports what the server keeps (see hold.rs). `rlqs` holds many RLQS streams of many
 //! buckets reporting on a schedule and times the assignments (see rlqs.rs). `report` turns the JSON lines of a
-//! `scripts/bench.sh` run into its markdown tables.
+//! `scripts/bench.sh` run into its markdown tables. `swl-redis-cost` times sliding-window-log calls
+//! inside a redis-server of its own (see swl_redis_cost.rs); `redis-memory-per-key` runs this load
+//! through ratelimitd (the binary beside this one) on a redis-server of its own and reports the Redis
+//! memory per key of each algorithm (see redis_memory_per_key.rs).
 
 // The crate root lives in src/bin/, its modules beside it in src/bin/ratelimit-bench/.
 #[path = "ratelimit-bench/footprint.rs"]
@@ -43,10 +48,16 @@ mod hold;
 mod load;
 #[path = "ratelimit-bench/procstat.rs"]
 mod procstat;
+#[path = "ratelimit-bench/redis_memory_per_key.rs"]
+mod redis_memory_per_key;
 #[path = "ratelimit-bench/report.rs"]
 mod report;
 #[path = "ratelimit-bench/rlqs.rs"]
 mod rlqs;
+#[path = "ratelimit-bench/run_header.rs"]
+mod run_header;
+#[path = "ratelimit-bench/swl_redis_cost.rs"]
+mod swl_redis_cost;
 
 use std::process::ExitCode;
 
@@ -78,6 +89,10 @@ enum Command {
     Rlqs(rlqs::RlqsArgs),
     /// Render the markdown tables of a scripts/bench.sh run from its JSON lines.
     Report(report::ReportArgs),
+    /// Time, in redis-server's own statistics, sliding-window-log calls on a full key and a key of one hit.
+    SwlRedisCost(swl_redis_cost::SwlRedisCostArgs),
+    /// Measure the Redis memory per tracked key of each algorithm, through ratelimitd on a redis-server of its own.
+    RedisMemoryPerKey(redis_memory_per_key::RedisMemoryPerKeyArgs),
 }
 
 fn main() -> ExitCode {
@@ -87,6 +102,8 @@ fn main() -> ExitCode {
         Some(Command::Report(args)) => report::run(&args),
         Some(Command::Hold(args)) => hold::run(&args),
         Some(Command::Rlqs(args)) => rlqs::run(&args),
+        Some(Command::SwlRedisCost(args)) => swl_redis_cost::run(&args),
+        Some(Command::RedisMemoryPerKey(args)) => redis_memory_per_key::run(&args),
         Some(Command::Load(args)) => load::run(args),
         None => load::run(cli.load),
     };
