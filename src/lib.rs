@@ -15,4 +15,5 @@ pub mod proto;
 pub mod regular_file;
 pub mod server;
 pub mod service;
+pub mod settings;
 pub mod store;

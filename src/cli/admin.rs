@@ -7,12 +7,8 @@ use crate::service::counters::AdminToken;
 
 /// Admin actions (docs/operations/http-endpoints.md, "/counters/reset").
 #[derive(clap::Args)]
-#[command(next_help_heading = "Admin actions")]
 pub struct AdminArgs {
-    /// A file holding the bearer token POST /counters/reset requires (at least 16 visible ASCII
-    /// characters, surrounding whitespace ignored), read again when it changes. Without it,
-    /// counter resets are off (403).
-    #[arg(long, env = "RATELIMITD_ADMIN_TOKEN_FILE")]
+    #[arg(long)]
     admin_token_file: Option<PathBuf>,
 }
 

@@ -9,7 +9,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
-use clap::{ArgMatches, CommandFactory, FromArgMatches};
+use clap::{ArgMatches, FromArgMatches};
 
 use super::command::Cli;
 use super::help_levels;
@@ -137,7 +137,7 @@ fn suggest(error: &clap::Error) -> Option<String> {
 
 /// The `RATELIMITD_*` variable of the flag `--long` of the subcommand in `arguments`.
 fn environment_variable(arguments: &[OsString], long: &str) -> Option<String> {
-    let command = Cli::command();
+    let command = help_levels::command(true);
     let subcommand = arguments.get(1).and_then(|a| a.to_str())?;
     let subcommand = command.find_subcommand(subcommand)?;
     let argument = subcommand

@@ -20,31 +20,14 @@ pub enum ConfigLayout {
 
 /// Where the configuration is and how its directories are read, for `serve` and `check`.
 #[derive(clap::Args)]
-#[command(next_help_heading = "Configuration")]
 pub struct ConfigSourceArgs {
-    /// Configuration file, or directory of *.yaml / *.yml files (repeatable). Needed unless the
-    /// configuration comes from an xDS server (--config-source xds) or, in drop-in mode (neither
-    /// this nor --config-source given), from envoyproxy/ratelimit's
-    /// $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY (see docs/migration.md).
-    #[arg(long = "config", env = "RATELIMITD_CONFIG", value_delimiter = ',')]
+    #[arg(long = "config", value_delimiter = ',')]
     pub config: Vec<PathBuf>,
-    /// How configuration directories are read: files (their own *.yaml / *.yml files, names
-    /// starting with `.` skipped) or runtime (every file, in subdirectories too, as
-    /// envoyproxy/ratelimit reads $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY).
-    #[arg(
-        long,
-        env = "RATELIMITD_CONFIG_LAYOUT",
-        value_enum,
-        default_value = "files"
-    )]
+    #[arg(long, value_enum)]
     config_layout: ConfigLayout,
-    /// With --config-layout runtime: skip files and directories whose names start with `.`
-    /// (envoyproxy/ratelimit's RUNTIME_IGNOREDOTFILES).
-    #[arg(long, env = "RATELIMITD_CONFIG_IGNORE_DOTFILES")]
+    #[arg(long)]
     config_ignore_dotfiles: bool,
-    /// Merge configuration files that name the same domain (a top-level descriptor defined in
-    /// two of them is an error); without it, a domain in two files is an error.
-    #[arg(long, env = "RATELIMITD_MERGE_DOMAIN_CONFIG")]
+    #[arg(long)]
     merge_domain_config: bool,
     #[command(flatten)]
     pub bounds: ConfigBoundArgs,
@@ -70,11 +53,9 @@ impl ConfigSourceArgs {
 /// Bounds on configuration files, for `serve` (at startup and every reload) and `check` alike.
 #[derive(clap::Args)]
 pub struct ConfigBoundArgs {
-    /// Largest configuration file, in bytes (checked before the file is opened).
-    #[arg(long, env = "RATELIMITD_MAX_CONFIG_FILE_BYTES", default_value_t = config::ConfigBounds::DEFAULT_MAX_FILE_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     max_config_file_bytes: u64,
-    /// Most bytes of scalars the YAML aliases (`*name`) of one file may add when expanded.
-    #[arg(long, env = "RATELIMITD_MAX_CONFIG_ALIAS_BYTES", default_value_t = config::ConfigBounds::DEFAULT_MAX_ALIAS_BYTES)]
+    #[arg(long)]
     max_config_alias_bytes: u64,
 }
 
@@ -90,17 +71,10 @@ impl ConfigBoundArgs {
 
 /// What happens while no valid configuration has loaded.
 #[derive(clap::Args)]
-#[command(next_help_heading = "Configuration")]
 pub struct InitialConfigArgs {
-    /// Start even when the configuration does not load (its errors are logged): no domain is
-    /// configured until a valid one is loaded (envoyproxy/ratelimit's
-    /// FORCE_START_WITHOUT_INITIAL_CONFIG).
-    #[arg(long, env = "RATELIMITD_FORCE_START_WITHOUT_INITIAL_CONFIG")]
+    #[arg(long)]
     force_start_without_initial_config: bool,
-    /// Health is NOT_SERVING until a valid configuration has loaded (envoyproxy/ratelimit's
-    /// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED; only differs with
-    /// --force-start-without-initial-config).
-    #[arg(long, env = "RATELIMITD_HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")]
+    #[arg(long)]
     healthy_with_at_least_one_config_loaded: bool,
 }
 
@@ -116,11 +90,8 @@ impl InitialConfigArgs {
 
 /// How often the configuration is read again.
 #[derive(clap::Args)]
-#[command(next_help_heading = "Configuration")]
 pub struct ReloadArgs {
-    /// How often to check the configuration files for changes and reload them (`0s`: only on
-    /// SIGHUP). A configuration with errors is rejected and the running one stays.
-    #[arg(long, env = "RATELIMITD_RELOAD_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = humantime::parse_duration)]
     reload_interval: Duration,
 }
 

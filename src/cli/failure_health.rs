@@ -8,34 +8,14 @@ use crate::store::FailureHealthSettings;
 
 /// When failed store calls turn health NOT_SERVING (docs/operations/health.md).
 #[derive(Debug, Clone, clap::Args)]
-#[command(next_help_heading = "Health")]
 pub struct FailureHealthArgs {
-    /// Whether health follows the store at all: NOT_SERVING while Redis does not answer its
-    /// probe (PING) or while most calls fail (`--health-failure-*`). With `false`, health says
-    /// only whether the process serves, whatever Redis does (envoyproxy/ratelimit's default,
-    /// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=false), so a liveness probe never restarts pods
-    /// during a Redis outage; calls still fail as `--on-store-error` says.
-    #[arg(
-        long,
-        env = "RATELIMITD_HEALTH_FOLLOWS_STORE",
-        value_name = "BOOL",
-        default_value_t = true,
-        action = clap::ArgAction::Set,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true"
-    )]
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub health_follows_store: bool,
-    /// How far back store calls are counted for health, in whole seconds (`0s` turns the rule
-    /// off: health then follows only the store's probe, Redis PING).
-    #[arg(long, env = "RATELIMITD_HEALTH_FAILURE_WINDOW", value_name = "DURATION", default_value = "10s", value_parser = parse_window)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_window)]
     pub health_failure_window: Duration,
-    /// Fewest store calls in the window for their failures to turn health NOT_SERVING.
-    #[arg(long, env = "RATELIMITD_HEALTH_FAILURE_MIN_CALLS", value_name = "N", default_value_t = FailureHealthSettings::DEFAULT_MIN_CALLS, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub health_failure_min_calls: u64,
-    /// Share of failed store calls in the window (errors, timeouts, lost connections; not
-    /// denials) at or above which health is NOT_SERVING.
-    #[arg(long, env = "RATELIMITD_HEALTH_FAILURE_RATIO", value_name = "RATIO", default_value_t = FailureHealthSettings::DEFAULT_MAX_FAILURE_RATIO, value_parser = parse::ratio)]
+    #[arg(long, value_name = "RATIO", value_parser = parse::ratio)]
     pub health_failure_ratio: f64,
 }
 
@@ -77,7 +57,7 @@ mod tests {
     }
 
     fn parse(args: &[&str]) -> Result<FailureHealthSettings, String> {
-        Command::try_parse_from(std::iter::once("test").chain(args.iter().copied()))
+        crate::cli::table::parse::<Command>(std::iter::once("test").chain(args.iter().copied()))
             .map(|command| command.args.settings())
             .map_err(|error| error.to_string())
     }

@@ -8,25 +8,11 @@ use std::ffi::OsString;
 use clap::{Command, CommandFactory};
 
 use super::command::Cli;
+use super::table;
+use crate::settings;
 
 /// The flag that shows every setting of `serve`.
 pub const HELP_ALL: &str = "--help-all";
-
-/// The long names of the `serve` settings `--help` shows.
-pub const ESSENTIAL: &[&str] = &[
-    "config",
-    "config-source",
-    "xds-server",
-    "grpc-addr",
-    "http-addr",
-    "threads",
-    "redis-url",
-    "redis-cluster",
-    "redis-sentinel",
-    "consistency",
-    "log-level",
-    "log-format",
-];
 
 /// `arguments` with `--help-all` read as `--help`, and whether it was given.
 pub fn expand(arguments: &[OsString]) -> (Vec<OsString>, bool) {
@@ -48,7 +34,7 @@ pub fn expand(arguments: &[OsString]) -> (Vec<OsString>, bool) {
 /// The command line: `serve` takes `--help-all` (read as `--help`, see [`expand`]) beside
 /// `--help`, and unless `all`, its help is [`brief`].
 pub fn command(all: bool) -> Command {
-    let cli = Cli::command().mut_subcommand("serve", |serve| {
+    let cli = table::apply(Cli::command()).mut_subcommand("serve", |serve| {
         serve.next_help_heading(None::<&str>).arg(
             clap::Arg::new("help_all")
                 .long("help-all")
@@ -63,7 +49,7 @@ pub fn command(all: bool) -> Command {
     }
 }
 
-/// `cli` with the `serve` settings beyond [`ESSENTIAL`] left out of its help, which ends by
+/// `cli` with the `serve` settings that are not essential ([`settings::Setting::essential`]) left out of its help, which ends by
 /// saying how many there are and how to see them. `--help` prints what `-h` does, the essential
 /// settings with their one-line help (their longer one is `--help-all`'s): one screen.
 pub fn brief(cli: Command) -> Command {
@@ -108,26 +94,14 @@ fn is_setting(arg: &clap::Arg) -> bool {
 }
 
 fn is_essential(arg: &clap::Arg) -> bool {
-    arg.get_long().is_some_and(|long| ESSENTIAL.contains(&long))
+    arg.get_long()
+        .and_then(settings::by_flag)
+        .is_some_and(|setting| setting.essential)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_essential_setting_is_an_argument_of_serve() {
-        let cli = Cli::command();
-        let serve = cli.find_subcommand("serve").expect("a serve subcommand");
-        for long in ESSENTIAL {
-            assert!(
-                serve
-                    .get_arguments()
-                    .any(|arg| arg.get_long() == Some(long)),
-                "--{long} is no argument of serve"
-            );
-        }
-    }
 
     #[test]
     fn brief_help_keeps_the_essentials_and_hides_the_rest() {
@@ -139,7 +113,15 @@ mod tests {
             .filter_map(|arg| arg.get_long())
             .filter(|long| *long != "help" && *long != "help-all")
             .collect();
-        assert_eq!(shown.len(), ESSENTIAL.len(), "{shown:?}");
+        let essential: Vec<&str> = settings::all()
+            .filter(|setting| setting.essential)
+            .map(|setting| setting.flag)
+            .collect();
+        assert_eq!(shown.len(), essential.len(), "{shown:?}");
+        assert!(
+            shown.iter().all(|flag| essential.contains(flag)),
+            "{shown:?}"
+        );
         let after = serve
             .get_after_help()
             .map(|a| a.to_string())

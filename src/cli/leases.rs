@@ -27,23 +27,10 @@ impl From<DefaultConsistency> for Consistency {
 
 /// Leases for hot keys (docs/configuration.md, "Consistency"; docs/operations/store.md, "Leases").
 #[derive(Debug, Clone, clap::Args)]
-#[command(next_help_heading = "Leases for hot keys")]
 pub struct LeaseArgs {
-    /// The consistency of every counted rule whose rate_limit does not say `consistency:` (how
-    /// configurations from xDS or in envoyproxy/ratelimit's schema opt in). Under `leased`, a
-    /// sliding_window_log rule that does not say stays exact (not an error: a log cannot be
-    /// leased). The in-memory store decides every rule exactly.
-    #[arg(
-        long,
-        env = "RATELIMITD_CONSISTENCY",
-        value_enum,
-        default_value = "exact"
-    )]
+    #[arg(long, value_enum)]
     consistency: DefaultConsistency,
-    /// How long a replica holds a lease on a leased rule's counter (more than 0s, at most
-    /// 10s): hits a replica reserved and did not use are kept from the other replicas for at
-    /// most this long, and a busy replica asks the store for a hot counter about once a period.
-    #[arg(long, env = "RATELIMITD_LEASE_PERIOD", value_name = "DURATION", default_value = "100ms", value_parser = lease_period)]
+    #[arg(long, value_name = "DURATION", value_parser = lease_period)]
     lease_period: Duration,
 }
 
@@ -86,7 +73,7 @@ mod tests {
     }
 
     fn parse(args: &[&str]) -> Result<(Consistency, Duration), String> {
-        Command::try_parse_from(std::iter::once("test").chain(args.iter().copied()))
+        crate::cli::table::parse::<Command>(std::iter::once("test").chain(args.iter().copied()))
             .map(|command| {
                 (
                     command.args.default_consistency(),

@@ -16,17 +16,12 @@ use crate::service::statsd_exporter::MapperSource;
 
 /// The listening addresses and the threads that serve them.
 #[derive(clap::Args)]
-#[command(next_help_heading = "Listeners")]
 pub struct ListenerArgs {
-    /// Address of the gRPC port (RLS, health, reflection).
-    #[arg(long, env = "RATELIMITD_GRPC_ADDR", default_value = "0.0.0.0:8081", value_name = "HOST:PORT", value_parser = parse::listen_addr)]
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse::listen_addr)]
     grpc_addr: SocketAddr,
-    /// Address of the HTTP port (/healthcheck, /metrics, /json, /rlconfig).
-    #[arg(long, env = "RATELIMITD_HTTP_ADDR", default_value = "0.0.0.0:8080", value_name = "HOST:PORT", value_parser = parse::listen_addr)]
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse::listen_addr)]
     http_addr: SocketAddr,
-    /// Threads serving gRPC connections, each with its own single-threaded runtime (connections
-    /// are dealt out in turn). Default: the CPUs this process may run on.
-    #[arg(long, env = "RATELIMITD_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
     #[command(flatten)]
     pub ports: ExtraPortArgs,
@@ -131,18 +126,12 @@ async fn bind(port: Port, addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// The ports besides gRPC and HTTP, where envoyproxy/ratelimit has them.
 #[derive(clap::Args)]
-#[command(next_help_heading = "Listeners")]
 pub struct ExtraPortArgs {
-    /// A port of its own for the Prometheus metrics (at --metrics-path), as envoyproxy/ratelimit's
-    /// USE_PROMETHEUS opens one; /metrics on the HTTP port stays.
-    #[arg(long, env = "RATELIMITD_METRICS_ADDR", value_name = "HOST:PORT", value_parser = parse::listen_addr)]
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse::listen_addr)]
     metrics_addr: Option<SocketAddr>,
-    /// Path of the Prometheus metrics on the --metrics-addr port.
-    #[arg(long, env = "RATELIMITD_METRICS_PATH", default_value = "/metrics", value_parser = parse::http_path)]
+    #[arg(long, value_parser = parse::http_path)]
     pub metrics_path: String,
-    /// A second port serving what the HTTP port serves (/rlconfig among it), where
-    /// envoyproxy/ratelimit's debug port (DEBUG_HOST/DEBUG_PORT) is expected.
-    #[arg(long, env = "RATELIMITD_DEBUG_ADDR", value_name = "HOST:PORT", value_parser = parse::listen_addr)]
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse::listen_addr)]
     debug_addr: Option<SocketAddr>,
     #[command(flatten)]
     pub envoyproxy: EnvoyproxyMetricsArgs,
@@ -150,33 +139,15 @@ pub struct ExtraPortArgs {
 
 /// envoyproxy/ratelimit's Prometheus port (its USE_PROMETHEUS): its metric names and labels.
 #[derive(clap::Args)]
-#[command(next_help_heading = "Listeners")]
 pub struct EnvoyproxyMetricsArgs {
-    /// A port serving envoyproxy/ratelimit's Prometheus metrics (at --envoyproxy-metrics-path):
-    /// its statsd stats named by statsd_exporter's mapping, as its USE_PROMETHEUS serves them
-    /// (ratelimit_service_rate_limit_total_hits{domain,key1}, ...). ratelimitd's own metrics stay
-    /// at /metrics on the HTTP port.
-    #[arg(long, env = "RATELIMITD_ENVOYPROXY_METRICS_ADDR", value_name = "HOST:PORT", value_parser = parse::listen_addr)]
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse::listen_addr)]
     pub envoyproxy_metrics_addr: Option<SocketAddr>,
-    /// Path of the metrics on the --envoyproxy-metrics-addr port.
-    #[arg(long, env = "RATELIMITD_ENVOYPROXY_METRICS_PATH", default_value = "/metrics", value_parser = parse::http_path, requires = "envoyproxy_metrics_addr")]
+    #[arg(long, value_parser = parse::http_path, requires = "envoyproxy_metrics_addr")]
     pub envoyproxy_metrics_path: String,
-    /// A statsd_exporter mapping file naming the metrics of --envoyproxy-metrics-addr
-    /// (envoyproxy/ratelimit's PROMETHEUS_MAPPER_YAML). Default: envoyproxy/ratelimit's
-    /// built-in mapping.
-    #[arg(
-        long,
-        env = "RATELIMITD_ENVOYPROXY_METRICS_MAPPER",
-        value_name = "PATH",
-        requires = "envoyproxy_metrics_addr"
-    )]
+    #[arg(long, value_name = "PATH", requires = "envoyproxy_metrics_addr")]
     pub envoyproxy_metrics_mapper: Option<PathBuf>,
-    /// The built-in mapping's request-time histogram in milliseconds rather than seconds
-    /// (envoyproxy/ratelimit's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS; not with
-    /// --envoyproxy-metrics-mapper).
     #[arg(
         long,
-        env = "RATELIMITD_ENVOYPROXY_METRICS_RESPONSE_TIME_MS",
         requires = "envoyproxy_metrics_addr",
         conflicts_with = "envoyproxy_metrics_mapper"
     )]
@@ -185,40 +156,22 @@ pub struct EnvoyproxyMetricsArgs {
 
 /// What the gRPC port speaks and how long its connections live.
 #[derive(clap::Args)]
-#[command(next_help_heading = "gRPC transport")]
 pub struct GrpcTransportArgs {
-    /// PEM certificate chain of the gRPC port (with --grpc-tls-key): the port speaks TLS only,
-    /// ALPN h2. Reloaded when the file changes: new handshakes use the new certificate.
-    #[arg(long, env = "RATELIMITD_GRPC_TLS_CERT", value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     grpc_tls_cert: Option<PathBuf>,
-    /// PEM private key of --grpc-tls-cert (PKCS#8, PKCS#1 or SEC1, unencrypted).
-    #[arg(long, env = "RATELIMITD_GRPC_TLS_KEY", value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     grpc_tls_key: Option<PathBuf>,
-    /// PEM CA certificate(s): every client must present a certificate they signed (mutual TLS),
-    /// or its handshake is refused. Reloaded like the certificate.
-    #[arg(long, env = "RATELIMITD_GRPC_TLS_CLIENT_CA", value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     grpc_tls_client_ca: Option<PathBuf>,
-    /// A Subject Alternative Name client certificates must also carry, of the type it names:
-    /// `dns:NAME`, `ip:ADDRESS` or `uri:URI` (e.g. a SPIFFE ID); untyped, its form decides (an
-    /// IP address, a value with a colon is a URI, anything else a DNS name).
-    #[arg(long, env = "RATELIMITD_GRPC_TLS_CLIENT_SAN", value_name = "NAME")]
+    #[arg(long, value_name = "NAME")]
     grpc_tls_client_san: Option<String>,
-    /// Serve gRPC on a unix domain socket at PATH instead of --grpc-addr. A leftover socket
-    /// there is removed first (any other file is refused); the socket is removed on exit.
-    #[arg(long, env = "RATELIMITD_GRPC_UDS", value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     grpc_uds: Option<PathBuf>,
-    /// Permission bits of the --grpc-uds socket file (octal), set before it accepts connections
-    /// whatever the umask: connecting needs write permission, so 0660 lets the owner and group
-    /// connect, 0666 every local user.
-    #[arg(long, env = "RATELIMITD_GRPC_UDS_MODE", value_name = "MODE", default_value = "0660", value_parser = UdsMode::parse)]
+    #[arg(long, value_name = "MODE", value_parser = UdsMode::parse)]
     grpc_uds_mode: UdsMode,
-    /// Send each gRPC connection GOAWAY at this age (±10 % jitter), so clients reconnect and
-    /// spread over replicas. Default: no age limit.
-    #[arg(long, env = "RATELIMITD_GRPC_MAX_CONNECTION_AGE", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     grpc_max_connection_age: Option<Duration>,
-    /// After the GOAWAY of --grpc-max-connection-age, how long calls may run before the
-    /// connection is closed. Default: as long as they take.
-    #[arg(long, env = "RATELIMITD_GRPC_MAX_CONNECTION_AGE_GRACE", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     grpc_max_connection_age_grace: Option<Duration>,
 }
 

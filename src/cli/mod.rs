@@ -1,6 +1,9 @@
 //! The command line: clap definitions of every flag, by group, each group turning into the
 //! library's own options, and the three commands they drive.
 //!
+//! A flag's variable, default, help group and help text are its row of the settings table
+//! ([`crate::settings`]), applied by [`table`]; the structs here say how each value is parsed.
+//!
 //! Every flag also reads a `RATELIMITD_*` variable; envoyproxy/ratelimit's variables are turned
 //! into those before parsing ([`upstream_env`]), so flags win, then `RATELIMITD_*`, then
 //! upstream's, and every value goes through the same parser.
@@ -24,6 +27,7 @@ mod rlqs;
 mod serve;
 mod status_page;
 mod store;
+mod table;
 mod telemetry;
 mod top_values;
 mod traces;

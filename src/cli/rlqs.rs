@@ -19,46 +19,20 @@ pub enum Unmatched {
 
 /// RLQS: the blanket rule of unmatched buckets, idle time, and the caps on streams and buckets.
 #[derive(Debug, Clone, clap::Args)]
-#[command(next_help_heading = "RLQS (Envoy's rate_limit_quota filter)")]
 pub struct RlqsArgs {
-    /// What a bucket no rule matches (and every bucket of a domain no configuration defines)
-    /// is assigned: allow (ALLOW_ALL) or deny (DENY_ALL).
-    #[arg(
-        long,
-        env = "RATELIMITD_RLQS_UNMATCHED",
-        value_enum,
-        default_value = "allow"
-    )]
+    #[arg(long, value_enum)]
     rlqs_unmatched: Unmatched,
-    /// A stream's bucket whose reports counted no request for longer than this is abandoned
-    /// (the Envoy is told to forget it) and its share goes to the other Envoys; a stream that
-    /// sends no report for this long and 5 s more (Envoy's report period) is ended with
-    /// DEADLINE_EXCEEDED.
-    #[arg(long, env = "RATELIMITD_RLQS_IDLE_TIMEOUT", value_name = "DURATION", default_value = "60s", value_parser = parse::positive_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse::positive_duration)]
     rlqs_idle_timeout: Duration,
-    /// Buckets one RLQS stream may report; a report naming one more ends the stream with
-    /// RESOURCE_EXHAUSTED.
-    #[arg(long, env = "RATELIMITD_RLQS_MAX_BUCKETS_PER_STREAM", value_name = "N", default_value_t = RlqsSettings::DEFAULT_MAX_BUCKETS_PER_STREAM, value_parser = parse::count)]
+    #[arg(long, value_name = "N", value_parser = parse::count)]
     rlqs_max_buckets_per_stream: usize,
-    /// RLQS streams open at once; one more is refused with RESOURCE_EXHAUSTED.
-    #[arg(long, env = "RATELIMITD_RLQS_MAX_STREAMS", value_name = "N", default_value_t = RlqsSettings::DEFAULT_MAX_STREAMS, value_parser = parse::count)]
+    #[arg(long, value_name = "N", value_parser = parse::count)]
     rlqs_max_streams: usize,
-    /// RLQS streams open at once on one connection; one more is refused with
-    /// RESOURCE_EXHAUSTED.
-    #[arg(long, env = "RATELIMITD_RLQS_MAX_STREAMS_PER_CONNECTION", value_name = "N", default_value_t = RlqsSettings::DEFAULT_MAX_STREAMS_PER_CONNECTION, value_parser = parse::count)]
+    #[arg(long, value_name = "N", value_parser = parse::count)]
     rlqs_max_streams_per_connection: usize,
-    /// Largest RLQS bucket: its id as the wire encodes it plus its report's domain. A report
-    /// naming a larger one ends the stream with INVALID_ARGUMENT. With
-    /// --rlqs-max-buckets-per-stream it sets the largest report accepted. Sizes take B, KiB,
-    /// MiB.
-    #[arg(long, env = "RATELIMITD_RLQS_MAX_BUCKET_ID_BYTES", value_name = "SIZE", default_value = "1KiB", value_parser = bucket_id_bytes)]
+    #[arg(long, value_name = "SIZE", value_parser = bucket_id_bytes)]
     rlqs_max_bucket_id_bytes: usize,
-    /// Most memory the RLQS streams' state may hold in all: 2 KiB per stream, 400 B per
-    /// bucket a stream reports, and each bucket's id and domain bytes plus 256 B. A stream past
-    /// it is refused, and a report naming a bucket past it ends its stream, with
-    /// RESOURCE_EXHAUSTED. Default: a quarter of the memory the process may use (its cgroup's
-    /// limit, else the machine's RAM), at least 32 MiB. Sizes take B, KiB, MiB, GiB.
-    #[arg(long, env = "RATELIMITD_RLQS_MEMORY_BUDGET", value_name = "SIZE", value_parser = state_budget)]
+    #[arg(long, value_name = "SIZE", value_parser = state_budget)]
     rlqs_memory_budget: Option<usize>,
 }
 
@@ -121,7 +95,7 @@ mod tests {
     }
 
     fn parse(args: &[&str]) -> Result<RlqsSettings, String> {
-        Command::try_parse_from(std::iter::once("test").chain(args.iter().copied()))
+        crate::cli::table::parse::<Command>(std::iter::once("test").chain(args.iter().copied()))
             .map(|command| command.args.settings())
             .map_err(|error| error.to_string())
     }

@@ -17,98 +17,51 @@ use crate::store::{DenyCacheSettings, FailureHealthSettings, RedisSettings};
 
 /// Which Redis, how it is reached, and how the limiter uses it.
 #[derive(clap::Args)]
-#[command(next_help_heading = "Store and Redis")]
 pub struct StoreArgs {
-    /// Redis URL of a single server (`redis://[user:password@]host:port[/db]`, `rediss://` for
-    /// TLS). Without it (or --redis-cluster, --redis-sentinel), counters live in this process only.
-    #[arg(long, env = "RATELIMITD_REDIS_URL", group = "redis_topology", value_parser = redis_url)]
+    #[arg(long, group = "redis_topology", value_parser = redis_url)]
     redis_url: Option<String>,
-    /// Redis Cluster seed nodes (any of its nodes; the others are discovered).
-    #[arg(long, env = "RATELIMITD_REDIS_CLUSTER", value_name = "HOST:PORT[,HOST:PORT...]", group = "redis_topology", value_delimiter = ',', value_parser = HostPort::parse)]
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]", group = "redis_topology", value_delimiter = ',', value_parser = HostPort::parse)]
     redis_cluster: Vec<HostPort>,
-    /// Sentinels watching the Redis master named MASTER_NAME.
-    #[arg(long, env = "RATELIMITD_REDIS_SENTINEL", value_name = "MASTER_NAME@HOST:PORT[,HOST:PORT...]", group = "redis_topology", value_parser = Topology::parse_sentinel)]
+    #[arg(long, value_name = "MASTER_NAME@HOST:PORT[,HOST:PORT...]", group = "redis_topology", value_parser = Topology::parse_sentinel)]
     redis_sentinel: Option<(String, Vec<HostPort>)>,
-    /// ACL user of the cluster's or the Sentinel-managed servers (a --redis-url carries its own).
-    #[arg(long, env = "RATELIMITD_REDIS_USER")]
+    #[arg(long)]
     redis_user: Option<String>,
-    /// Password of the cluster's or the Sentinel-managed servers (a --redis-url carries its own).
-    #[arg(long, env = "RATELIMITD_REDIS_PASSWORD", hide_env_values = true)]
+    #[arg(long, hide_env_values = true)]
     redis_password: Option<String>,
-    /// TLS to the cluster's or the Sentinel setup's servers and sentinels (a --redis-url says
-    /// `rediss://`).
-    #[arg(long, env = "RATELIMITD_REDIS_TLS")]
+    #[arg(long)]
     redis_tls: bool,
-    /// ACL user of the sentinels themselves.
-    #[arg(long, env = "RATELIMITD_REDIS_SENTINEL_USER")]
+    #[arg(long)]
     redis_sentinel_user: Option<String>,
-    /// Password of the sentinels themselves (their own requirepass).
-    #[arg(
-        long,
-        env = "RATELIMITD_REDIS_SENTINEL_PASSWORD",
-        hide_env_values = true
-    )]
+    #[arg(long, hide_env_values = true)]
     redis_sentinel_password: Option<String>,
-    /// Replicas that must acknowledge each Redis call's writes (WAIT) before its requests are
-    /// answered, so admitted hits survive a failover; a call they do not acknowledge within
-    /// --redis-timeout is a store failure. 0: do not wait.
-    #[arg(long, env = "RATELIMITD_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    #[arg(long)]
     redis_wait_replicas: u32,
-    /// Bound on every Redis call; a slower answer is a store failure (UNAVAILABLE).
-    #[arg(long, env = "RATELIMITD_REDIS_TIMEOUT", default_value = "100ms", value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = humantime::parse_duration)]
     redis_timeout: Duration,
-    /// How long startup keeps trying a Redis that cannot be reached (a duration, or `forever`);
-    /// 0: the first failure stops startup, so the orchestrator restarts the process with its
-    /// own backoff. envoyproxy/ratelimit's REDIS_STARTUP_MAX_ELAPSED_TIME (there 0 = forever).
-    #[arg(long, env = "RATELIMITD_REDIS_STARTUP_WAIT", value_name = "DURATION|forever", default_value = "0s", value_parser = startup_wait)]
+    #[arg(long, value_name = "DURATION|forever", value_parser = startup_wait)]
     redis_startup_wait: StartupWait,
-    /// First wait between startup attempts; each next one is 1.5 times longer.
-    #[arg(long, env = "RATELIMITD_REDIS_STARTUP_INITIAL_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = positive_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     redis_startup_initial_interval: Duration,
-    /// Longest wait between startup attempts.
-    #[arg(long, env = "RATELIMITD_REDIS_STARTUP_MAX_INTERVAL", value_name = "DURATION", default_value = "30s", value_parser = positive_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     redis_startup_max_interval: Duration,
-    /// Redis connections kept open (each one multiplexes concurrent requests).
-    #[arg(long, env = "RATELIMITD_REDIS_POOL_SIZE", default_value_t = RedisSettings::DEFAULT_POOL_SIZE, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     redis_pool_size: u32,
-    /// PEM file of the certificate(s) TLS to Redis trusts instead of the system's certificate
-    /// store: a private CA, or the server's own self-signed certificate.
-    #[arg(long, env = "RATELIMITD_REDIS_TLS_CA", value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     redis_tls_ca: Option<PathBuf>,
-    /// With --redis-tls-ca: trust the system's certificate store as well (envoyproxy/ratelimit's
-    /// REDIS_TLS_CACERT adds to it).
-    #[arg(long, env = "RATELIMITD_REDIS_TLS_SYSTEM_ROOTS")]
+    #[arg(long)]
     redis_tls_system_roots: bool,
-    /// PEM client certificate (chain) presented to Redis servers that ask for one (mutual TLS:
-    /// `tls-auth-clients`), with --redis-tls-client-key.
-    #[arg(long, env = "RATELIMITD_REDIS_TLS_CLIENT_CERT", value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     redis_tls_client_cert: Option<PathBuf>,
-    /// PEM private key of --redis-tls-client-cert.
-    #[arg(long, env = "RATELIMITD_REDIS_TLS_CLIENT_KEY", value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     redis_tls_client_key: Option<PathBuf>,
-    /// What to answer when the store fails or times out: unavailable (gRPC UNAVAILABLE, so
-    /// Envoy's failure_mode_deny decides), allow (OK) or deny (OVER_LIMIT).
-    #[arg(long, env = "RATELIMITD_ON_STORE_ERROR", default_value = "unavailable")]
+    #[arg(long)]
     on_store_error: StoreErrorPolicy,
-    /// Local deny cache in front of Redis: counters found exhausted are answered OVER_LIMIT
-    /// without a Redis round trip until they can admit again (`--deny-cache=false` or
-    /// `--no-deny-cache` turns it off). Unused with the in-memory store.
-    #[arg(
-        long,
-        env = "RATELIMITD_DENY_CACHE",
-        default_value_t = true,
-        action = clap::ArgAction::Set,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        overrides_with = "no_deny_cache"
-    )]
+    #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", overrides_with = "no_deny_cache")]
     deny_cache: bool,
     /// Turns the local deny cache off (same as `--deny-cache=false`).
     #[arg(long, overrides_with = "deny_cache")]
     no_deny_cache: bool,
-    /// Most counters the deny cache holds.
-    #[arg(long, env = "RATELIMITD_DENY_CACHE_SIZE", default_value_t = DenyCacheSettings::DEFAULT_MAX_ENTRIES as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     deny_cache_size: u32,
     #[command(flatten)]
     keys: RedisKeyArgs,
@@ -287,36 +240,16 @@ impl StoreArgs {
 /// The keys the Redis store writes: a prefix, and envoyproxy/ratelimit's format for fixed
 /// windows, so a fleet rolling from envoyproxy/ratelimit to ratelimitd shares its counts.
 #[derive(clap::Args)]
-#[command(next_help_heading = "Redis keys")]
 struct RedisKeyArgs {
-    /// Key format of `fixed_window` counters in Redis: ratelimitd (its own injective keys,
-    /// decided all or nothing) or envoyproxy (exactly the keys, increments and expiry
-    /// envoyproxy/ratelimit writes, so both share one count; needs Redis). Other algorithms
-    /// always keep ratelimitd's keys.
-    #[arg(long, env = "RATELIMITD_KEY_FORMAT", default_value = "ratelimitd")]
+    #[arg(long)]
     key_format: KeyFormat,
-    /// With --key-format envoyproxy: the instant (RFC 3339, `2026-12-10T00:00:00Z`) from which
-    /// each fixed-window limit moves to ratelimitd's own keys, at its first window starting then
-    /// or later, so no count is reset or split: give every replica the same instant, in the
-    /// future, then drop both flags once the longest window has passed (docs/migration.md).
-    #[arg(long, env = "RATELIMITD_KEY_FORMAT_UNTIL", value_name = "RFC3339", value_parser = rfc3339_seconds)]
+    #[arg(long, value_name = "RFC3339", value_parser = rfc3339_seconds)]
     key_format_until: Option<u64>,
-    /// Prepended to every Redis key ratelimitd writes, in both formats (envoyproxy/ratelimit's
-    /// CACHE_KEY_PREFIX); at most 128 bytes, without `{` or `}`.
-    #[arg(long, env = "RATELIMITD_REDIS_KEY_PREFIX", default_value = "", value_parser = key_prefix)]
+    #[arg(long, value_parser = key_prefix)]
     redis_key_prefix: String,
-    /// envoyproxy-format keys: each write sets the TTL to the window plus a random number of
-    /// seconds in [0, N) (envoyproxy/ratelimit's EXPIRATION_JITTER_MAX_SECONDS; 0: none).
-    #[arg(
-        long,
-        env = "RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS",
-        default_value_t = 0
-    )]
+    #[arg(long)]
     expiration_jitter_max_seconds: u32,
-    /// envoyproxy-format keys: a denied request counts its hits only at the descriptors it is
-    /// over the limit of, instead of at every descriptor (envoyproxy/ratelimit's
-    /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
-    #[arg(long, env = "RATELIMITD_STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")]
+    #[arg(long)]
     stop_cache_key_increment_when_overlimit: bool,
 }
 

@@ -13,7 +13,6 @@ use super::log_lines::OneLine;
 use super::parse;
 use super::traces::TracingArgs;
 use crate::otel;
-use crate::service::metrics::{DEFAULT_MAX_RULE_SERIES, DEFAULT_NEAR_LIMIT_RATIO};
 use crate::service::statsd::{
     Dialect, DogStatsd, ExtraTags, Mogrifiers, StatsdAddr, StatsdSettings,
 };
@@ -27,30 +26,14 @@ pub enum LogFormat {
 
 /// Logs, metrics and statsd.
 #[derive(clap::Args)]
-#[command(next_help_heading = "Telemetry")]
 pub struct TelemetryArgs {
-    /// Log format.
-    #[arg(
-        long,
-        env = "RATELIMITD_LOG_FORMAT",
-        value_enum,
-        default_value = "text"
-    )]
+    #[arg(long, value_enum)]
     log_format: LogFormat,
-    /// Log level of ratelimitd's own lines (`debug`: one line per decision), the libraries
-    /// staying at `info` (or quieter, with `warn` or `error`); logrus's names (`warning`,
-    /// `fatal`, `panic`) too. Or a tracing-subscriber filter of known targets
-    /// (`debug,h2=trace`, `info,ratelimitd::decisions=debug`); anything else is refused.
-    #[arg(long, env = "RATELIMITD_LOG_LEVEL", default_value = "info", value_name = "LEVEL|FILTER", value_parser = log_filter::directives)]
+    #[arg(long, value_name = "LEVEL|FILTER", value_parser = log_filter::directives)]
     log_level: String,
-    /// Share of a limit's capacity above which admitted hits count as near the limit in the
-    /// `ratelimitd_near_limit_total` metric (envoyproxy/ratelimit's NEAR_LIMIT_RATIO).
-    #[arg(long, env = "RATELIMITD_NEAR_LIMIT_RATIO", default_value_t = DEFAULT_NEAR_LIMIT_RATIO, value_parser = parse::ratio)]
+    #[arg(long, value_parser = parse::ratio)]
     near_limit_ratio: f64,
-    /// Most series of the per-rule families (`ratelimitd_total_hits_total` and the others) on
-    /// /metrics: those with hits first, the hits of any further one under
-    /// `domain="_other",rule="_other"`, rules still at zero beyond it not shown.
-    #[arg(long, env = "RATELIMITD_METRICS_MAX_RULE_SERIES", default_value_t = DEFAULT_MAX_RULE_SERIES, value_name = "N", value_parser = parse::count)]
+    #[arg(long, value_name = "N", value_parser = parse::count)]
     metrics_max_rule_series: usize,
     #[command(flatten)]
     statsd: StatsdArgs,
@@ -134,39 +117,16 @@ fn init_logging(format: LogFormat, directives: &str, traces: Option<&otel::Pipel
 
 /// The statsd sink: envoyproxy/ratelimit's stats, under its names, over UDP.
 #[derive(clap::Args)]
-#[command(next_help_heading = "Statsd")]
 struct StatsdArgs {
-    /// Send envoyproxy/ratelimit's statsd stats over UDP to HOST:PORT (HOST may be a name,
-    /// looked up at start and again after a failure). Without it, no statsd.
-    #[arg(long, env = "RATELIMITD_STATSD_ADDR", value_name = "HOST:PORT", value_parser = StatsdAddr::parse)]
+    #[arg(long, value_name = "HOST:PORT", value_parser = StatsdAddr::parse)]
     statsd_addr: Option<StatsdAddr>,
-    /// How often to send the stats (envoyproxy/ratelimit's STATS_FLUSH_INTERVAL).
-    #[arg(long, env = "RATELIMITD_STATSD_FLUSH_INTERVAL", default_value = "10s", value_parser = parse::positive_duration, requires = "statsd_addr")]
+    #[arg(long, value_parser = parse::positive_duration, requires = "statsd_addr")]
     statsd_flush_interval: Duration,
-    /// Tags added to every stat, as envoyproxy/ratelimit's EXTRA_TAGS (written into the stat
-    /// names as `.__K=V`, as its statsd library does; DogStatsD tags with --statsd-format
-    /// dogstatsd). Also in the stat names of --envoyproxy-metrics-addr.
-    #[arg(long, env = "RATELIMITD_STATSD_EXTRA_TAGS", value_name = "K:V[,K:V...]", value_parser = ExtraTags::parse, requires = "stats_sinks")]
+    #[arg(long, value_name = "K:V[,K:V...]", value_parser = ExtraTags::parse, requires = "stats_sinks")]
     statsd_extra_tags: Option<ExtraTags>,
-    /// `statsd` (plain, as lyft/gostats) or `dogstatsd` (DogStatsD tags instead of tags in the
-    /// names, as envoyproxy/ratelimit's USE_DOG_STATSD).
-    #[arg(
-        long,
-        env = "RATELIMITD_STATSD_FORMAT",
-        value_enum,
-        default_value = "statsd",
-        requires = "statsd_addr"
-    )]
+    #[arg(long, value_enum, requires = "statsd_addr")]
     statsd_format: StatsdFormat,
-    /// DogStatsD mogrifiers, applied in this order (envoyproxy/ratelimit's
-    /// USE_DOG_STATSD_MOGRIFIERS): each NAME is defined by the variables
-    /// DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS.
-    #[arg(
-        long,
-        env = "RATELIMITD_STATSD_MOGRIFIERS",
-        value_name = "NAME[,NAME...]",
-        requires = "statsd_addr"
-    )]
+    #[arg(long, value_name = "NAME[,NAME...]", requires = "statsd_addr")]
     statsd_mogrifiers: Option<String>,
 }
 

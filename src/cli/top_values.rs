@@ -10,24 +10,14 @@ const MAX_KEY_FILE_BYTES: u64 = 4096;
 
 /// Top limited values (docs/operations/http-endpoints.md, "/top").
 #[derive(clap::Args)]
-#[command(next_help_heading = "Top limited values")]
 pub struct TopValuesArgs {
-    /// Values GET /top keeps per rule, minute and ranking (hits, denied), and shows per ranking:
-    /// the k of its Space-Saving summaries; a count is off by at most the window's total / k.
-    #[arg(long, env = "RATELIMITD_TOP_VALUES", default_value_t = TopSettings::DEFAULT_VALUES as u32, value_parser = clap::value_parser!(u32).range(1..=TopSettings::MAX_VALUES as i64))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=TopSettings::MAX_VALUES as i64))]
     top_values: u32,
-    /// Most rules GET /top tracks (0, the default: none, /top is off); rules first hit beyond it
-    /// are not tracked, and counted as `untracked_rules`.
-    #[arg(long, env = "RATELIMITD_TOP_MAX_RULES", default_value_t = TopSettings::DEFAULT_MAX_RULES as u32, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     top_max_rules: u32,
-    /// Show the descriptor values of every rule on GET /top (they can be personal data); without
-    /// it only rules with `detailed_metric` show them, the others only a keyed hash.
-    #[arg(long, env = "RATELIMITD_TOP_SHOW_VALUES")]
+    #[arg(long)]
     top_show_values: bool,
-    /// A file holding the key of GET /top's hashes (at least 16 bytes, surrounding whitespace
-    /// ignored): replicas given the same key hash a value alike. Without it, a random key per
-    /// process.
-    #[arg(long, env = "RATELIMITD_TOP_HASH_KEY_FILE")]
+    #[arg(long)]
     top_hash_key_file: Option<PathBuf>,
 }
 

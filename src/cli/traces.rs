@@ -12,83 +12,24 @@ use crate::otel::settings::{
 /// A flag left out defers to the standard `OTEL_*` variable named in its help, then to the
 /// default.
 #[derive(clap::Args, Debug, Clone, Default)]
-#[command(next_help_heading = "Tracing")]
 pub struct TracingArgs {
-    /// Export a span for every ShouldRateLimit call (with child spans for the decision and the
-    /// store call) over OTLP.
-    #[arg(long = "tracing", env = "RATELIMITD_TRACING")]
+    #[arg(long = "tracing")]
     pub enabled: bool,
-    /// OTLP transport: grpc or http/protobuf. Default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, then
-    /// OTEL_EXPORTER_OTLP_PROTOCOL, then http/protobuf.
-    #[arg(
-        long = "tracing-protocol",
-        env = "RATELIMITD_TRACING_PROTOCOL",
-        value_name = "PROTOCOL",
-        value_parser = Protocol::parse
-    )]
+    #[arg(long = "tracing-protocol", value_name = "PROTOCOL", value_parser = Protocol::parse)]
     pub protocol: Option<Protocol>,
-    /// Full URL of the collector's trace endpoint (http/protobuf: nothing is appended, e.g.
-    /// http://collector:4318/v1/traces). Default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, then
-    /// OTEL_EXPORTER_OTLP_ENDPOINT (+ /v1/traces for http/protobuf), then localhost on 4317
-    /// (grpc) or 4318 (http/protobuf).
-    #[arg(
-        long = "tracing-endpoint",
-        env = "RATELIMITD_TRACING_ENDPOINT",
-        value_name = "URL"
-    )]
+    #[arg(long = "tracing-endpoint", value_name = "URL")]
     pub endpoint: Option<String>,
-    /// Give up one export after this long. Default: OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, then
-    /// OTEL_EXPORTER_OTLP_TIMEOUT (milliseconds), then 10s.
-    #[arg(
-        long = "tracing-timeout",
-        env = "RATELIMITD_TRACING_TIMEOUT",
-        value_parser = parse::positive_duration
-    )]
+    #[arg(long = "tracing-timeout", value_parser = parse::positive_duration)]
     pub timeout: Option<Duration>,
-    /// Share of calls traced, 0 to 1, parent-based: a call whose caller sampled its trace is
-    /// traced, one whose caller did not is not, and a call without a parent is traced with this
-    /// probability. Default: OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG, then 1.
-    #[arg(
-        long = "tracing-sampling-ratio",
-        env = "RATELIMITD_TRACING_SAMPLING_RATIO",
-        value_name = "RATIO",
-        value_parser = parse_sampling_ratio
-    )]
+    #[arg(long = "tracing-sampling-ratio", value_name = "RATIO", value_parser = parse_sampling_ratio)]
     pub sampling_ratio: Option<f64>,
-    /// `service.name` of the spans. Default: OTEL_SERVICE_NAME, then service.name in
-    /// OTEL_RESOURCE_ATTRIBUTES, then ratelimitd.
-    #[arg(
-        long = "tracing-service-name",
-        env = "RATELIMITD_TRACING_SERVICE_NAME",
-        value_name = "NAME"
-    )]
+    #[arg(long = "tracing-service-name", value_name = "NAME")]
     pub service_name: Option<String>,
-    /// Resource attributes KEY=VALUE (repeatable, or comma-separated), added to those of
-    /// OTEL_RESOURCE_ATTRIBUTES (these win on the same key).
-    #[arg(
-        long = "tracing-resource-attribute",
-        env = "RATELIMITD_TRACING_RESOURCE_ATTRIBUTES",
-        value_name = "KEY=VALUE",
-        value_delimiter = ',',
-        value_parser = parse_attribute
-    )]
+    #[arg(long = "tracing-resource-attribute", value_name = "KEY=VALUE", value_delimiter = ',', value_parser = parse_attribute)]
     pub resource_attributes: Vec<(String, String)>,
-    /// Record each descriptor's entries, values included, on the call's span
-    /// (`ratelimit.descriptor_entries`). Values can be personal data (client addresses, API
-    /// keys): off by default, when only their count is recorded.
-    #[arg(
-        long = "tracing-descriptor-values",
-        env = "RATELIMITD_TRACING_DESCRIPTOR_VALUES"
-    )]
+    #[arg(long = "tracing-descriptor-values")]
     pub descriptor_values: bool,
-    /// Most finished spans waiting for export; beyond it new spans are dropped. Default:
-    /// OTEL_BSP_MAX_QUEUE_SIZE, then 2048.
-    #[arg(
-        long = "tracing-queue-size",
-        env = "RATELIMITD_TRACING_QUEUE_SIZE",
-        value_name = "SPANS",
-        value_parser = clap::value_parser!(u32).range(1..)
-    )]
+    #[arg(long = "tracing-queue-size", value_name = "SPANS", value_parser = clap::value_parser!(u32).range(1..))]
     pub queue_size: Option<u32>,
 }
 
@@ -159,7 +100,7 @@ mod tests {
     fn parse(args: &[&str]) -> Result<TracingArgs, clap::Error> {
         let mut full = vec!["ratelimitd"];
         full.extend_from_slice(args);
-        Command::try_parse_from(full).map(|command| command.tracing)
+        crate::cli::table::parse::<Command>(full).map(|command: Command| command.tracing)
     }
 
     fn no_env(_: &str) -> Option<String> {

@@ -20,96 +20,42 @@ pub enum ConfigSourceKind {
 
 /// `--config-source` and the `--xds-*` flags.
 #[derive(Debug, Clone, clap::Args)]
-#[command(next_help_heading = "Configuration")]
 pub struct XdsArgs {
-    /// Where the configuration comes from: `file` (--config) or `xds` (--xds-server).
-    #[arg(
-        long,
-        env = "RATELIMITD_CONFIG_SOURCE",
-        value_enum,
-        default_value = "file"
-    )]
+    #[arg(long, value_enum)]
     pub config_source: ConfigSourceKind,
-    /// The xDS management server, HOST:PORT (with --config-source xds).
-    #[arg(long, env = "RATELIMITD_XDS_SERVER", value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT")]
     pub xds_server: Option<String>,
-    /// The node id sent to the xDS server (it picks the configuration by it).
-    #[arg(long, env = "RATELIMITD_XDS_NODE_ID", default_value = "default")]
+    #[arg(long)]
     pub xds_node_id: String,
-    /// The node cluster sent to the xDS server (not sent when empty).
-    #[arg(long, env = "RATELIMITD_XDS_NODE_CLUSTER", default_value = "")]
+    #[arg(long)]
     pub xds_node_cluster: String,
-    /// Node metadata sent to the xDS server, KEY=VALUE (repeatable, or comma-separated).
-    #[arg(
-        long,
-        env = "RATELIMITD_XDS_NODE_METADATA",
-        value_delimiter = ',',
-        value_name = "KEY=VALUE",
-        value_parser = parse_metadata
-    )]
+    #[arg(long, value_delimiter = ',', value_name = "KEY=VALUE", value_parser = parse_metadata)]
     pub xds_node_metadata: Vec<(String, String)>,
-    /// A header added to the xDS stream, NAME:VALUE (repeatable, or comma-separated).
-    #[arg(
-        long = "xds-header",
-        env = "RATELIMITD_XDS_HEADERS",
-        value_delimiter = ',',
-        value_name = "NAME:VALUE",
-        value_parser = parse_header
-    )]
+    #[arg(long = "xds-header", value_delimiter = ',', value_name = "NAME:VALUE", value_parser = parse_header)]
     pub xds_headers: Vec<(String, String)>,
-    /// Connect to the xDS server over TLS.
-    #[arg(long, env = "RATELIMITD_XDS_TLS")]
+    #[arg(long)]
     pub xds_tls: bool,
-    /// PEM CA certificates the xDS server's certificate must lead to (default: the public web
-    /// roots).
-    #[arg(long, env = "RATELIMITD_XDS_TLS_CA", requires = "xds_tls")]
+    #[arg(long, requires = "xds_tls")]
     pub xds_tls_ca: Option<PathBuf>,
-    /// PEM client certificate for mutual TLS (Envoy Gateway's control plane requires one).
-    #[arg(
-        long,
-        env = "RATELIMITD_XDS_TLS_CERT",
-        requires_all = ["xds_tls", "xds_tls_key"]
-    )]
+    #[arg(long, requires_all = ["xds_tls", "xds_tls_key"])]
     pub xds_tls_cert: Option<PathBuf>,
-    /// PEM key of --xds-tls-cert.
-    #[arg(
-        long,
-        env = "RATELIMITD_XDS_TLS_KEY",
-        requires_all = ["xds_tls", "xds_tls_cert"]
-    )]
+    #[arg(long, requires_all = ["xds_tls", "xds_tls_cert"])]
     pub xds_tls_key: Option<PathBuf>,
-    /// The name the xDS server's certificate must carry (and the SNI); default: the host of
-    /// --xds-server.
-    #[arg(long, env = "RATELIMITD_XDS_TLS_SAN", requires = "xds_tls")]
+    #[arg(long, requires = "xds_tls")]
     pub xds_tls_san: Option<String>,
-    /// Wait between attempts while the xDS server cannot be reached at all (± 50 %).
-    #[arg(long, env = "RATELIMITD_XDS_CONNECT_RETRY_INTERVAL", default_value = "3s", value_parser = parse::positive_duration)]
+    #[arg(long, value_parser = parse::positive_duration)]
     pub xds_connect_retry_interval: Duration,
-    /// First wait before reconnecting after an xDS stream ended; each further wait doubles.
-    #[arg(long, env = "RATELIMITD_XDS_BACKOFF_INITIAL", default_value = "10s", value_parser = parse::positive_duration)]
+    #[arg(long, value_parser = parse::positive_duration)]
     pub xds_backoff_initial: Duration,
-    /// Longest wait before reconnecting to the xDS server.
-    #[arg(long, env = "RATELIMITD_XDS_BACKOFF_MAX", default_value = "60s", value_parser = parse::positive_duration)]
+    #[arg(long, value_parser = parse::positive_duration)]
     pub xds_backoff_max: Duration,
-    /// With --xds-backoff-jitter, each wait is drawn from wait × (1 ± this factor), 0 to 1.
-    #[arg(long, env = "RATELIMITD_XDS_BACKOFF_RANDOM_FACTOR", default_value = "0.5", value_parser = parse_factor)]
+    #[arg(long, value_parser = parse_factor)]
     pub xds_backoff_random_factor: f64,
-    /// Randomize the reconnect waits (true or false).
-    #[arg(
-        long,
-        env = "RATELIMITD_XDS_BACKOFF_JITTER",
-        default_value = "true",
-        action = clap::ArgAction::Set,
-        value_name = "BOOL"
-    )]
+    #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub xds_backoff_jitter: bool,
-    /// Largest xDS response accepted, bytes (a larger one ends the stream, which is reopened).
-    #[arg(long, env = "RATELIMITD_XDS_MAX_MESSAGE_BYTES", default_value_t = XdsOptions::DEFAULT_MAX_MESSAGE_BYTES, value_parser = parse_message_bytes)]
+    #[arg(long, value_parser = parse_message_bytes)]
     pub xds_max_message_bytes: usize,
-    /// How long an xDS response may take to arrive whole once its first byte has (and the first
-    /// response while no configuration is in force, once the stream is open); past it the stream
-    /// is dropped and reopened. An idle stream has no deadline.
-    #[arg(long, env = "RATELIMITD_XDS_RESPONSE_TIMEOUT", default_value = "30s", value_parser = parse::positive_duration)]
+    #[arg(long, value_parser = parse::positive_duration)]
     pub xds_response_timeout: Duration,
 }
 
@@ -227,8 +173,10 @@ mod tests {
     }
 
     fn parse(arguments: &[&str]) -> Result<XdsArgs, clap::Error> {
-        Cli::try_parse_from(std::iter::once("ratelimitd").chain(arguments.iter().copied()))
-            .map(|cli| cli.xds)
+        crate::cli::table::parse::<Cli>(
+            std::iter::once("ratelimitd").chain(arguments.iter().copied()),
+        )
+        .map(|cli| cli.xds)
     }
 
     #[test]
