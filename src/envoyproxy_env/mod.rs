@@ -25,6 +25,7 @@ use std::net::IpAddr;
 
 use crate::go_values::{duration_flag, parse_bool, parse_duration, parse_unsigned};
 use crate::service::statsd::Mogrifiers;
+use crate::settings::{self, Convert, Setting, Upstream};
 
 /// Every variable envoyproxy/ratelimit reads (its `settings.go`), in its order.
 pub const VARIABLES: [&str; 114] = [
@@ -144,6 +145,43 @@ pub const VARIABLES: [&str; 114] = [
     "TRACING_SAMPLING_RATE",
 ];
 
+/// The variables of [`VARIABLES`] that feed no setting ([`crate::settings::Setting::upstream`]):
+/// switches that say whether others are read, and what ratelimitd does otherwise (Memcached, a
+/// second Redis for per-second limits, upstream's pipelining and pool knobs); each one set is
+/// answered by a notice or an error saying so.
+pub const WITHOUT_A_SETTING: [&str; 30] = [
+    "GRPC_SERVER_USE_TLS",
+    "DISABLE_STATS",
+    "RUNTIME_WATCH_ROOT",
+    "BACKEND_TYPE",
+    "REDIS_PIPELINE_WINDOW",
+    "REDIS_PIPELINE_LIMIT",
+    "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+    "REDIS_PERSECOND",
+    "REDIS_PERSECOND_SOCKET_TYPE",
+    "REDIS_PERSECOND_TYPE",
+    "REDIS_PERSECOND_URL",
+    "REDIS_PERSECOND_POOL_SIZE",
+    "REDIS_PERSECOND_AUTH",
+    "REDIS_PERSECOND_TLS",
+    "REDIS_PERSECOND_SENTINEL_AUTH",
+    "REDIS_PERSECOND_PIPELINE_WINDOW",
+    "REDIS_PERSECOND_PIPELINE_LIMIT",
+    "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
+    "REDIS_PERSECOND_TIMEOUT",
+    "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+    "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
+    "MEMCACHE_HOST_PORT",
+    "MEMCACHE_MAX_IDLE_CONNS",
+    "MEMCACHE_SRV",
+    "MEMCACHE_SRV_REFRESH",
+    "MEMCACHE_TLS",
+    "MEMCACHE_TLS_CLIENT_CERT",
+    "MEMCACHE_TLS_CLIENT_KEY",
+    "MEMCACHE_TLS_CACERT",
+    "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
+];
+
 /// The variables of envoyproxy/ratelimit's per-second Redis (`REDIS_PERSECOND=true`).
 const PER_SECOND_REDIS: [&str; 12] = [
     "REDIS_PERSECOND_SOCKET_TYPE",
@@ -162,15 +200,25 @@ const PER_SECOND_REDIS: [&str; 12] = [
 
 /// The `RATELIMITD_*` variables that name a Redis; any of them set, the `REDIS_*` ones are not
 /// read.
-const RATELIMITD_REDIS: [&str; 3] = [
-    "RATELIMITD_REDIS_URL",
-    "RATELIMITD_REDIS_CLUSTER",
-    "RATELIMITD_REDIS_SENTINEL",
+const RATELIMITD_REDIS: [&Setting; 3] = [
+    &settings::store::REDIS_URL,
+    &settings::store::REDIS_CLUSTER,
+    &settings::store::REDIS_SENTINEL,
 ];
 
 /// Bytes of `LOCAL_CACHE_SIZE_IN_BYTES` counted per deny-cache entry (a key of a few dozen bytes
 /// and its deadline, as upstream's freecache holds them).
 pub const LOCAL_CACHE_BYTES_PER_ENTRY: u64 = 128;
+
+/// Whether `from`, the upstream variables an assignment names (`A/B`, `A=value`), are among
+/// those `setting` is read from ([`Setting::upstream`]); `drop-in mode` names the mode itself.
+fn reads(setting: &Setting, from: &str) -> bool {
+    from == "drop-in mode"
+        || from.split('/').all(|name| {
+            let name = name.split_once('=').map_or(name, |(name, _)| name);
+            setting.upstream.variables().contains(&name)
+        })
+}
 
 /// A `RATELIMITD_*` variable to set, and the upstream variables it comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -336,11 +384,17 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn assign(&mut self, variable: &'static str, value: String, from: &str) {
-        self.assign_with(variable, value, from, false);
+    fn assign(&mut self, setting: &'static Setting, value: String, from: &str) {
+        self.assign_with(setting, value, from, false);
     }
 
-    fn assign_with(&mut self, variable: &'static str, value: String, from: &str, secret: bool) {
+    fn assign_with(&mut self, setting: &'static Setting, value: String, from: &str, secret: bool) {
+        debug_assert!(
+            reads(setting, from),
+            "{} is not read from {from}",
+            setting.flag
+        );
+        let variable = setting.variable;
         if self.env.contains_key(variable) {
             self.note(
                 Level::Info,
@@ -357,8 +411,15 @@ impl<'a> Reader<'a> {
         });
     }
 
-    /// envoyproxy/ratelimit's default for the unset `from`, unless `variable` is set.
-    fn assign_default(&mut self, variable: &'static str, value: String, from: &str) {
+    /// envoyproxy/ratelimit's default for the unset `from`, unless the setting's variable is
+    /// set.
+    fn assign_default(&mut self, setting: &'static Setting, value: String, from: &str) {
+        debug_assert!(
+            reads(setting, from),
+            "{} is not read from {from}",
+            setting.flag
+        );
+        let variable = setting.variable;
         if self.env.contains_key(variable) {
             return;
         }
@@ -371,27 +432,32 @@ impl<'a> Reader<'a> {
         });
     }
 
-    /// A boolean variable copied to a ratelimitd boolean flag's variable, when set.
-    fn copy_bool(&mut self, name: &str, variable: &'static str) {
-        if self.is_set(name) {
-            let value = self.bool(name, false);
-            self.assign(variable, value.to_string(), name);
-        }
+    /// The setting's upstream variable ([`Upstream::Variable`]), converted, when it is set.
+    fn copy(&mut self, setting: &'static Setting) {
+        self.copy_or_default(setting, false);
     }
 
-    /// A duration variable copied to a ratelimitd flag's variable; `default` stands in when the
-    /// variable is unset (upstream's default, where the caller wants it applied).
-    fn copy_duration(&mut self, name: &str, variable: &'static str, default: Option<&str>) {
+    /// [`Self::copy`]; when the variable is unset and `use_default`, the setting's drop-in
+    /// default (upstream's default) stands in.
+    fn copy_or_default(&mut self, setting: &'static Setting, use_default: bool) {
+        let Upstream::Variable(name, convert) = setting.upstream else {
+            debug_assert!(false, "--{} is not copied from one variable", setting.flag);
+            return;
+        };
+        let default = setting.drop_in_default.filter(|_| use_default);
         let (text, defaulted) = match (self.get(name), default) {
             (Some(text), _) => (text, false),
             (None, Some(default)) => (default, true),
             (None, None) => return,
         };
-        match parse_duration(text) {
-            Ok(duration) if defaulted => {
-                self.assign_default(variable, duration_flag(duration), name)
-            }
-            Ok(duration) => self.assign(variable, duration_flag(duration), name),
+        let value = match convert {
+            Convert::Same => Ok(text.to_owned()),
+            Convert::Bool => parse_bool(text).map(|value| value.to_string()),
+            Convert::Duration => parse_duration(text).map(duration_flag),
+        };
+        match value {
+            Ok(value) if defaulted => self.assign_default(setting, value, name),
+            Ok(value) => self.assign(setting, value, name),
             Err(error) => self.fail(format!("{name}: {error}")),
         }
     }
@@ -426,36 +492,44 @@ impl<'a> Reader<'a> {
     fn listeners(&mut self) {
         if self.is_set("HOST") || self.is_set("PORT") {
             if let Some(address) = self.address("HOST", "PORT", "0.0.0.0", "8080") {
-                self.assign("RATELIMITD_HTTP_ADDR", address, "HOST/PORT");
+                self.assign(&settings::listeners::HTTP_ADDR, address, "HOST/PORT");
             }
         }
         if self.is_set("GRPC_HOST") || self.is_set("GRPC_PORT") {
             if let Some(address) = self.address("GRPC_HOST", "GRPC_PORT", "0.0.0.0", "8081") {
-                self.assign("RATELIMITD_GRPC_ADDR", address, "GRPC_HOST/GRPC_PORT");
+                self.assign(
+                    &settings::listeners::GRPC_ADDR,
+                    address,
+                    "GRPC_HOST/GRPC_PORT",
+                );
             }
         }
         if self.drop_in || self.is_set("DEBUG_HOST") || self.is_set("DEBUG_PORT") {
             if let Some(address) = self.address("DEBUG_HOST", "DEBUG_PORT", "0.0.0.0", "6070") {
-                self.assign("RATELIMITD_DEBUG_ADDR", address, "DEBUG_HOST/DEBUG_PORT");
+                self.assign(
+                    &settings::listeners::DEBUG_ADDR,
+                    address,
+                    "DEBUG_HOST/DEBUG_PORT",
+                );
             }
         }
         if let Some(path) = self.get("GRPC_UDS") {
-            self.assign("RATELIMITD_GRPC_UDS", path.to_owned(), "GRPC_UDS");
+            self.assign(
+                &settings::grpc_transport::GRPC_UDS,
+                path.to_owned(),
+                "GRPC_UDS",
+            );
         }
         // A grace alone means upstream's default age, as there (ratelimitd refuses a grace
         // without an age).
-        let age_default =
-            (self.drop_in || self.is_set("GRPC_MAX_CONNECTION_AGE_GRACE")).then_some("24h");
-        self.copy_duration(
-            "GRPC_MAX_CONNECTION_AGE",
-            "RATELIMITD_GRPC_MAX_CONNECTION_AGE",
+        let age_default = self.drop_in || self.is_set("GRPC_MAX_CONNECTION_AGE_GRACE");
+        self.copy_or_default(
+            &settings::grpc_transport::GRPC_MAX_CONNECTION_AGE,
             age_default,
         );
-        let grace_default = self.drop_in.then_some("1h");
-        self.copy_duration(
-            "GRPC_MAX_CONNECTION_AGE_GRACE",
-            "RATELIMITD_GRPC_MAX_CONNECTION_AGE_GRACE",
-            grace_default,
+        self.copy_or_default(
+            &settings::grpc_transport::GRPC_MAX_CONNECTION_AGE_GRACE,
+            self.drop_in,
         );
     }
 
@@ -477,13 +551,29 @@ impl<'a> Reader<'a> {
             );
             return;
         };
-        self.assign("RATELIMITD_GRPC_TLS_CERT", cert.to_owned(), FILES[0]);
-        self.assign("RATELIMITD_GRPC_TLS_KEY", key.to_owned(), FILES[1]);
+        self.assign(
+            &settings::grpc_transport::GRPC_TLS_CERT,
+            cert.to_owned(),
+            FILES[0],
+        );
+        self.assign(
+            &settings::grpc_transport::GRPC_TLS_KEY,
+            key.to_owned(),
+            FILES[1],
+        );
         if let Some(ca) = self.get(FILES[2]) {
-            self.assign("RATELIMITD_GRPC_TLS_CLIENT_CA", ca.to_owned(), FILES[2]);
+            self.assign(
+                &settings::grpc_transport::GRPC_TLS_CLIENT_CA,
+                ca.to_owned(),
+                FILES[2],
+            );
         }
         if let Some(san) = self.get(FILES[3]) {
-            self.assign("RATELIMITD_GRPC_TLS_CLIENT_SAN", san.to_owned(), FILES[3]);
+            self.assign(
+                &settings::grpc_transport::GRPC_TLS_CLIENT_SAN,
+                san.to_owned(),
+                FILES[3],
+            );
         }
     }
 
@@ -508,12 +598,20 @@ impl<'a> Reader<'a> {
                     return;
                 }
             };
-            self.assign("RATELIMITD_LOG_LEVEL", filter.to_owned(), "LOG_LEVEL");
+            self.assign(
+                &settings::telemetry::LOG_LEVEL,
+                filter.to_owned(),
+                "LOG_LEVEL",
+            );
         }
         if let Some(format) = self.get("LOG_FORMAT") {
             // Upstream logs JSON for `json` and text for anything else.
             let format = if format == "json" { "json" } else { "text" };
-            self.assign("RATELIMITD_LOG_FORMAT", format.to_owned(), "LOG_FORMAT");
+            self.assign(
+                &settings::telemetry::LOG_FORMAT,
+                format.to_owned(),
+                "LOG_FORMAT",
+            );
         }
     }
 
@@ -568,10 +666,7 @@ impl<'a> Reader<'a> {
                 false
             }
         };
-        self.copy_bool(
-            "FORCE_START_WITHOUT_INITIAL_CONFIG",
-            "RATELIMITD_FORCE_START_WITHOUT_INITIAL_CONFIG",
-        );
+        self.copy(&settings::configuration::FORCE_START_WITHOUT_INITIAL_CONFIG);
         if self.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false) {
             self.note(
                 Level::Warn,
@@ -582,11 +677,8 @@ impl<'a> Reader<'a> {
                     .into(),
             );
         }
-        self.copy_bool(
-            "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
-            "RATELIMITD_HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
-        );
-        self.copy_bool("MERGE_DOMAIN_CONFIG", "RATELIMITD_MERGE_DOMAIN_CONFIG");
+        self.copy(&settings::configuration::HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED);
+        self.copy(&settings::configuration::MERGE_DOMAIN_CONFIG);
 
         const RUNTIME: [&str; 5] = [
             "RUNTIME_ROOT",
@@ -616,10 +708,18 @@ impl<'a> Reader<'a> {
         path.push(self.get("RUNTIME_APPDIRECTORY").unwrap_or("config"));
         let ignore_dotfiles = self.bool("RUNTIME_IGNOREDOTFILES", false);
         let from = "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY";
-        self.assign("RATELIMITD_CONFIG", path.display().to_string(), from);
-        self.assign("RATELIMITD_CONFIG_LAYOUT", "runtime".into(), from);
         self.assign(
-            "RATELIMITD_CONFIG_IGNORE_DOTFILES",
+            &settings::configuration::CONFIG,
+            path.display().to_string(),
+            from,
+        );
+        self.assign(
+            &settings::configuration::CONFIG_LAYOUT,
+            "runtime".into(),
+            from,
+        );
+        self.assign(
+            &settings::configuration::CONFIG_IGNORE_DOTFILES,
             ignore_dotfiles.to_string(),
             "RUNTIME_IGNOREDOTFILES",
         );
@@ -639,7 +739,7 @@ impl<'a> Reader<'a> {
     /// ratelimitd's would differ (the server `localhost:18000`).
     fn xds(&mut self) {
         self.assign(
-            "RATELIMITD_CONFIG_SOURCE",
+            &settings::configuration::CONFIG_SOURCE,
             "xds".into(),
             "CONFIG_TYPE=GRPC_XDS_SOTW",
         );
@@ -647,63 +747,36 @@ impl<'a> Reader<'a> {
             .get("CONFIG_GRPC_XDS_SERVER_URL")
             .unwrap_or("localhost:18000");
         self.assign(
-            "RATELIMITD_XDS_SERVER",
+            &settings::configuration::XDS_SERVER,
             server.to_owned(),
             "CONFIG_GRPC_XDS_SERVER_URL",
         );
-        for (name, variable) in [
-            ("CONFIG_GRPC_XDS_NODE_ID", "RATELIMITD_XDS_NODE_ID"),
-            (
-                "CONFIG_GRPC_XDS_NODE_METADATA",
-                "RATELIMITD_XDS_NODE_METADATA",
-            ),
-            (
-                "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
-                "RATELIMITD_XDS_BACKOFF_RANDOM_FACTOR",
-            ),
-            (
-                "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
-                "RATELIMITD_XDS_MAX_MESSAGE_BYTES",
-            ),
-        ] {
-            if let Some(value) = self.get(name) {
-                self.assign(variable, value.to_owned(), name);
-            }
-        }
+        self.copy(&settings::configuration::XDS_NODE_ID);
+        self.copy(&settings::configuration::XDS_NODE_METADATA);
+        self.copy(&settings::configuration::XDS_BACKOFF_RANDOM_FACTOR);
+        self.copy(&settings::configuration::XDS_MAX_MESSAGE_BYTES);
         if let Some(headers) = self.get("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS") {
             // Often a bearer token.
             self.assign_with(
-                "RATELIMITD_XDS_HEADERS",
+                &settings::configuration::XDS_HEADERS,
                 headers.to_owned(),
                 "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
                 true,
             );
         }
-        self.copy_duration(
-            "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
-            "RATELIMITD_XDS_CONNECT_RETRY_INTERVAL",
-            None,
-        );
-        self.copy_duration(
-            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
-            "RATELIMITD_XDS_BACKOFF_INITIAL",
-            None,
-        );
-        self.copy_duration(
-            "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
-            "RATELIMITD_XDS_BACKOFF_MAX",
-            None,
-        );
-        self.copy_bool("XDS_CLIENT_BACKOFF_JITTER", "RATELIMITD_XDS_BACKOFF_JITTER");
+        self.copy(&settings::configuration::XDS_CONNECT_RETRY_INTERVAL);
+        self.copy(&settings::configuration::XDS_BACKOFF_INITIAL);
+        self.copy(&settings::configuration::XDS_BACKOFF_MAX);
+        self.copy(&settings::configuration::XDS_BACKOFF_JITTER);
 
-        const TLS: [(&str, &str); 4] = [
-            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "RATELIMITD_XDS_TLS_CERT"),
-            ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "RATELIMITD_XDS_TLS_KEY"),
-            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "RATELIMITD_XDS_TLS_CA"),
-            ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "RATELIMITD_XDS_TLS_SAN"),
+        const TLS: [&Setting; 4] = [
+            &settings::configuration::XDS_TLS_CERT,
+            &settings::configuration::XDS_TLS_KEY,
+            &settings::configuration::XDS_TLS_CA,
+            &settings::configuration::XDS_TLS_SAN,
         ];
         if !self.bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", false) {
-            let names = TLS.map(|(name, _)| name);
+            let names = TLS.map(|setting| setting.upstream.variables()[0]);
             self.unused(
                 &names,
                 "CONFIG_GRPC_XDS_SERVER_USE_TLS is not true (as upstream)",
@@ -711,14 +784,12 @@ impl<'a> Reader<'a> {
             return;
         }
         self.assign(
-            "RATELIMITD_XDS_TLS",
+            &settings::configuration::XDS_TLS,
             "true".into(),
             "CONFIG_GRPC_XDS_SERVER_USE_TLS",
         );
-        for (name, variable) in TLS {
-            if let Some(value) = self.get(name) {
-                self.assign(variable, value.to_owned(), name);
-            }
+        for setting in TLS {
+            self.copy(setting);
         }
     }
 
@@ -793,7 +864,7 @@ impl<'a> Reader<'a> {
             self.unused(&PROMETHEUS, "USE_PROMETHEUS is not true (as upstream)");
             self.statsd_sink("USE_DOG_STATSD");
             self.assign(
-                "RATELIMITD_STATSD_FORMAT",
+                &settings::statsd::STATSD_FORMAT,
                 "dogstatsd".into(),
                 "USE_DOG_STATSD",
             );
@@ -807,7 +878,7 @@ impl<'a> Reader<'a> {
                 let env = self.env;
                 match Mogrifiers::from_env(list, |name| env.get(name).cloned()) {
                     Ok(_) => self.assign(
-                        "RATELIMITD_STATSD_MOGRIFIERS",
+                        &settings::statsd::STATSD_MOGRIFIERS,
                         list.to_owned(),
                         "USE_DOG_STATSD_MOGRIFIERS",
                     ),
@@ -843,22 +914,18 @@ impl<'a> Reader<'a> {
             return;
         };
         self.assign(
-            "RATELIMITD_STATSD_ADDR",
+            &settings::statsd::STATSD_ADDR,
             address,
             &format!("{sink}/STATSD_HOST/STATSD_PORT"),
         );
         self.extra_tags();
-        self.copy_duration(
-            "STATS_FLUSH_INTERVAL",
-            "RATELIMITD_STATSD_FLUSH_INTERVAL",
-            None,
-        );
+        self.copy(&settings::statsd::STATSD_FLUSH_INTERVAL);
     }
 
     fn extra_tags(&mut self) {
         if let Some(tags) = self.get("EXTRA_TAGS") {
             self.assign(
-                "RATELIMITD_STATSD_EXTRA_TAGS",
+                &settings::statsd::STATSD_EXTRA_TAGS,
                 tags.to_owned(),
                 "EXTRA_TAGS",
             );
@@ -883,12 +950,12 @@ impl<'a> Reader<'a> {
             .and_then(|(host, port)| listen_address(host, u64::from(port)))
         {
             Some(address) if defaulted => self.assign_default(
-                "RATELIMITD_ENVOYPROXY_METRICS_ADDR",
+                &settings::listeners::ENVOYPROXY_METRICS_ADDR,
                 address,
                 "USE_PROMETHEUS/PROMETHEUS_ADDR",
             ),
             Some(address) => self.assign(
-                "RATELIMITD_ENVOYPROXY_METRICS_ADDR",
+                &settings::listeners::ENVOYPROXY_METRICS_ADDR,
                 address,
                 "USE_PROMETHEUS/PROMETHEUS_ADDR",
             ),
@@ -898,7 +965,7 @@ impl<'a> Reader<'a> {
         }
         if let Some(path) = self.get("PROMETHEUS_PATH") {
             self.assign(
-                "RATELIMITD_ENVOYPROXY_METRICS_PATH",
+                &settings::listeners::ENVOYPROXY_METRICS_PATH,
                 path.to_owned(),
                 "PROMETHEUS_PATH",
             );
@@ -907,7 +974,7 @@ impl<'a> Reader<'a> {
         match self.get("PROMETHEUS_MAPPER_YAML") {
             Some(mapper) => {
                 self.assign(
-                    "RATELIMITD_ENVOYPROXY_METRICS_MAPPER",
+                    &settings::listeners::ENVOYPROXY_METRICS_MAPPER,
                     mapper.to_owned(),
                     "PROMETHEUS_MAPPER_YAML",
                 );
@@ -917,10 +984,7 @@ impl<'a> Reader<'a> {
                     "PROMETHEUS_MAPPER_YAML is set (as upstream)",
                 );
             }
-            None => self.copy_bool(
-                "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
-                "RATELIMITD_ENVOYPROXY_METRICS_RESPONSE_TIME_MS",
-            ),
+            None => self.copy(&settings::listeners::ENVOYPROXY_METRICS_RESPONSE_TIME_MS),
         }
     }
 
@@ -940,22 +1004,19 @@ impl<'a> Reader<'a> {
     }
 
     fn limiter(&mut self) {
-        self.copy_bool("SHADOW_MODE", "RATELIMITD_SHADOW_MODE");
-        self.copy_bool("QUOTA_MODE", "RATELIMITD_QUOTA_MODE");
-        self.copy_bool(
-            "RESPONSE_DYNAMIC_METADATA",
-            "RATELIMITD_RESPONSE_DYNAMIC_METADATA",
-        );
+        self.copy(&settings::responses::SHADOW_MODE);
+        self.copy(&settings::responses::QUOTA_MODE);
+        self.copy(&settings::responses::RESPONSE_DYNAMIC_METADATA);
         if let Some(ratio) = self.get("NEAR_LIMIT_RATIO") {
             self.assign(
-                "RATELIMITD_NEAR_LIMIT_RATIO",
+                &settings::telemetry::NEAR_LIMIT_RATIO,
                 ratio.to_owned(),
                 "NEAR_LIMIT_RATIO",
             );
         }
         match self.get("LOCAL_CACHE_SIZE_IN_BYTES").map(parse_unsigned) {
             None | Some(Ok(0))
-                if self.drop_in && !self.env.contains_key("RATELIMITD_DENY_CACHE") =>
+                if self.drop_in && !self.env.contains_key(settings::store::DENY_CACHE.variable) =>
             {
                 self.note(
                     Level::Warn,
@@ -977,7 +1038,7 @@ impl<'a> Reader<'a> {
             Some(Ok(bytes)) => {
                 let entries = (bytes / LOCAL_CACHE_BYTES_PER_ENTRY).clamp(1, u64::from(u32::MAX));
                 self.assign(
-                    "RATELIMITD_DENY_CACHE_SIZE",
+                    &settings::store::DENY_CACHE_SIZE,
                     entries.to_string(),
                     "LOCAL_CACHE_SIZE_IN_BYTES",
                 );
@@ -986,19 +1047,23 @@ impl<'a> Reader<'a> {
         }
         if let Some(prefix) = self.get("CACHE_KEY_PREFIX") {
             self.assign(
-                "RATELIMITD_REDIS_KEY_PREFIX",
+                &settings::redis_keys::REDIS_KEY_PREFIX,
                 prefix.to_owned(),
                 "CACHE_KEY_PREFIX",
             );
         }
         // Drop-in mode keeps upstream's keys, so old and new pods share their counters while a
         // Deployment rolls (docs/migration.md); the jitter belongs to those keys.
-        let envoyproxy_keys = match self.env.get("RATELIMITD_KEY_FORMAT").map(String::as_str) {
+        let envoyproxy_keys = match self
+            .env
+            .get(settings::redis_keys::KEY_FORMAT.variable)
+            .map(String::as_str)
+        {
             Some(format) => format == "envoyproxy",
             None => {
                 if self.drop_in {
                     self.assign_default(
-                        "RATELIMITD_KEY_FORMAT",
+                        &settings::redis_keys::KEY_FORMAT,
                         "envoyproxy".into(),
                         "drop-in mode",
                     );
@@ -1011,45 +1076,37 @@ impl<'a> Reader<'a> {
             .map(parse_unsigned)
         {
             None if envoyproxy_keys && self.drop_in => self.assign_default(
-                "RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS",
+                &settings::redis_keys::EXPIRATION_JITTER_MAX_SECONDS,
                 "300".into(),
                 "EXPIRATION_JITTER_MAX_SECONDS",
             ),
             None => {}
             Some(Ok(seconds)) => self.assign(
-                "RATELIMITD_EXPIRATION_JITTER_MAX_SECONDS",
+                &settings::redis_keys::EXPIRATION_JITTER_MAX_SECONDS,
                 seconds.to_string(),
                 "EXPIRATION_JITTER_MAX_SECONDS",
             ),
             Some(Err(error)) => self.fail(format!("EXPIRATION_JITTER_MAX_SECONDS: {error}")),
         }
-        self.copy_bool(
-            "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-            "RATELIMITD_STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-        );
+        self.copy(&settings::redis_keys::STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT);
 
-        const NAMES: [(&str, &str); 3] = [
-            ("LIMIT_LIMIT_HEADER", "RATELIMITD_RESPONSE_HEADER_LIMIT"),
-            (
-                "LIMIT_REMAINING_HEADER",
-                "RATELIMITD_RESPONSE_HEADER_REMAINING",
-            ),
-            ("LIMIT_RESET_HEADER", "RATELIMITD_RESPONSE_HEADER_RESET"),
+        const NAMES: [&Setting; 3] = [
+            &settings::responses::RESPONSE_HEADER_LIMIT,
+            &settings::responses::RESPONSE_HEADER_REMAINING,
+            &settings::responses::RESPONSE_HEADER_RESET,
         ];
         if self.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
             self.assign(
-                "RATELIMITD_RESPONSE_HEADERS",
+                &settings::responses::RESPONSE_HEADERS,
                 "envoyproxy".into(),
                 "LIMIT_RESPONSE_HEADERS_ENABLED",
             );
-            for (name, variable) in NAMES {
-                if let Some(header) = self.get(name) {
-                    self.assign(variable, header.to_owned(), name);
-                }
+            for setting in NAMES {
+                self.copy(setting);
             }
         } else {
             self.unused(
-                &NAMES.map(|(name, _)| name),
+                &NAMES.map(|setting| setting.upstream.variables()[0]),
                 "LIMIT_RESPONSE_HEADERS_ENABLED is not true (as upstream)",
             );
         }
@@ -1063,11 +1120,19 @@ impl<'a> Reader<'a> {
         const NAME: &str = "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION";
         let active = self.bool(NAME, !self.drop_in);
         match (active, self.is_set(NAME)) {
-            (false, true) => self.assign("RATELIMITD_HEALTH_FOLLOWS_STORE", "false".into(), NAME),
-            (false, false) => {
-                self.assign_default("RATELIMITD_HEALTH_FOLLOWS_STORE", "false".into(), NAME)
+            (false, true) => self.assign(
+                &settings::health::HEALTH_FOLLOWS_STORE,
+                "false".into(),
+                NAME,
+            ),
+            (false, false) => self.assign_default(
+                &settings::health::HEALTH_FOLLOWS_STORE,
+                "false".into(),
+                NAME,
+            ),
+            (true, true) => {
+                self.assign(&settings::health::HEALTH_FOLLOWS_STORE, "true".into(), NAME)
             }
-            (true, true) => self.assign("RATELIMITD_HEALTH_FOLLOWS_STORE", "true".into(), NAME),
             (true, false) => {}
         }
         if active && self.is_set(NAME) {
@@ -1092,24 +1157,18 @@ impl<'a> Reader<'a> {
                 } else {
                     duration_flag(wait)
                 };
-                self.assign("RATELIMITD_REDIS_STARTUP_WAIT", wait, ELAPSED);
+                self.assign(&settings::store::REDIS_STARTUP_WAIT, wait, ELAPSED);
             }
             Some(Err(error)) => self.fail(format!("{ELAPSED}: {error}")),
-            None if self.drop_in => {
-                self.assign_default("RATELIMITD_REDIS_STARTUP_WAIT", "forever".into(), ELAPSED)
-            }
+            None if self.drop_in => self.assign_default(
+                &settings::store::REDIS_STARTUP_WAIT,
+                "forever".into(),
+                ELAPSED,
+            ),
             None => {}
         }
-        self.copy_duration(
-            "REDIS_STARTUP_INITIAL_INTERVAL",
-            "RATELIMITD_REDIS_STARTUP_INITIAL_INTERVAL",
-            None,
-        );
-        self.copy_duration(
-            "REDIS_STARTUP_MAX_INTERVAL",
-            "RATELIMITD_REDIS_STARTUP_MAX_INTERVAL",
-            None,
-        );
+        self.copy(&settings::store::REDIS_STARTUP_INITIAL_INTERVAL);
+        self.copy(&settings::store::REDIS_STARTUP_MAX_INTERVAL);
     }
 
     /// `REDIS_TLS_CACERT`, trusted as upstream trusts it: beside the system's certificate store;
@@ -1117,11 +1176,17 @@ impl<'a> Reader<'a> {
     /// ignores one of the two without the other; here that stops startup, naming both.
     fn redis_tls_files(&mut self) {
         if let Some(ca) = self.get("REDIS_TLS_CACERT") {
-            let ours = self.env.contains_key("RATELIMITD_REDIS_TLS_CA");
-            self.assign("RATELIMITD_REDIS_TLS_CA", ca.to_owned(), "REDIS_TLS_CACERT");
+            let ours = self
+                .env
+                .contains_key(settings::store::REDIS_TLS_CA.variable);
+            self.assign(
+                &settings::store::REDIS_TLS_CA,
+                ca.to_owned(),
+                "REDIS_TLS_CACERT",
+            );
             if !ours {
                 self.assign(
-                    "RATELIMITD_REDIS_TLS_SYSTEM_ROOTS",
+                    &settings::store::REDIS_TLS_SYSTEM_ROOTS,
                     "true".into(),
                     "REDIS_TLS_CACERT",
                 );
@@ -1131,8 +1196,12 @@ impl<'a> Reader<'a> {
         const KEY: &str = "REDIS_TLS_CLIENT_KEY";
         match (self.get(CERT), self.get(KEY)) {
             (Some(cert), Some(key)) => {
-                self.assign("RATELIMITD_REDIS_TLS_CLIENT_CERT", cert.to_owned(), CERT);
-                self.assign("RATELIMITD_REDIS_TLS_CLIENT_KEY", key.to_owned(), KEY);
+                self.assign(
+                    &settings::store::REDIS_TLS_CLIENT_CERT,
+                    cert.to_owned(),
+                    CERT,
+                );
+                self.assign(&settings::store::REDIS_TLS_CLIENT_KEY, key.to_owned(), KEY);
             }
             (Some(_), None) => self.fail(format!(
                 "{CERT} is set without {KEY}: a client certificate is presented with its private \
@@ -1150,7 +1219,7 @@ impl<'a> Reader<'a> {
     fn redis_pool(&mut self) {
         match self.get("REDIS_POOL_SIZE").map(parse_unsigned) {
             Some(Ok(size)) if (1..=u64::from(u32::MAX)).contains(&size) => self.assign(
-                "RATELIMITD_REDIS_POOL_SIZE",
+                &settings::store::REDIS_POOL_SIZE,
                 size.to_string(),
                 "REDIS_POOL_SIZE",
             ),
@@ -1162,12 +1231,13 @@ impl<'a> Reader<'a> {
                 ));
             }
             None if self.drop_in => {
-                self.assign_default("RATELIMITD_REDIS_POOL_SIZE", "10".into(), "REDIS_POOL_SIZE")
+                let setting = &settings::store::REDIS_POOL_SIZE;
+                let size = setting.drop_in_default.unwrap_or_default();
+                self.assign_default(setting, size.into(), "REDIS_POOL_SIZE")
             }
             None => {}
         }
-        let timeout_default = self.drop_in.then_some("10s");
-        self.copy_duration("REDIS_TIMEOUT", "RATELIMITD_REDIS_TIMEOUT", timeout_default);
+        self.copy_or_default(&settings::store::REDIS_TIMEOUT, self.drop_in);
     }
 
     fn redis(&mut self) {
@@ -1235,7 +1305,10 @@ impl<'a> Reader<'a> {
             "REDIS_STARTUP_MAX_INTERVAL",
             "REDIS_STARTUP_MAX_ELAPSED_TIME",
         ];
-        let ratelimitd_redis = RATELIMITD_REDIS.iter().find(|v| self.env.contains_key(**v));
+        let ratelimitd_redis = RATELIMITD_REDIS
+            .iter()
+            .map(|setting| setting.variable)
+            .find(|variable| self.env.contains_key(*variable));
         if ratelimitd_redis.is_some() || self.drop_in || self.is_set("REDIS_URL") {
             self.redis_pool();
             self.redis_startup();
@@ -1303,7 +1376,12 @@ impl<'a> Reader<'a> {
                          REDIS_TLS are for host:port and socket paths)"
                             .into(),
                     );
-                    self.assign_with("RATELIMITD_REDIS_URL", url.to_owned(), "REDIS_URL", true);
+                    self.assign_with(
+                        &settings::store::REDIS_URL,
+                        url.to_owned(),
+                        "REDIS_URL",
+                        true,
+                    );
                     return;
                 }
                 if unix && tls {
@@ -1323,7 +1401,7 @@ impl<'a> Reader<'a> {
                     return;
                 }
                 let single = single_url(url, unix, tls, skip_verification, auth.as_ref());
-                self.assign_with("RATELIMITD_REDIS_URL", single, from, auth.is_some());
+                self.assign_with(&settings::store::REDIS_URL, single, from, auth.is_some());
             }
             Some(topology @ ("cluster" | "sentinel")) => {
                 if unix {
@@ -1340,21 +1418,21 @@ impl<'a> Reader<'a> {
                 }
                 if let Some((user, password)) = &auth {
                     if let Some(user) = user {
-                        self.assign("RATELIMITD_REDIS_USER", user.clone(), "REDIS_AUTH");
+                        self.assign(&settings::store::REDIS_USER, user.clone(), "REDIS_AUTH");
                     }
                     self.assign_with(
-                        "RATELIMITD_REDIS_PASSWORD",
+                        &settings::store::REDIS_PASSWORD,
                         password.clone(),
                         "REDIS_AUTH",
                         true,
                     );
                 }
                 if tls {
-                    self.assign("RATELIMITD_REDIS_TLS", "true".into(), "REDIS_TLS");
+                    self.assign(&settings::store::REDIS_TLS, "true".into(), "REDIS_TLS");
                 }
                 if topology == "cluster" {
                     self.unused(&["REDIS_SENTINEL_AUTH"], "REDIS_TYPE is not SENTINEL");
-                    self.assign("RATELIMITD_REDIS_CLUSTER", url.to_owned(), "REDIS_URL");
+                    self.assign(&settings::store::REDIS_CLUSTER, url.to_owned(), "REDIS_URL");
                     return;
                 }
                 let Some((master, sentinels)) = url.split_once(',') else {
@@ -1365,20 +1443,20 @@ impl<'a> Reader<'a> {
                     return;
                 };
                 self.assign(
-                    "RATELIMITD_REDIS_SENTINEL",
+                    &settings::store::REDIS_SENTINEL,
                     format!("{master}@{sentinels}"),
                     "REDIS_URL",
                 );
                 if let Some((user, password)) = sentinel_auth {
                     if let Some(user) = user {
                         self.assign(
-                            "RATELIMITD_REDIS_SENTINEL_USER",
+                            &settings::store::REDIS_SENTINEL_USER,
                             user,
                             "REDIS_SENTINEL_AUTH",
                         );
                     }
                     self.assign_with(
-                        "RATELIMITD_REDIS_SENTINEL_PASSWORD",
+                        &settings::store::REDIS_SENTINEL_PASSWORD,
                         password,
                         "REDIS_SENTINEL_AUTH",
                         true,
@@ -1406,10 +1484,14 @@ impl<'a> Reader<'a> {
             self.unused(&SETTINGS, "TRACING_ENABLED is not true (as upstream)");
             return;
         }
-        self.assign("RATELIMITD_TRACING", "true".into(), "TRACING_ENABLED");
+        self.assign(
+            &settings::tracing::TRACING,
+            "true".into(),
+            "TRACING_ENABLED",
+        );
         let name = self.get("TRACING_SERVICE_NAME").unwrap_or("RateLimit");
         self.assign(
-            "RATELIMITD_TRACING_SERVICE_NAME",
+            &settings::tracing::TRACING_SERVICE_NAME,
             name.to_owned(),
             "TRACING_SERVICE_NAME",
         );
@@ -1429,7 +1511,7 @@ impl<'a> Reader<'a> {
         }
         if !attributes.is_empty() {
             self.assign(
-                "RATELIMITD_TRACING_RESOURCE_ATTRIBUTES",
+                &settings::tracing::TRACING_RESOURCE_ATTRIBUTES,
                 attributes.join(","),
                 "TRACING_SERVICE_NAMESPACE/TRACING_SERVICE_INSTANCE_ID",
             );
@@ -1444,12 +1526,12 @@ impl<'a> Reader<'a> {
         }
         match self.get("TRACING_EXPORTER_PROTOCOL") {
             None | Some("http") => self.assign(
-                "RATELIMITD_TRACING_PROTOCOL",
+                &settings::tracing::TRACING_PROTOCOL,
                 "http/protobuf".into(),
                 "TRACING_EXPORTER_PROTOCOL",
             ),
             Some("grpc") => self.assign(
-                "RATELIMITD_TRACING_PROTOCOL",
+                &settings::tracing::TRACING_PROTOCOL,
                 "grpc".into(),
                 "TRACING_EXPORTER_PROTOCOL",
             ),
@@ -1460,7 +1542,7 @@ impl<'a> Reader<'a> {
         let rate = self.get("TRACING_SAMPLING_RATE").unwrap_or("1");
         match rate.trim().parse::<f64>() {
             Ok(ratio) if (0.0..=1.0).contains(&ratio) => self.assign(
-                "RATELIMITD_TRACING_SAMPLING_RATIO",
+                &settings::tracing::TRACING_SAMPLING_RATIO,
                 rate.trim().to_owned(),
                 "TRACING_SAMPLING_RATE",
             ),

@@ -1,3 +1,5 @@
+use std::collections::BTreeSet;
+
 use super::*;
 
 fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -761,4 +763,69 @@ fn bad_tracing_values_are_refused_by_name() {
             "{name}={value}: {errors:?}"
         );
     }
+}
+
+#[test]
+fn every_upstream_variable_feeds_a_setting_or_is_said_to_feed_none() {
+    let fed: BTreeSet<&str> = settings::all()
+        .flat_map(|setting| setting.upstream.variables().iter().copied())
+        .collect();
+    for name in VARIABLES {
+        let without = WITHOUT_A_SETTING.contains(&name);
+        assert!(
+            fed.contains(name) != without,
+            "{name}: {}",
+            if without {
+                "feeds a setting and is listed as feeding none"
+            } else {
+                "feeds no setting and is not listed as such"
+            }
+        );
+    }
+    for name in fed.iter().chain(&WITHOUT_A_SETTING) {
+        assert!(VARIABLES.contains(name), "{name} is no upstream variable");
+    }
+}
+
+#[test]
+fn drop_in_mode_assigns_the_drop_in_default_of_every_setting_that_has_one() {
+    let translation = translate(&env(&[]), true).unwrap();
+    let assigned = assigned(&translation);
+    for setting in settings::all() {
+        assert_eq!(
+            assigned.get(setting.variable).map(String::as_str),
+            setting.drop_in_default,
+            "--{}",
+            setting.flag
+        );
+    }
+    for variable in assigned.keys() {
+        let setting = settings::by_variable(variable).expect("a setting");
+        assert!(setting.drop_in_default.is_some(), "--{}", setting.flag);
+    }
+}
+
+#[test]
+fn a_copied_variable_reaches_its_setting_converted() {
+    let translation = translate(
+        &env(&[
+            ("SHADOW_MODE", "T"),
+            ("REDIS_TIMEOUT", "1m30s"),
+            ("NEAR_LIMIT_RATIO", "0.9"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "127.0.0.1:6379"),
+        ]),
+        false,
+    )
+    .unwrap();
+    let assigned = assigned(&translation);
+    assert_eq!(assigned[settings::responses::SHADOW_MODE.variable], "true");
+    assert_eq!(
+        assigned[settings::telemetry::NEAR_LIMIT_RATIO.variable],
+        "0.9"
+    );
+    assert_eq!(
+        assigned[settings::store::REDIS_TIMEOUT.variable],
+        duration_flag(std::time::Duration::from_secs(90))
+    );
 }

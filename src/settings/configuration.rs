@@ -60,7 +60,11 @@ pub const CONFIG_LAYOUT: Setting = Setting {
     essential: false,
     default: Value::Text("files"),
     drop_in_default: Some("runtime"),
-    upstream: Upstream::Derived(&["RUNTIME_ROOT"]),
+    upstream: Upstream::Derived(&[
+        "RUNTIME_ROOT",
+        "RUNTIME_SUBDIRECTORY",
+        "RUNTIME_APPDIRECTORY",
+    ]),
     help: "How configuration directories are read: files (their own *.yaml / *.yml files, names \
         starting with `.` skipped) or runtime (every file, in subdirectories too, as \
         envoyproxy/ratelimit reads $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY).",
