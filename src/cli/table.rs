@@ -68,62 +68,7 @@ fn help_texts(text: &'static str) -> (&'static str, Option<&'static str>) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
-
-    use clap::CommandFactory;
-
     use super::*;
-    use crate::cli::Cli;
-
-    /// The flags of `serve` that are no setting of their own: the negation of one.
-    const NEGATIONS: &[&str] = &["no-deny-cache"];
-
-    #[test]
-    fn every_argument_of_serve_is_a_setting_and_every_setting_an_argument() {
-        let cli = apply(Cli::command());
-        let serve = cli.find_subcommand("serve").expect("serve");
-        let arguments: BTreeSet<&str> = serve
-            .get_arguments()
-            .filter_map(|arg| arg.get_long())
-            .filter(|long| *long != "help" && !NEGATIONS.contains(long))
-            .collect();
-        let table: BTreeSet<&str> = settings::all().map(|setting| setting.flag).collect();
-        assert_eq!(
-            arguments.difference(&table).collect::<Vec<_>>(),
-            Vec::<&&str>::new(),
-            "arguments without a setting"
-        );
-        assert_eq!(
-            table.difference(&arguments).collect::<Vec<_>>(),
-            Vec::<&&str>::new(),
-            "settings without an argument"
-        );
-    }
-
-    #[test]
-    fn every_argument_reads_its_variable_and_shows_its_default() {
-        let cli = apply(Cli::command());
-        let serve = cli.find_subcommand("serve").expect("serve");
-        for setting in settings::all() {
-            let arg = serve
-                .get_arguments()
-                .find(|arg| arg.get_long() == Some(setting.flag))
-                .expect("an argument");
-            assert_eq!(
-                arg.get_env().and_then(|env| env.to_str()),
-                Some(setting.variable)
-            );
-            assert_eq!(arg.get_help_heading(), Some(setting.group.heading()));
-            if let Some(default) = setting.default.text() {
-                let defaults: Vec<_> = arg
-                    .get_default_values()
-                    .iter()
-                    .map(|value| value.to_string_lossy().into_owned())
-                    .collect();
-                assert_eq!(defaults, [default], "--{}", setting.flag);
-            }
-        }
-    }
 
     #[test]
     fn help_texts_split_as_clap_derive_does() {

@@ -1,6 +1,6 @@
 //! The settings of `serve --help-all`'s "Admin actions" group.
 
-use super::{Group, Setting, Upstream, Value};
+use super::setting::{Group, Setting, Upstream, Value};
 
 /// Every setting of the group, in the order of the help.
 pub static ALL: &[&Setting] = &[&ADMIN_TOKEN_FILE];

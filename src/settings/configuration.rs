@@ -1,6 +1,6 @@
 //! The settings of `serve --help-all`'s "Configuration" group.
 
-use super::{Convert, Group, Setting, Upstream, Value};
+use super::setting::{Convert, Group, Setting, Upstream, Value};
 use crate::config;
 use crate::config::xds::XdsOptions;
 

@@ -1,6 +1,6 @@
 //! The settings of `serve --help-all`'s "Health" group.
 
-use super::{Convert, Group, Setting, Upstream, Value};
+use super::setting::{Convert, Group, Setting, Upstream, Value};
 use crate::store::FailureHealthSettings;
 
 /// Every setting of the group, in the order of the help.

@@ -1,6 +1,6 @@
 //! The settings of `serve --help-all`'s "Leases for hot keys" group.
 
-use super::{Group, Setting, Upstream, Value};
+use super::setting::{Group, Setting, Upstream, Value};
 
 /// Every setting of the group, in the order of the help.
 pub static ALL: &[&Setting] = &[&CONSISTENCY, &LEASE_PERIOD];

@@ -1,6 +1,6 @@
 //! The settings of `serve --help-all`'s "Redis keys" group.
 
-use super::{Convert, Group, Setting, Upstream, Value};
+use super::setting::{Convert, Group, Setting, Upstream, Value};
 
 /// Every setting of the group, in the order of the help.
 pub static ALL: &[&Setting] = &[

@@ -1,6 +1,6 @@
 //! The settings of `serve --help-all`'s "Responses" group.
 
-use super::{Convert, Group, Setting, Upstream, Value};
+use super::setting::{Convert, Group, Setting, Upstream, Value};
 use crate::service::headers::LimitHeaderNames;
 
 /// Every setting of the group, in the order of the help.

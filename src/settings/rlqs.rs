@@ -1,6 +1,6 @@
 //! The settings of `serve --help-all`'s "RLQS (Envoy's rate_limit_quota filter)" group.
 
-use super::{Group, Setting, Upstream, Value};
+use super::setting::{Group, Setting, Upstream, Value};
 use crate::service::rlqs::RlqsSettings;
 
 /// Every setting of the group, in the order of the help.

@@ -1,6 +1,6 @@
 //! The settings of `serve --help-all`'s "Status page" group.
 
-use super::{Group, Setting, Upstream, Value};
+use super::setting::{Group, Setting, Upstream, Value};
 use crate::service::status_page::StatusPageSettings;
 
 /// Every setting of the group, in the order of the help.

@@ -1,6 +1,6 @@
 //! The settings of `serve --help-all`'s "Store and Redis" group.
 
-use super::{Convert, Group, Setting, Upstream, Value};
+use super::setting::{Convert, Group, Setting, Upstream, Value};
 use crate::store::DenyCacheSettings;
 use crate::store::RedisSettings;
 

@@ -1,6 +1,6 @@
 //! The settings of `serve --help-all`'s "Telemetry" group.
 
-use super::{Convert, Group, Setting, Upstream, Value};
+use super::setting::{Convert, Group, Setting, Upstream, Value};
 use crate::service::metrics::DEFAULT_MAX_RULE_SERIES;
 use crate::service::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 

@@ -1,6 +1,6 @@
 //! The settings of `serve --help-all`'s "Top limited values" group.
 
-use super::{Group, Setting, Upstream, Value};
+use super::setting::{Group, Setting, Upstream, Value};
 use crate::service::top_values::TopSettings;
 
 /// Every setting of the group, in the order of the help.

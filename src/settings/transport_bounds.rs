@@ -1,6 +1,6 @@
 //! The settings of `serve --help-all`'s "Limits" group.
 
-use super::{Group, Setting, Upstream, Value};
+use super::setting::{Group, Setting, Upstream, Value};
 use crate::server::transport_bounds::TransportBounds;
 
 /// Every setting of the group, in the order of the help.

@@ -73,6 +73,7 @@ mod redis_urls;
 mod rlqs_envoy;
 mod rlqs_service;
 mod server_run;
+mod settings_docs;
 mod status_page;
 mod store_contract;
 mod upstream_integration;
