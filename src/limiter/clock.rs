@@ -12,6 +12,14 @@ pub trait Clock: Send + Sync + 'static {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
+impl SystemClock {
+    /// The Unix time in whole seconds (0 on a clock set before 1970): what the metrics and the
+    /// status page show.
+    pub fn now_secs() -> u64 {
+        SystemClock.now_us() / 1_000_000
+    }
+}
+
 impl Clock for SystemClock {
     fn now_us(&self) -> u64 {
         SystemTime::now()

@@ -124,7 +124,7 @@ impl ConfigFeed {
                 metrics,
                 interval,
                 on_rules_changed,
-                hangups(),
+                Hangups::listen(),
                 stopping,
             )),
             ConfigFeed::Xds {
@@ -159,33 +159,38 @@ fn start_files(settings: &Settings, loader: Arc<Loader>) -> Result<Reloader, Ser
     Ok(reloader)
 }
 
-/// SIGHUP as a stream of unit events (none where signals do not exist or cannot be caught).
-fn hangups() -> Option<tokio::sync::mpsc::Receiver<()>> {
+/// SIGHUP, listened to by the reload task itself (signals that arrive before it takes one are
+/// one reload, as the OS delivers them).
+struct Hangups {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::hangup()) {
-            Ok(mut hangup) => {
-                let (tx, rx) = tokio::sync::mpsc::channel(1);
-                tokio::spawn(async move {
-                    while hangup.recv().await.is_some() {
-                        // A reload already pending covers this one too.
-                        let _ = tx.try_send(());
-                        if tx.is_closed() {
-                            return;
-                        }
-                    }
-                });
-                Some(rx)
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGHUP; reload on file change only");
-                None
+    signal: tokio::signal::unix::Signal,
+}
+
+impl Hangups {
+    /// `None` where signals do not exist or cannot be caught (said in a warning).
+    fn listen() -> Option<Hangups> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            match signal(SignalKind::hangup()) {
+                Ok(signal) => Some(Hangups { signal }),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen for SIGHUP; reload on file change only");
+                    None
+                }
             }
         }
+        #[cfg(not(unix))]
+        None
     }
-    #[cfg(not(unix))]
-    None
+
+    /// The next SIGHUP; `None` once no more can come.
+    async fn next(&mut self) -> Option<()> {
+        #[cfg(unix)]
+        return self.signal.recv().await;
+        #[cfg(not(unix))]
+        std::future::pending().await
+    }
 }
 
 /// Reloads the configuration when its files change (checked every `interval`) and on SIGHUP.
@@ -194,7 +199,7 @@ async fn watch_config(
     metrics: Arc<Metrics>,
     interval: Option<Duration>,
     on_rules_changed: OnRulesChanged,
-    mut hangups: Option<tokio::sync::mpsc::Receiver<()>>,
+    mut hangups: Option<Hangups>,
     stopping: CancellationToken,
 ) {
     let mut ticks = interval.map(|every| {
@@ -213,7 +218,7 @@ async fn watch_config(
             } => false,
             received = async {
                 match hangups.as_mut() {
-                    Some(hangups) => hangups.recv().await,
+                    Some(hangups) => hangups.next().await,
                     None => std::future::pending().await,
                 }
             } => {

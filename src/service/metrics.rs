@@ -78,7 +78,7 @@ pub use totals::{ProcessTotals, RuleTotals};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use prometheus::{Registry, TextEncoder};
@@ -92,6 +92,7 @@ use crate::config::Loader;
 use crate::limiter::algorithm::Verdict;
 use crate::limiter::{
     Code, ConfiguredLimit, Outcome, Plan, Request, RequestBound, Resolution, RuleSet, Rules,
+    SystemClock,
 };
 use crate::store::StoreError;
 
@@ -135,7 +136,7 @@ impl Metrics {
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
             last_reload_ok: AtomicBool::new(true),
-            last_success_unix: AtomicU64::new(unix_now()),
+            last_success_unix: AtomicU64::new(SystemClock::now_secs()),
             transport_refusals: Default::default(),
             accept_errors: Default::default(),
             registry: process_registry(),
@@ -449,7 +450,8 @@ impl Metrics {
     pub fn record_reload(&self, success: bool) {
         if success {
             self.reloads_ok.fetch_add(1, Ordering::Relaxed);
-            self.last_success_unix.store(unix_now(), Ordering::Relaxed);
+            self.last_success_unix
+                .store(SystemClock::now_secs(), Ordering::Relaxed);
         } else {
             self.reloads_failed.fetch_add(1, Ordering::Relaxed);
         }
@@ -726,13 +728,6 @@ fn process_registry() -> Registry {
         Err(error) => tracing::error!(%error, "ratelimitd_build_info was not registered"),
     }
     registry
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// What the status page's sampler reads (see [`totals`]).

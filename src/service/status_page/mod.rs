@@ -15,12 +15,12 @@ pub mod sampler;
 pub mod status_json;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use self::history::History;
-use crate::limiter::Rules;
+use crate::limiter::{Rules, SystemClock};
 
 /// What the status page keeps and shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +87,7 @@ impl StatusPage {
             source,
             store,
             started: Instant::now(),
-            started_unix: unix_now(),
+            started_unix: SystemClock::now_secs(),
             history: Mutex::new(History::new(max_tracked_rules)),
             config: Mutex::new(None),
         }
@@ -96,10 +96,4 @@ impl StatusPage {
     pub fn settings(&self) -> &StatusPageSettings {
         &self.settings
     }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

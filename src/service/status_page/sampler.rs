@@ -6,10 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::limiter::SystemClock;
+
 use tokio_util::sync::CancellationToken;
 
 use super::history::StoreProbe;
-use super::{unix_now, StatusPage};
+use super::StatusPage;
 use crate::service::Metrics;
 use crate::store::Store;
 
@@ -36,7 +38,7 @@ pub async fn run<S: Store>(
             let process = metrics.process_totals();
             page.history
                 .lock()
-                .record(unix_now(), rules, process, probe);
+                .record(SystemClock::now_secs(), rules, process, probe);
         });
         if sampled.await.is_err() {
             tracing::warn!("the status page's sample was not taken");

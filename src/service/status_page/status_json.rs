@@ -9,9 +9,9 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::history::StoreProbe;
-use super::{unix_now, ConfigSource, StatusPage};
+use super::{ConfigSource, StatusPage};
 use crate::config::xds::XdsConfig;
-use crate::limiter::{ConfiguredLimit, LimitKind, RuleSet, Rules};
+use crate::limiter::{ConfiguredLimit, LimitKind, RuleSet, Rules, SystemClock};
 use crate::service::rlconfig::rlconfig;
 use crate::service::rlqs;
 use crate::service::top_values::{TopQuery, Window};
@@ -61,7 +61,7 @@ pub fn render(page: &StatusPage, sources: &Sources<'_>) -> Value {
         Some(StoreProbe::Unhealthy) => ("unhealthy", None),
         Some(StoreProbe::Healthy { micros }) => ("healthy", Some(micros)),
     };
-    let now = unix_now();
+    let now = SystemClock::now_secs();
     json!({
         "build": {
             "version": env!("CARGO_PKG_VERSION"),
