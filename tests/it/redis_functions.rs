@@ -110,10 +110,11 @@ fn stored(server: &RedisServer) -> BTreeMap<String, (String, i64)> {
             let value = match kind.as_str() {
                 // Expired since KEYS listed it.
                 "none" => return None,
+                // `None`: expired since TYPE saw it.
                 "string" => redis::cmd("GET")
                     .arg(&key)
-                    .query::<String>(&mut connection)
-                    .unwrap(),
+                    .query::<Option<String>>(&mut connection)
+                    .unwrap()?,
                 "zset" => format!(
                     "{:?}",
                     redis::cmd("ZRANGE")
