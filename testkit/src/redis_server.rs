@@ -400,7 +400,8 @@ impl RedisServer {
     }
 
     /// Kills the server if it runs, then starts a fresh one on the same port, in the same
-    /// directory (a cluster node keeps its `nodes.conf`, a server its rewritten `redis.conf`).
+    /// directory (a cluster node keeps its `nodes.conf`, a server its rewritten `redis.conf`
+    /// and the `dump.rdb` of [`RedisServer::shutdown_save`]).
     pub fn restart(&mut self) {
         self.kill();
         let deadline = Instant::now() + START_TIMEOUT;
@@ -418,6 +419,41 @@ impl RedisServer {
                 Err(error) => panic!("could not restart redis-server: {error}"),
             }
         }
+    }
+
+    /// Stops the server as an operator would, `SHUTDOWN SAVE`, and waits for it to exit: it
+    /// writes its dataset to `dump.rdb` in its directory (even under `--save ""`), which
+    /// [`RedisServer::restart`] loads again, so counters survive the restart.
+    pub fn shutdown_save(&mut self) {
+        if let Ok(mut connection) = self.try_connection_as(&Auth::none()) {
+            // The server closes the connection as it exits: no reply is expected.
+            let _ = redis::cmd("SHUTDOWN").arg("SAVE").exec(&mut connection);
+        }
+        if let Some(mut child) = self.child.take() {
+            let deadline = Instant::now() + START_TIMEOUT;
+            while child.try_wait().map(|s| s.is_none()).unwrap_or(false) {
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "redis-server on port {} did not exit after SHUTDOWN SAVE:\n{}",
+                        self.port,
+                        self.log()
+                    );
+                }
+                thread::sleep(Duration::from_millis(10));
+            }
+        }
+        if let Some(mut proxy) = self.proxy.take() {
+            let _ = proxy.kill();
+            let _ = proxy.wait();
+        }
+        self.paused = false;
+    }
+
+    /// The process id of the running server (for its CPU time and memory in `/proc`).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Freezes the server (SIGSTOP): connections stay open but nothing answers.

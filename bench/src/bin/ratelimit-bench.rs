@@ -15,6 +15,9 @@
 //!                      [--declared 65000] [--hold 2s] [--rounds 4] [--server-pid PID]
 //! ratelimit-bench swl-redis-cost [--hits 100000] [--calls 2000]
 //! ratelimit-bench redis-memory-per-key [--keys 100000] [--algorithms fixed_window,gcra,...]
+//! ratelimit-bench lease [--replicas 3] [--rate 4000] [--duration 5s] [--warmup 1s]
+//!                       [--algorithms fixed_window,sliding_window_counter,...] [--loads under,10x]
+//! ratelimit-bench soak [--duration 600s] [--reload-every 3s] [--rate 1500]
 //! ```
 //!
 //! The load: `connections` HTTP/2 connections, `concurrency` RPCs in flight on each (gRPC
@@ -37,15 +40,22 @@
 //! `scripts/bench.sh` run into its markdown tables. `swl-redis-cost` times sliding-window-log calls
 //! inside a redis-server of its own (see swl_redis_cost.rs); `redis-memory-per-key` runs this load
 //! through ratelimitd (the binary beside this one) on a redis-server of its own and reports the Redis
-//! memory per key of each algorithm (see redis_memory_per_key.rs).
+//! memory per key of each algorithm (see redis_memory_per_key.rs); `lease` compares exact and leased
+//! consistency of several replicas on one hot key with the memory store (see lease.rs); `soak` keeps
+//! a memory and a Redis server under load for minutes while their configuration is rewritten and
+//! redis-server restarts, and checks that no window admitted more than its limit (see soak/mod.rs).
 
 // The crate root lives in src/bin/, its modules beside it in src/bin/ratelimit-bench/.
 #[path = "ratelimit-bench/footprint.rs"]
 mod footprint;
 #[path = "ratelimit-bench/hold.rs"]
 mod hold;
+#[path = "ratelimit-bench/lease.rs"]
+mod lease;
 #[path = "ratelimit-bench/load/mod.rs"]
 mod load;
+#[path = "ratelimit-bench/load_process.rs"]
+mod load_process;
 #[path = "ratelimit-bench/procstat.rs"]
 mod procstat;
 #[path = "ratelimit-bench/redis_memory_per_key.rs"]
@@ -56,6 +66,8 @@ mod report;
 mod rlqs;
 #[path = "ratelimit-bench/run_header.rs"]
 mod run_header;
+#[path = "ratelimit-bench/soak/mod.rs"]
+mod soak;
 #[path = "ratelimit-bench/swl_redis_cost.rs"]
 mod swl_redis_cost;
 
@@ -93,6 +105,10 @@ enum Command {
     SwlRedisCost(swl_redis_cost::SwlRedisCostArgs),
     /// Measure the Redis memory per tracked key of each algorithm, through ratelimitd on a redis-server of its own.
     RedisMemoryPerKey(redis_memory_per_key::RedisMemoryPerKeyArgs),
+    /// Exact and leased consistency of several replicas on one hot key, against the memory store.
+    Lease(lease::LeaseArgs),
+    /// A memory and a Redis server under load with reloads and redis-server restarts; over-admission fails it.
+    Soak(soak::SoakArgs),
 }
 
 fn main() -> ExitCode {
@@ -104,6 +120,8 @@ fn main() -> ExitCode {
         Some(Command::Rlqs(args)) => rlqs::run(&args),
         Some(Command::SwlRedisCost(args)) => swl_redis_cost::run(&args),
         Some(Command::RedisMemoryPerKey(args)) => redis_memory_per_key::run(&args),
+        Some(Command::Lease(args)) => lease::run(&args),
+        Some(Command::Soak(args)) => soak::run(&args),
         Some(Command::Load(args)) => load::run(args),
         None => load::run(cli.load),
     };

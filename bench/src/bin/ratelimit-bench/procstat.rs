@@ -122,6 +122,11 @@ pub fn vm_rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// Open file descriptors of `pid` (the entries of `/proc/PID/fd`).
+pub fn open_descriptors(pid: u32) -> Option<u64> {
+    Some(fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
