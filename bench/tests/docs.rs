@@ -1,7 +1,9 @@
 //! The documentation (README.md and docs/*.md) names only flags the benchmark tools have: every
 //! `ratelimit-bench ...` and `rls-ceiling ...` command line, in code blocks and inline code, or
 //! as `cargo run -p ratelimitd-bench --bin ... -- ...`, uses flags that the tool's own usage text
-//! lists (`ratelimit-bench [SUBCOMMAND] --help`; `rls-ceiling`'s usage line).
+//! lists (`ratelimit-bench [SUBCOMMAND] --help`; `rls-ceiling`'s usage line). What follows a
+//! `--` of a `ratelimit-bench` command line is the arguments of the `ratelimitd serve` it starts
+//! (`ratelimit-bench redis-cpu -- --threads 1`), not its own.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -11,7 +13,7 @@ use testkit::repo_root;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_ratelimit-bench");
 const CEILING: &str = env!("CARGO_BIN_EXE_rls-ceiling");
-const BENCH_SUBCOMMANDS: [&str; 9] = [
+const BENCH_SUBCOMMANDS: [&str; 12] = [
     "load",
     "footprint",
     "report",
@@ -21,6 +23,9 @@ const BENCH_SUBCOMMANDS: [&str; 9] = [
     "redis-memory-per-key",
     "lease",
     "soak",
+    "redis-cpu",
+    "callgrind",
+    "scrape-callgrind",
 ];
 
 /// The flags in what `program args...` prints (stdout and stderr).
@@ -98,7 +103,12 @@ fn every_benchmark_tool_command_line_uses_flags_the_tool_has() {
                     .filter(|first| BENCH_SUBCOMMANDS.contains(first));
                 bench_flags(subcommand)
             };
-            for flag in flags(&args.join(" ")) {
+            let own: Vec<&str> = args
+                .iter()
+                .map(String::as_str)
+                .take_while(|word| *word != "--")
+                .collect();
+            for flag in flags(&own.join(" ")) {
                 assert!(
                     known.contains(&flag),
                     "{}: `{}`: {tool} has no {flag}",

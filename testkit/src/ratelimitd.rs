@@ -84,7 +84,21 @@ pub fn compat(name: &str) -> PathBuf {
 /// `DOG_STATSD_MOGRIFIER_*`, ...), no Datadog `DD_*` or OpenTelemetry `OTEL_*` ones and no
 /// `RUST_LOG` from the caller's shell, no colours.
 pub fn command() -> Command {
-    let mut cmd = Command::new(bin());
+    command_under(&[], bin())
+}
+
+/// [`command`] for the ratelimitd binary at `binary` (another build of it), run under `wrapper`
+/// when it names a program: `["valgrind", "--tool=callgrind"]` runs `valgrind --tool=callgrind
+/// <binary> ...`, whose process (and pid) is the server's. The same clean environment.
+pub fn command_under(wrapper: &[String], binary: &Path) -> Command {
+    let mut cmd = match wrapper.split_first() {
+        None => Command::new(binary),
+        Some((program, args)) => {
+            let mut cmd = Command::new(program);
+            cmd.args(args).arg(binary);
+            cmd
+        }
+    };
     for (name, _) in std::env::vars_os() {
         let name_str = name.to_string_lossy();
         if name_str.starts_with("RATELIMITD_")
@@ -186,7 +200,13 @@ impl Ratelimitd {
     }
 
     /// Starts `cmd` (a `serve` command) and waits for its listening line.
-    pub fn spawn(mut cmd: Command) -> Ratelimitd {
+    pub fn spawn(cmd: Command) -> Ratelimitd {
+        Ratelimitd::spawn_within(cmd, START_TIMEOUT)
+    }
+
+    /// [`Ratelimitd::spawn`], waiting up to `timeout` for the listening line (a server run under
+    /// valgrind takes many times longer to start).
+    pub fn spawn_within(mut cmd: Command, timeout: Duration) -> Ratelimitd {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -196,7 +216,7 @@ impl Ratelimitd {
         pump(child.stdout.take().unwrap(), log.clone(), tx.clone());
         pump(child.stderr.take().unwrap(), log.clone(), tx);
 
-        let deadline = Instant::now() + START_TIMEOUT;
+        let deadline = Instant::now() + timeout;
         let mut grpc = None;
         let mut uds = None;
         let mut http = None;
@@ -224,7 +244,7 @@ impl Ratelimitd {
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!(
-                    "ratelimitd printed no `grpc_addr=` (or `grpc_uds=`) / `http_addr=` line within {START_TIMEOUT:?}; output:\n{}",
+                    "ratelimitd printed no `grpc_addr=` (or `grpc_uds=`) / `http_addr=` line within {timeout:?}; output:\n{}",
                     log.lock().unwrap()
                 );
             }

@@ -135,7 +135,7 @@ impl RedisCluster {
             config_file: None,
             sentinel: false,
             cluster_bus: true,
-            port: None,
+            ..ServerOptions::default()
         };
         let count = masters * (1 + replicas_per_master);
         let nodes = (0..count)

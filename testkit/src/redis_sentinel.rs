@@ -139,8 +139,7 @@ impl RedisSentinel {
                 tls: options.tls.clone(),
                 config_file: Some(config.clone()),
                 sentinel: true,
-                cluster_bus: false,
-                port: None,
+                ..ServerOptions::default()
             });
             setup.tune(&sentinel);
             setup.sentinels.push(sentinel);

@@ -21,7 +21,9 @@
 //!
 //! `RedisServer::start_options(ServerOptions { .. })` is the general form the cluster and Sentinel
 //! helpers (`redis_cluster`, `redis_sentinel`) build on: a config file that `CONFIG REWRITE` and
-//! Sentinel can rewrite, Sentinel mode, a free cluster bus port. Ports come from [`free_port`]:
+//! Sentinel can rewrite, Sentinel mode, a free cluster bus port; and what the benchmark tool's
+//! measurements need: another server binary (`valkey-server`) and a wrapper command to run it
+//! under (`valgrind --tool=callgrind ...`). Ports come from [`free_port`]:
 //! below the kernel's ephemeral range, so outgoing connections never take them, and never the
 //! same twice in one test process, so tests running in parallel threads cannot pick each other's.
 
@@ -36,6 +38,10 @@ use std::time::{Duration, Instant};
 
 /// How long a server may take to answer its first PING.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a server run under a wrapper ([`ServerOptions::wrapper`], such as valgrind, many
+/// times slower) may take to answer its first PING.
+pub const WRAPPED_START_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How long a connection made by [`RedisServer::try_connection_as`] waits to connect, and then for
 /// each reply: a frozen or dead server fails a poll instead of hanging it.
@@ -116,6 +122,12 @@ pub struct ServerOptions {
     /// Listen on this port (one a client was pointed at before the server started) instead of
     /// a free one picked now.
     pub port: Option<u16>,
+    /// The server binary (`valkey-server`, a path...) instead of [`server_binary`]'s.
+    pub binary: Option<PathBuf>,
+    /// A command the server runs under, its program first: `["valgrind", "--tool=callgrind",
+    /// ...]` runs `valgrind --tool=callgrind ... redis-server ...`. The process is the wrapper's
+    /// (valgrind's pid is the server's); the server gets [`WRAPPED_START_TIMEOUT`] to answer.
+    pub wrapper: Vec<String>,
 }
 
 /// Credentials for a connection: a password for the default user, or a user and its password.
@@ -282,6 +294,12 @@ impl RedisServer {
         self.port
     }
 
+    /// The redis-server process's id (for its CPU time or its CPUs), `None` once killed. Behind
+    /// a TLS proxy, the server's own, not stunnel's.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// A client for direct commands (`client().get_connection()` for a synchronous connection);
     /// over TLS for a TLS server, trusting its test CA.
     pub fn client(&self) -> redis::Client {
@@ -370,6 +388,14 @@ impl RedisServer {
         self.command_calls("evalsha") + self.command_calls("fcall")
     }
 
+    /// `CONFIG RESETSTAT`: zeroes `INFO commandstats` (and the other counters it resets), so
+    /// [`RedisServer::command_calls`] counts from now.
+    pub fn reset_stats(&self) {
+        let _: () = self
+            .query_as(&Auth::none(), redis::cmd("CONFIG").arg("RESETSTAT"))
+            .expect("CONFIG RESETSTAT");
+    }
+
     /// The replication role the server reports in `INFO replication`.
     pub fn role_as(&self, auth: &Auth) -> Result<Role, String> {
         let info: String = self.query_as(auth, redis::cmd("INFO").arg("replication"))?;
@@ -451,11 +477,6 @@ impl RedisServer {
         self.paused = false;
     }
 
-    /// The process id of the running server (for its CPU time and memory in `/proc`).
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
     /// Freezes the server (SIGSTOP): connections stay open but nothing answers.
     pub fn pause(&mut self) {
         self.signal("-STOP");
@@ -499,8 +520,15 @@ impl RedisServer {
         let log = self.log_path();
         let _ = std::fs::remove_file(&log);
         let stderr = std::fs::File::create(self.stderr_path()).expect("redis-server stderr file");
-        let binary = server_binary();
-        let mut command = Command::new(&binary);
+        let binary = self.options.binary.clone().unwrap_or_else(server_binary);
+        let mut command = match self.options.wrapper.split_first() {
+            None => Command::new(&binary),
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(&binary);
+                command
+            }
+        };
         // redis-server takes a config file only as its first argument.
         if self.options.config_file.is_some() {
             command.arg(self.dir.path().join("redis.conf"));
@@ -551,11 +579,16 @@ impl RedisServer {
             .spawn();
         let child = match child {
             Ok(child) => child,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => panic!(
-                "{} is not on PATH: the Redis tests need a real redis-server \
-                 (install it, e.g. `apt-get install redis-server`); they never skip",
-                binary.display()
-            ),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                match self.options.wrapper.first() {
+                    Some(wrapper) => panic!("{wrapper} (the server's wrapper) is not on PATH"),
+                    None => panic!(
+                        "{} is not on PATH: the Redis tests need a real redis-server \
+                         (install it, e.g. `apt-get install redis-server`); they never skip",
+                        binary.display()
+                    ),
+                }
+            }
             Err(error) => panic!("cannot run {}: {error}", binary.display()),
         };
         self.child = Some(child);
@@ -567,7 +600,12 @@ impl RedisServer {
                 .any(|pair| pair[0] == "--tls-auth-clients" && pair[1] == "yes");
             self.proxy = Some(self.spawn_tls_proxy(&proxy, &tls, require_client_certificates));
         }
-        let deadline = Instant::now() + START_TIMEOUT;
+        let timeout = if self.options.wrapper.is_empty() {
+            START_TIMEOUT
+        } else {
+            WRAPPED_START_TIMEOUT
+        };
+        let deadline = Instant::now() + timeout;
         loop {
             let up = match &self.options.tls {
                 None => ping(self.port),

@@ -18,6 +18,17 @@
 //! ratelimit-bench lease [--replicas 3] [--rate 4000] [--duration 5s] [--warmup 1s]
 //!                       [--algorithms fixed_window,sliding_window_counter,...] [--loads under,10x]
 //! ratelimit-bench soak [--duration 600s] [--reload-every 3s] [--rate 1500]
+//! ratelimit-bench redis-cpu [--duration 5s] [--warmup 1s] [--connections 4] [--concurrency 16]
+//!                           [--keys 10000] [--algorithms fixed_window,gcra,...] [--descriptors 1,3]
+//!                           [--calls fcall,evalsha] [--baseline-requests 1000000]
+//!                           [--baseline-clients 50] [--open-loop-rate 5000] [--no-profile]
+//!                           [--profile-requests 4000] [--profile-warmup 1000]
+//!                           [--redis-server PATH] [--keep] [-- SERVE-ARGS...]
+//! ratelimit-bench callgrind [--repeat 1] [--requests 20000] [--warmup-requests 3000]
+//!                           [--connections 2] [--concurrency 16] [--keys 100000] [--descriptors 1]
+//!                           [--variants no-otel,off,on-0.01,on-1] [--ratelimitd PATH]
+//!                           [--no-otel-ratelimitd PATH] [-- SERVE-ARGS...]
+//! ratelimit-bench scrape-callgrind [--rules 5000] [--scrapes 10] [--ratelimitd PATH] [--save FILE]
 //! ```
 //!
 //! The load: `connections` HTTP/2 connections, `concurrency` RPCs in flight on each (gRPC
@@ -44,8 +55,18 @@
 //! consistency of several replicas on one hot key with the memory store (see lease.rs); `soak` keeps
 //! a memory and a Redis server under load for minutes while their configuration is rewritten and
 //! redis-server restarts, and checks that no window admitted more than its limit (see soak/mod.rs).
+//! `redis-cpu` measures redis-server's CPU and instructions per decision of ratelimitd beside envoyproxy/ratelimit's
+//! INCRBY + EXPIRE pipeline (see redis_cpu.rs); `callgrind` counts ratelimitd's instructions per
+//! decision under valgrind's callgrind, with tracing off, on or compiled out (see
+//! callgrind_variants.rs); `scrape-callgrind` counts the instructions of a `/metrics` scrape (see
+//! scrape_callgrind.rs). Both run the `ratelimitd` beside this executable by default; the
+//! machinery is callgrind.rs.
 
 // The crate root lives in src/bin/, its modules beside it in src/bin/ratelimit-bench/.
+#[path = "ratelimit-bench/callgrind.rs"]
+mod callgrind;
+#[path = "ratelimit-bench/callgrind_variants.rs"]
+mod callgrind_variants;
 #[path = "ratelimit-bench/footprint.rs"]
 mod footprint;
 #[path = "ratelimit-bench/hold.rs"]
@@ -58,6 +79,8 @@ mod load;
 mod load_process;
 #[path = "ratelimit-bench/procstat.rs"]
 mod procstat;
+#[path = "ratelimit-bench/redis_cpu.rs"]
+mod redis_cpu;
 #[path = "ratelimit-bench/redis_memory_per_key.rs"]
 mod redis_memory_per_key;
 #[path = "ratelimit-bench/report.rs"]
@@ -66,6 +89,8 @@ mod report;
 mod rlqs;
 #[path = "ratelimit-bench/run_header.rs"]
 mod run_header;
+#[path = "ratelimit-bench/scrape_callgrind.rs"]
+mod scrape_callgrind;
 #[path = "ratelimit-bench/soak/mod.rs"]
 mod soak;
 #[path = "ratelimit-bench/swl_redis_cost.rs"]
@@ -109,6 +134,12 @@ enum Command {
     Lease(lease::LeaseArgs),
     /// A memory and a Redis server under load with reloads and redis-server restarts; over-admission fails it.
     Soak(soak::SoakArgs),
+    /// Measure redis-server's CPU and instructions per decision of ratelimitd, beside an INCRBY + EXPIRE pipeline.
+    RedisCpu(redis_cpu::RedisCpuArgs),
+    /// Count ratelimitd's instructions per decision under callgrind, with tracing compiled out, off or on.
+    Callgrind(callgrind_variants::CallgrindArgs),
+    /// Count the instructions of a /metrics scrape of ratelimitd under callgrind.
+    ScrapeCallgrind(scrape_callgrind::ScrapeCallgrindArgs),
 }
 
 fn main() -> ExitCode {
@@ -122,6 +153,9 @@ fn main() -> ExitCode {
         Some(Command::RedisMemoryPerKey(args)) => redis_memory_per_key::run(&args),
         Some(Command::Lease(args)) => lease::run(&args),
         Some(Command::Soak(args)) => soak::run(&args),
+        Some(Command::RedisCpu(args)) => redis_cpu::run(&args),
+        Some(Command::Callgrind(args)) => callgrind_variants::run(&args),
+        Some(Command::ScrapeCallgrind(args)) => scrape_callgrind::run(&args),
         Some(Command::Load(args)) => load::run(args),
         None => load::run(cli.load),
     };
