@@ -84,7 +84,12 @@ pub fn compat(name: &str) -> PathBuf {
 /// `DOG_STATSD_MOGRIFIER_*`, ...), no Datadog `DD_*` or OpenTelemetry `OTEL_*` ones and no
 /// `RUST_LOG` from the caller's shell, no colours.
 pub fn command() -> Command {
-    let mut cmd = Command::new(bin());
+    command_of(bin())
+}
+
+/// [`command`] for another build of ratelimitd, at `binary` (one without a cargo feature, say).
+pub fn command_of(binary: &Path) -> Command {
+    let mut cmd = Command::new(binary);
     for (name, _) in std::env::vars_os() {
         let name_str = name.to_string_lossy();
         if name_str.starts_with("RATELIMITD_")

@@ -282,6 +282,12 @@ impl RedisServer {
         self.port
     }
 
+    /// The redis-server process's id (for its CPU time or its CPUs), `None` once killed. Behind
+    /// a TLS proxy, the server's own, not stunnel's.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// A client for direct commands (`client().get_connection()` for a synchronous connection);
     /// over TLS for a TLS server, trusting its test CA.
     pub fn client(&self) -> redis::Client {
