@@ -11,7 +11,7 @@ use testkit::repo_root;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_ratelimit-bench");
 const CEILING: &str = env!("CARGO_BIN_EXE_rls-ceiling");
-const BENCH_SUBCOMMANDS: [&str; 7] = [
+const BENCH_SUBCOMMANDS: [&str; 9] = [
     "load",
     "footprint",
     "report",
@@ -19,6 +19,8 @@ const BENCH_SUBCOMMANDS: [&str; 7] = [
     "rlqs",
     "swl-redis-cost",
     "redis-memory-per-key",
+    "matrix",
+    "tracing-cost",
 ];
 
 /// The flags in what `program args...` prints (stdout and stderr).

@@ -15,6 +15,14 @@
 //!                      [--declared 65000] [--hold 2s] [--rounds 4] [--server-pid PID]
 //! ratelimit-bench swl-redis-cost [--hits 100000] [--calls 2000]
 //! ratelimit-bench redis-memory-per-key [--keys 100000] [--algorithms fixed_window,gcra,...]
+//! ratelimit-bench matrix [--duration 3s] [--warmup 1s] [--connections 2] [--concurrency 16]
+//!                        [--stores memory,redis] [--algorithms fixed_window,...,gcra]
+//!                        [--keys 1,100000] [--descriptors 1,3] [--repeat 1] [--redis-threads 1]
+//!                        [--no-ceilings] [--no-half-peak] [--no-cluster] [--cluster-masters 1,3]
+//!                        [--footprint-keys 1000000] [--results FILE]
+//! ratelimit-bench tracing-cost [--rounds 5] [--duration 4s] [--warmup 1s] [--connections 2]
+//!                              [--concurrency 16] [--keys 100000] [--descriptors 1]
+//!                              [--no-otel-bin PATH]
 //! ```
 //!
 //! The load: `connections` HTTP/2 connections, `concurrency` RPCs in flight on each (gRPC
@@ -33,11 +41,17 @@
 //! `footprint` inserts keys into an in-process `MemoryStore` and reports the RSS growth per key,
 //! then how much an expiry sweep gives back. `hold` opens many connections of half-sent calls, round
 //! after round, and reports what the server keeps (see hold.rs). `rlqs` holds many RLQS streams of many
-//! buckets reporting on a schedule and times the assignments (see rlqs.rs). `report` turns the JSON lines of a
-//! `scripts/bench.sh` run into its markdown tables. `swl-redis-cost` times sliding-window-log calls
-//! inside a redis-server of its own (see swl_redis_cost.rs); `redis-memory-per-key` runs this load
-//! through ratelimitd (the binary beside this one) on a redis-server of its own and reports the Redis
-//! memory per key of each algorithm (see redis_memory_per_key.rs).
+//! buckets reporting on a schedule and times the assignments (see rlqs.rs). `swl-redis-cost` times
+//! sliding-window-log calls inside a redis-server of its own (see swl_redis_cost.rs);
+//! `redis-memory-per-key` runs this load through ratelimitd (the binary beside this one) on a
+//! redis-server of its own and reports the Redis memory per key of each algorithm (see
+//! redis_memory_per_key.rs). `matrix` runs the benchmark matrix (store x algorithm x keys x
+//! descriptors), its ceilings, the other load shapes, the memory store's footprint and Redis
+//! Cluster runs, starting ratelimitd, redis-server and rls-ceiling itself, and prints the tables
+//! (see matrix/mod.rs); `report` renders them again from the JSON lines it kept. `tracing-cost`
+//! compares ratelimitd's CPU per decision without the `otel` feature, with tracing off and
+//! with two sampling ratios (see tracing_cost.rs). Both run the load as a child process pinned to
+//! a CPU (see load_child.rs).
 
 // The crate root lives in src/bin/, its modules beside it in src/bin/ratelimit-bench/.
 #[path = "ratelimit-bench/footprint.rs"]
@@ -46,6 +60,10 @@ mod footprint;
 mod hold;
 #[path = "ratelimit-bench/load/mod.rs"]
 mod load;
+#[path = "ratelimit-bench/load_child.rs"]
+mod load_child;
+#[path = "ratelimit-bench/matrix/mod.rs"]
+mod matrix;
 #[path = "ratelimit-bench/procstat.rs"]
 mod procstat;
 #[path = "ratelimit-bench/redis_memory_per_key.rs"]
@@ -56,8 +74,12 @@ mod report;
 mod rlqs;
 #[path = "ratelimit-bench/run_header.rs"]
 mod run_header;
+#[path = "ratelimit-bench/servers.rs"]
+mod servers;
 #[path = "ratelimit-bench/swl_redis_cost.rs"]
 mod swl_redis_cost;
+#[path = "ratelimit-bench/tracing_cost.rs"]
+mod tracing_cost;
 
 use std::process::ExitCode;
 
@@ -87,12 +109,16 @@ enum Command {
     Hold(hold::HoldArgs),
     /// Open many RLQS streams of many buckets, report on each, time the assignments.
     Rlqs(rlqs::RlqsArgs),
-    /// Render the markdown tables of a scripts/bench.sh run from its JSON lines.
+    /// Render the markdown tables of a `matrix` run from its JSON lines.
     Report(report::ReportArgs),
     /// Time, in redis-server's own statistics, sliding-window-log calls on a full key and a key of one hit.
     SwlRedisCost(swl_redis_cost::SwlRedisCostArgs),
     /// Measure the Redis memory per tracked key of each algorithm, through ratelimitd on a redis-server of its own.
     RedisMemoryPerKey(redis_memory_per_key::RedisMemoryPerKeyArgs),
+    /// Run the benchmark matrix, its ceilings, load shapes, footprint and Redis Cluster runs; print the tables.
+    Matrix(matrix::MatrixArgs),
+    /// Compare ratelimitd's CPU per decision without the otel feature, tracing off, and sampling 0.01 and 1.
+    TracingCost(tracing_cost::TracingCostArgs),
 }
 
 fn main() -> ExitCode {
@@ -104,6 +130,8 @@ fn main() -> ExitCode {
         Some(Command::Rlqs(args)) => rlqs::run(&args),
         Some(Command::SwlRedisCost(args)) => swl_redis_cost::run(&args),
         Some(Command::RedisMemoryPerKey(args)) => redis_memory_per_key::run(&args),
+        Some(Command::Matrix(args)) => matrix::run(&args),
+        Some(Command::TracingCost(args)) => tracing_cost::run(&args),
         Some(Command::Load(args)) => load::run(args),
         None => load::run(cli.load),
     };

@@ -10,25 +10,37 @@ use testkit::redis_server::info_field;
 /// of the working directory, `?` outside a checkout or without git; the machine is its CPU count
 /// and model as `/proc/cpuinfo` names it.
 pub fn header(title: &str, redis: &mut redis::Connection) -> String {
-    let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    let day = date.get(..10).unwrap_or(&date);
-    let arguments: Vec<String> = std::env::args().skip(1).collect();
     format!(
-        "### {title}: {day}, ratelimitd {}, redis-server {}, {}\n\nCommand: `ratelimit-bench {}`",
+        "### {title}: {}, ratelimitd {}, redis-server {}, {}\n\nCommand: `{}`",
+        today(),
         commit(),
         redis_server_version(redis),
         machine(),
-        arguments.join(" ")
+        command_line()
     )
 }
 
+/// Today's UTC date, `YYYY-MM-DD`.
+pub fn today() -> String {
+    let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    date.get(..10).unwrap_or(&date).to_string()
+}
+
+/// `ratelimit-bench <the arguments of this run>`.
+pub fn command_line() -> String {
+    let arguments: Vec<String> = std::env::args().skip(1).collect();
+    format!("ratelimit-bench {}", arguments.join(" "))
+        .trim_end()
+        .to_string()
+}
+
 /// The short hash of HEAD, or `?`.
-fn commit() -> String {
+pub fn commit() -> String {
     command_output("git", &["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "?".into())
 }
 
 /// The server's `redis_version` (`INFO server`), or `?`.
-fn redis_server_version(redis: &mut redis::Connection) -> String {
+pub fn redis_server_version(redis: &mut redis::Connection) -> String {
     redis::cmd("INFO")
         .arg("server")
         .query::<String>(redis)
@@ -38,7 +50,7 @@ fn redis_server_version(redis: &mut redis::Connection) -> String {
 }
 
 /// `<n> CPUs (<model name>)`.
-fn machine() -> String {
+pub fn machine() -> String {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
