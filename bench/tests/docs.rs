@@ -13,7 +13,7 @@ use testkit::repo_root;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_ratelimit-bench");
 const CEILING: &str = env!("CARGO_BIN_EXE_rls-ceiling");
-const BENCH_SUBCOMMANDS: [&str; 12] = [
+const BENCH_SUBCOMMANDS: [&str; 14] = [
     "load",
     "footprint",
     "report",
@@ -26,6 +26,8 @@ const BENCH_SUBCOMMANDS: [&str; 12] = [
     "redis-cpu",
     "callgrind",
     "scrape-callgrind",
+    "matrix",
+    "tracing-cost",
 ];
 
 /// The flags in what `program args...` prints (stdout and stderr).

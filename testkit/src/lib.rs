@@ -1,7 +1,8 @@
 //! The parts the integration tests (tests/it) and the benchmark tools' tests run against: the
 //! real `ratelimitd` binary, real redis-server processes (single, replicated, Cluster, Sentinel,
 //! TLS) on free ports, Envoy, an xDS control plane, a headless Chromium, an OTLP collector, a
-//! throwaway PKI, load generators, and the Markdown reader the documentation tests share.
+//! throwaway PKI, load generators, CPU pinning for the benchmarks, and the Markdown reader the
+//! documentation tests share.
 //!
 //! Files the helpers read are found from the repository root ([`repo_root`]): the fixtures stay
 //! in tests/fixtures, next to the tests that name them.
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 pub mod chromium;
 pub mod control_plane;
+pub mod cpu;
 pub mod envoy;
 pub mod fault_load;
 pub mod grpc_transport;

@@ -1,6 +1,7 @@
 //! A test OTLP collector: receives trace exports over gRPC (`TraceService/Export`, a tonic
 //! server) or HTTP/protobuf (`POST /v1/traces`, a hyper server) on a free loopback port, and keeps
-//! every span it was sent, flattened, for the test to look at.
+//! every span it was sent, flattened, for the test to look at; or, as a benchmark's sink
+//! ([`OtlpCollector::http_sink`]), answers every HTTP export and keeps nothing.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -51,6 +52,8 @@ impl ReceivedSpan {
 
 #[derive(Clone, Default)]
 struct Received {
+    /// Answer every export without decoding or keeping it ([`OtlpCollector::http_sink`]).
+    discard: bool,
     spans: Arc<Mutex<Vec<ReceivedSpan>>>,
     /// Metadata / headers of every export, lower-case names.
     headers: Arc<Mutex<Vec<HashMap<String, String>>>>,
@@ -162,11 +165,25 @@ impl OtlpCollector {
 
     /// A collector speaking OTLP/HTTP with protobuf bodies at `/v1/traces`.
     pub async fn http() -> OtlpCollector {
+        OtlpCollector::serve_http(Received::default()).await
+    }
+
+    /// An OTLP/HTTP endpoint for benchmarks: every export to `/v1/traces` is read and answered
+    /// 200 with an empty `ExportTraceServiceResponse`, not decoded, nothing kept (its `spans()`
+    /// stay empty), so what it costs does not grow with the spans.
+    pub async fn http_sink() -> OtlpCollector {
+        OtlpCollector::serve_http(Received {
+            discard: true,
+            ..Received::default()
+        })
+        .await
+    }
+
+    async fn serve_http(received: Received) -> OtlpCollector {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind collector");
         let addr = listener.local_addr().unwrap();
-        let received = Received::default();
         let task = tokio::spawn({
             let received = received.clone();
             async move {
@@ -271,6 +288,9 @@ async fn accept_http_export(
     let Ok(body) = request.into_body().collect().await else {
         return Ok(reply(StatusCode::BAD_REQUEST, Vec::new()));
     };
+    if received.discard {
+        return Ok(reply(StatusCode::OK, Vec::new()));
+    }
     match ExportTraceServiceRequest::decode(body.to_bytes()) {
         Ok(export) => {
             received.keep(export, headers);

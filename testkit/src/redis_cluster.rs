@@ -6,7 +6,8 @@
 //! temporary directory (so `nodes.conf`, and with it the node's identity, survives a restart),
 //! creates the cluster with three masters and one replica each, and waits until every node
 //! reports `cluster_state:ok`, every node agrees on the slot map and every replica's link to its
-//! master is up. [`RedisCluster::start_with`] adds a password, an ACL user, TLS or a different
+//! master is up. Fewer than three masters, which `redis-cli --cluster create` refuses, are joined
+//! by hand and without replicas (`RedisCluster::start(1, 0)`: one node serving every slot). [`RedisCluster::start_with`] adds a password, an ACL user, TLS or a different
 //! `cluster-require-full-coverage` ([`ClusterOptions`]).
 //!
 //! The nodes fail over fast: `cluster-node-timeout` is 1000 ms and
@@ -114,20 +115,25 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     /// Starts `masters` masters with `replicas_per_master` replicas each and waits until the
-    /// cluster is ok, agreed and replicated. Redis needs at least three masters.
+    /// cluster is ok, agreed and replicated. With replicas, Redis needs at least three masters;
+    /// without, one or two are joined by hand ([`RedisCluster::start_with`]).
     pub fn start(masters: usize, replicas_per_master: usize) -> RedisCluster {
         RedisCluster::start_with(masters, replicas_per_master, &ClusterOptions::default())
     }
 
-    /// [`RedisCluster::start`] with a password, an ACL user, TLS... ([`ClusterOptions`]).
+    /// [`RedisCluster::start`] with a password, an ACL user, TLS... ([`ClusterOptions`]). Three
+    /// masters or more are joined by `redis-cli --cluster create`; one or two (no replicas) by
+    /// hand, as it refuses them: an even split of the slots (`CLUSTER ADDSLOTSRANGE`, or
+    /// `ADDSLOTS` before Redis 7.0), and the first node meeting the other (`CLUSTER MEET`).
     pub fn start_with(
         masters: usize,
         replicas_per_master: usize,
         options: &ClusterOptions,
     ) -> RedisCluster {
         assert!(
-            masters >= 3,
-            "redis-cli --cluster create needs at least 3 masters, not {masters}"
+            masters >= 3 || (masters >= 1 && replicas_per_master == 0),
+            "redis-cli --cluster create needs at least 3 masters, not {masters}; fewer are joined \
+             by hand, without replicas"
         );
         let node_options = ServerOptions {
             extra: node_args(options),
@@ -146,21 +152,26 @@ impl RedisCluster {
             options: options.clone(),
             replicas_at_kill: HashMap::new(),
         };
-        let mut create = cluster.cli();
-        create.args(["--cluster", "create"]);
-        for port in cluster.ports() {
-            create.arg(format!("127.0.0.1:{port}"));
-        }
-        create
-            .args(["--cluster-replicas", &replicas_per_master.to_string()])
-            .arg("--cluster-yes");
-        let created = run_bounded(create, CLI_TIMEOUT).unwrap_or_else(|error| {
-            panic!(
-                "redis-cli --cluster create failed: {error}\n{}",
-                cluster.describe()
-            )
-        });
-        let said = format!("(redis-cli --cluster create said:\n{created})");
+        let said = if masters >= 3 {
+            let mut create = cluster.cli();
+            create.args(["--cluster", "create"]);
+            for port in cluster.ports() {
+                create.arg(format!("127.0.0.1:{port}"));
+            }
+            create
+                .args(["--cluster-replicas", &replicas_per_master.to_string()])
+                .arg("--cluster-yes");
+            let created = run_bounded(create, CLI_TIMEOUT).unwrap_or_else(|error| {
+                panic!(
+                    "redis-cli --cluster create failed: {error}\n{}",
+                    cluster.describe()
+                )
+            });
+            format!("(redis-cli --cluster create said:\n{created})")
+        } else {
+            cluster.join_by_hand();
+            "(joined by hand)".to_string()
+        };
         wait_for(
             WAIT_TIMEOUT,
             &format!("every node to know every other {said}"),
@@ -185,6 +196,38 @@ impl RedisCluster {
             cluster.describe()
         );
         cluster
+    }
+
+    /// Joins the nodes, all masters, as `redis-cli --cluster create` would: an even split of the
+    /// slots, node i owning slots `SLOTS * i / n ..= SLOTS * (i + 1) / n - 1`, and every node met
+    /// by the first.
+    fn join_by_hand(&self) {
+        let ports = self.ports();
+        let count = ports.len() as u32;
+        for (i, &port) in ports.iter().enumerate() {
+            let i = i as u32;
+            let (first, last) = (SLOTS * i / count, SLOTS * (i + 1) / count - 1);
+            let range = redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(first)
+                .arg(last)
+                .clone();
+            if self.try_query::<String>(port, &range).is_err() {
+                // Before Redis 7.0 there is no ADDSLOTSRANGE: every slot named.
+                let _: String = self.query(
+                    port,
+                    redis::cmd("CLUSTER")
+                        .arg("ADDSLOTS")
+                        .arg((first..=last).collect::<Vec<u32>>()),
+                );
+            }
+            if i > 0 {
+                let _: String = self.query(
+                    ports[0],
+                    redis::cmd("CLUSTER").arg("MEET").arg("127.0.0.1").arg(port),
+                );
+            }
+        }
     }
 
     /// `127.0.0.1:P1,127.0.0.1:P2,...`: every node, as a seed list.

@@ -627,18 +627,24 @@ fn every_relative_link_resolves_to_a_file_and_heading() {
 #[test]
 fn the_markdown_reader_splits_commands_finds_flags_and_slugs_headings() {
     let commands = simple_commands(
-        r#"REPEAT=3 scripts/bench.sh > bench.md 2>&1 && echo "a b" 'c d' | grep x # note"#,
+        r#"RUST_LOG=warn target/release/ratelimit-bench matrix > bench.md 2>&1 && echo "a b" 'c d' | grep x # note"#,
     );
     let words: Vec<Vec<String>> = commands.iter().map(|c| c.words.clone()).collect();
     assert_eq!(
         words,
         vec![
-            vec!["scripts/bench.sh".to_string()],
+            vec![
+                "target/release/ratelimit-bench".to_string(),
+                "matrix".to_string()
+            ],
             vec!["echo".into(), "a b".into(), "c d".into()],
             vec!["grep".into(), "x".into()],
         ]
     );
-    assert_eq!(commands[0].assignments, vec![("REPEAT".into(), "3".into())]);
+    assert_eq!(
+        commands[0].assignments,
+        vec![("RUST_LOG".into(), "warn".into())]
+    );
     assert_eq!(
         flags("serve --deny-cache=false [--grpc-addr X] a--b --x-y"),
         vec!["--deny-cache", "--grpc-addr", "--x-y"]

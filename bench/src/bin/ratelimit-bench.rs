@@ -29,6 +29,14 @@
 //!                           [--variants no-otel,off,on-0.01,on-1] [--ratelimitd PATH]
 //!                           [--no-otel-ratelimitd PATH] [-- SERVE-ARGS...]
 //! ratelimit-bench scrape-callgrind [--rules 5000] [--scrapes 10] [--ratelimitd PATH] [--save FILE]
+//! ratelimit-bench matrix [--duration 3s] [--warmup 1s] [--connections 2] [--concurrency 16]
+//!                        [--stores memory,redis] [--algorithms fixed_window,...,gcra]
+//!                        [--keys 1,100000] [--descriptors 1,3] [--repeat 1] [--redis-threads 1]
+//!                        [--no-ceilings] [--no-half-peak] [--no-cluster] [--cluster-masters 1,3]
+//!                        [--footprint-keys 1000000] [--results FILE]
+//! ratelimit-bench tracing-cost [--rounds 5] [--duration 4s] [--warmup 1s] [--connections 2]
+//!                              [--concurrency 16] [--keys 100000] [--descriptors 1]
+//!                              [--no-otel-bin PATH]
 //! ```
 //!
 //! The load: `connections` HTTP/2 connections, `concurrency` RPCs in flight on each (gRPC
@@ -47,8 +55,7 @@
 //! `footprint` inserts keys into an in-process `MemoryStore` and reports the RSS growth per key,
 //! then how much an expiry sweep gives back. `hold` opens many connections of half-sent calls, round
 //! after round, and reports what the server keeps (see hold.rs). `rlqs` holds many RLQS streams of many
-//! buckets reporting on a schedule and times the assignments (see rlqs.rs). `report` turns the JSON lines of a
-//! `scripts/bench.sh` run into its markdown tables. `swl-redis-cost` times sliding-window-log calls
+//! buckets reporting on a schedule and times the assignments (see rlqs.rs). `swl-redis-cost` times sliding-window-log calls
 //! inside a redis-server of its own (see swl_redis_cost.rs); `redis-memory-per-key` runs this load
 //! through ratelimitd (the binary beside this one) on a redis-server of its own and reports the Redis
 //! memory per key of each algorithm (see redis_memory_per_key.rs); `lease` compares exact and leased
@@ -61,6 +68,12 @@
 //! callgrind_variants.rs); `scrape-callgrind` counts the instructions of a `/metrics` scrape (see
 //! scrape_callgrind.rs). Both run the `ratelimitd` beside this executable by default; the
 //! machinery is callgrind.rs.
+//! `matrix` runs the benchmark matrix (store x algorithm x keys x descriptors), its ceilings, the
+//! other load shapes, the memory store's footprint and Redis Cluster runs, starting ratelimitd,
+//! redis-server and rls-ceiling itself, and prints the tables (see matrix/mod.rs); `report`
+//! renders them again from the JSON lines it kept. `tracing-cost` compares ratelimitd's CPU per
+//! decision without the `otel` feature, with tracing off and with two sampling ratios (see
+//! tracing_cost.rs); both run the load as a child process pinned to a CPU (see load_child.rs).
 
 // The crate root lives in src/bin/, its modules beside it in src/bin/ratelimit-bench/.
 #[path = "ratelimit-bench/callgrind.rs"]
@@ -75,8 +88,12 @@ mod hold;
 mod lease;
 #[path = "ratelimit-bench/load/mod.rs"]
 mod load;
+#[path = "ratelimit-bench/load_child.rs"]
+mod load_child;
 #[path = "ratelimit-bench/load_process.rs"]
 mod load_process;
+#[path = "ratelimit-bench/matrix/mod.rs"]
+mod matrix;
 #[path = "ratelimit-bench/procstat.rs"]
 mod procstat;
 #[path = "ratelimit-bench/redis_cpu.rs"]
@@ -91,10 +108,14 @@ mod rlqs;
 mod run_header;
 #[path = "ratelimit-bench/scrape_callgrind.rs"]
 mod scrape_callgrind;
+#[path = "ratelimit-bench/servers.rs"]
+mod servers;
 #[path = "ratelimit-bench/soak/mod.rs"]
 mod soak;
 #[path = "ratelimit-bench/swl_redis_cost.rs"]
 mod swl_redis_cost;
+#[path = "ratelimit-bench/tracing_cost.rs"]
+mod tracing_cost;
 
 use std::process::ExitCode;
 
@@ -124,7 +145,7 @@ enum Command {
     Hold(hold::HoldArgs),
     /// Open many RLQS streams of many buckets, report on each, time the assignments.
     Rlqs(rlqs::RlqsArgs),
-    /// Render the markdown tables of a scripts/bench.sh run from its JSON lines.
+    /// Render the markdown tables of a `matrix` run from its JSON lines.
     Report(report::ReportArgs),
     /// Time, in redis-server's own statistics, sliding-window-log calls on a full key and a key of one hit.
     SwlRedisCost(swl_redis_cost::SwlRedisCostArgs),
@@ -140,6 +161,10 @@ enum Command {
     Callgrind(callgrind_variants::CallgrindArgs),
     /// Count the instructions of a /metrics scrape of ratelimitd under callgrind.
     ScrapeCallgrind(scrape_callgrind::ScrapeCallgrindArgs),
+    /// Run the benchmark matrix, its ceilings, load shapes, footprint and Redis Cluster runs; print the tables.
+    Matrix(matrix::MatrixArgs),
+    /// Compare ratelimitd's CPU per decision without the otel feature, tracing off, and sampling 0.01 and 1.
+    TracingCost(tracing_cost::TracingCostArgs),
 }
 
 fn main() -> ExitCode {
@@ -156,6 +181,8 @@ fn main() -> ExitCode {
         Some(Command::RedisCpu(args)) => redis_cpu::run(&args),
         Some(Command::Callgrind(args)) => callgrind_variants::run(&args),
         Some(Command::ScrapeCallgrind(args)) => scrape_callgrind::run(&args),
+        Some(Command::Matrix(args)) => matrix::run(&args),
+        Some(Command::TracingCost(args)) => tracing_cost::run(&args),
         Some(Command::Load(args)) => load::run(args),
         None => load::run(cli.load),
     };

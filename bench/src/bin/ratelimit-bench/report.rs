@@ -1,11 +1,11 @@
-//! `ratelimit-bench report FILE...`: the markdown tables of a `scripts/bench.sh` run, from the
-//! JSON lines its steps wrote (one object per line).
+//! `ratelimit-bench report FILE...`: the markdown tables of a `ratelimit-bench matrix` run, from
+//! the JSON lines its steps wrote (one object per line); `matrix` prints them itself at its end.
 //!
 //! Records are told apart by `tags.kind`:
 //! - `matrix`: a load run against ratelimitd (`tags.store` memory or redis, `tags.algorithm`);
 //! - `transport_ceiling`: the same load against `rls-ceiling`;
-//! - `redis_ceiling`: `redis-benchmark` running the request script with EVALSHA (written by the
-//!   script: `throughput_rps`, `latency_us.p50/p99`, `store_cpu_us_per_request`);
+//! - `redis_ceiling`: `redis-benchmark` running the request script with `tags.command` (`FCALL`
+//!   or `EVALSHA`; `throughput_rps`, `latency_us.p50/p99`, `store_cpu_us_per_request`);
 //! - `half_peak`: an open-loop run at half of a matrix cell's throughput (`tags.store`);
 //! - `unloaded`: one connection with one RPC in flight (Redis, gcra, 100k keys, 1 and 3 descriptors);
 //! - `redis_own_cpu`: the matrix load with redis-server pinned to a CPU of its own and ratelimitd
@@ -13,9 +13,9 @@
 //! - `footprint`: `ratelimit-bench footprint --json`;
 //! - `cluster`: the matrix load against ratelimitd on a Redis Cluster of `tags.masters` masters
 //!   (`--store-pid` of every master, so `store_cpu_us_per_request` is theirs summed), with
-//!   `evalsha_calls`, each master's `EVALSHA` count over the whole run (warmup included, counted
-//!   from `CONFIG RESETSTAT`); `machine_cpus` and `machine_cpus_busy` tell whether the cores
-//!   bounded it.
+//!   `script_calls`, each master's script calls (`EVALSHA` and `FCALL`) over the whole run
+//!   (warmup included, counted from `CONFIG RESETSTAT`); `machine_cpus` and `machine_cpus_busy`
+//!   tell whether the cores bounded it.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -32,8 +32,14 @@ pub struct ReportArgs {
 }
 
 pub fn run(args: &ReportArgs) -> Result<(), String> {
+    print!("{}", render(&read(&args.files)?));
+    Ok(())
+}
+
+/// The records of `files`, one per non-empty line.
+pub fn read(files: &[PathBuf]) -> Result<Vec<Record>, String> {
     let mut records = Vec::new();
-    for file in &args.files {
+    for file in files {
         let text = fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -45,8 +51,7 @@ pub fn run(args: &ReportArgs) -> Result<(), String> {
             records.push(Record(value));
         }
     }
-    print!("{}", render(&records));
-    Ok(())
+    Ok(records)
 }
 
 #[derive(Debug, Clone)]
@@ -237,9 +242,15 @@ pub fn render(records: &[Record]) -> String {
         );
         for r in transport.iter().chain(&redis_ceiling) {
             let name = if r.kind() == "transport_ceiling" {
-                "transport (rls-ceiling)"
+                "transport (rls-ceiling)".to_string()
             } else {
-                "redis (redis-benchmark EVALSHA)"
+                format!(
+                    "redis (redis-benchmark {})",
+                    match r.tag("command") {
+                        "" => "EVALSHA",
+                        command => command,
+                    }
+                )
             };
             let _ = writeln!(
                 out,
@@ -441,7 +452,7 @@ fn cluster_table(out: &mut String, cluster: &[&Record], matrix: &[&Record]) {
     start_table(
         out,
         "Redis Cluster: masters x algorithm x descriptors (100 000 keys), beside one server",
-        &format!("| masters | algorithm | desc | req/s | p99 µs | server CPU µs/req | redis CPU µs/req (all masters) | EVALSHA calls/req per node | req/s ÷ one server | CPUs busy: ours / machine (of {cpus_label}) | bound by |"),
+        &format!("| masters | algorithm | desc | req/s | p99 µs | server CPU µs/req | redis CPU µs/req (all masters) | script calls/req per node | req/s ÷ one server | CPUs busy: ours / machine (of {cpus_label}) | bound by |"),
         "rlrrrrrrrrl",
     );
     let mut bounds: Vec<(Bound, String)> = Vec::new();
@@ -450,7 +461,7 @@ fn cluster_table(out: &mut String, cluster: &[&Record], matrix: &[&Record]) {
         // Calls are counted over the whole run, so per request of the whole run.
         let sent = r.num(&["requests"]).unwrap_or(0.0) + r.num(&["warmup_requests"]).unwrap_or(0.0);
         let calls: Vec<String> = r
-            .nums("evalsha_calls")
+            .nums("script_calls")
             .iter()
             .map(|&c| f(ratio(Some(c), Some(sent)), 3))
             .collect();
@@ -530,7 +541,7 @@ fn cluster_table(out: &mut String, cluster: &[&Record], matrix: &[&Record]) {
     }
     let _ = writeln!(
         out,
-        "\nThroughput bound by {}. CPUs busy: ours = (server + redis + load generator CPU per request) x req/s, machine = every process's (/proc/stat); the cores bound a cell when ours is ≥ {:.0} % of the CPUs (shared with other work when only the machine's is), Redis when the masters' CPU is ≥ {:.0} % of a core per master (one script at a time each). EVALSHA calls per request: each master's calls (INFO commandstats) over the requests of the whole run, warmup included (one call per node carries a batch of requests). One server: the redis matrix cell of this run with the same algorithm, keys and descriptors.\n",
+        "\nThroughput bound by {}. CPUs busy: ours = (server + redis + load generator CPU per request) x req/s, machine = every process's (/proc/stat); the cores bound a cell when ours is ≥ {:.0} % of the CPUs (shared with other work when only the machine's is), Redis when the masters' CPU is ≥ {:.0} % of a core per master (one script at a time each). Script calls per request: each master's EVALSHA and FCALL calls (INFO commandstats) over the requests of the whole run, warmup included (one call per node carries a batch of requests). One server: the redis matrix cell of this run with the same algorithm, keys and descriptors.\n",
         if summary.is_empty() {
             "– (not measured)".to_string()
         } else {
@@ -872,16 +883,16 @@ mod tests {
             // 3 masters, 30 000 req/s: 61 µs of CPU per request in all = 1.83 of 2 CPUs busy;
             // the masters 0.27 core each. 10 000 requests in the whole run.
             record(
-                r#"{"tags":{"kind":"cluster","store":"cluster","algorithm":"gcra","masters":"3"},"keys":100000,"descriptors":1,"requests":8000,"warmup_requests":2000,"throughput_rps":30000.0,"latency_us":{"p99":2500.0},"server_cpu_us_per_request":25.0,"store_cpu_us_per_request":27.0,"client_cpu_us_per_request":9.0,"machine_cpus":2,"machine_cpus_busy":1.9,"evalsha_calls":[2100,2000,2205]}"#,
+                r#"{"tags":{"kind":"cluster","store":"cluster","algorithm":"gcra","masters":"3"},"keys":100000,"descriptors":1,"requests":8000,"warmup_requests":2000,"throughput_rps":30000.0,"latency_us":{"p99":2500.0},"server_cpu_us_per_request":25.0,"store_cpu_us_per_request":27.0,"client_cpu_us_per_request":9.0,"machine_cpus":2,"machine_cpus_busy":1.9,"script_calls":[2100,2000,2205]}"#,
             ),
             // 1 master kept one core busy (Redis), the CPUs not: no single-server cell to
             // compare with (3 descriptors were not run on one server).
             record(
-                r#"{"tags":{"kind":"cluster","store":"cluster","algorithm":"gcra","masters":"1"},"keys":100000,"descriptors":3,"requests":10000,"warmup_requests":0,"throughput_rps":20000.0,"latency_us":{"p99":3000.0},"server_cpu_us_per_request":10.0,"store_cpu_us_per_request":50.0,"client_cpu_us_per_request":5.0,"machine_cpus":2,"machine_cpus_busy":1.4,"evalsha_calls":[2500]}"#,
+                r#"{"tags":{"kind":"cluster","store":"cluster","algorithm":"gcra","masters":"1"},"keys":100000,"descriptors":3,"requests":10000,"warmup_requests":0,"throughput_rps":20000.0,"latency_us":{"p99":3000.0},"server_cpu_us_per_request":10.0,"store_cpu_us_per_request":50.0,"client_cpu_us_per_request":5.0,"machine_cpus":2,"machine_cpus_busy":1.4,"script_calls":[2500]}"#,
             ),
             // 1 CPU of ours busy, the machine's 2: other work took the rest.
             record(
-                r#"{"tags":{"kind":"cluster","store":"cluster","algorithm":"fixed_window","masters":"1"},"keys":100000,"descriptors":1,"requests":10000,"warmup_requests":0,"throughput_rps":20000.0,"latency_us":{"p99":3000.0},"server_cpu_us_per_request":25.0,"store_cpu_us_per_request":20.0,"client_cpu_us_per_request":5.0,"machine_cpus":2,"machine_cpus_busy":1.95,"evalsha_calls":[1000]}"#,
+                r#"{"tags":{"kind":"cluster","store":"cluster","algorithm":"fixed_window","masters":"1"},"keys":100000,"descriptors":1,"requests":10000,"warmup_requests":0,"throughput_rps":20000.0,"latency_us":{"p99":3000.0},"server_cpu_us_per_request":25.0,"store_cpu_us_per_request":20.0,"client_cpu_us_per_request":5.0,"machine_cpus":2,"machine_cpus_busy":1.95,"script_calls":[1000]}"#,
             ),
         ];
         let out = render(&records);

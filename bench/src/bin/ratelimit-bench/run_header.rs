@@ -14,7 +14,7 @@ use testkit::redis_server::info_field;
 pub fn header(title: &str, redis: &mut redis::Connection) -> String {
     format!(
         "### {title}: {}, ratelimitd {}, {}, {}\n\nCommand: `{}`",
-        day(),
+        today(),
         commit(),
         redis_server(redis),
         machine(),
@@ -30,7 +30,7 @@ pub fn callgrind_header() -> String {
         .unwrap_or_else(|| "valgrind ?".into());
     format!(
         "**{} · ratelimitd {} · {} · {valgrind} · `{}`**",
-        day(),
+        today(),
         commit(),
         machine(),
         command_line()
@@ -38,26 +38,27 @@ pub fn callgrind_header() -> String {
 }
 
 /// Today, UTC, `YYYY-MM-DD`.
-fn day() -> String {
+pub fn today() -> String {
     let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     date.get(..10).unwrap_or(&date).to_string()
 }
 
-/// `ratelimit-bench <arguments>`, as this process was started.
-fn command_line() -> String {
-    let mut words = vec!["ratelimit-bench".to_string()];
-    words.extend(std::env::args().skip(1));
-    words.join(" ")
+/// `ratelimit-bench <the arguments of this run>`.
+pub fn command_line() -> String {
+    let arguments: Vec<String> = std::env::args().skip(1).collect();
+    format!("ratelimit-bench {}", arguments.join(" "))
+        .trim_end()
+        .to_string()
 }
 
 /// The short hash of HEAD, or `?`.
-fn commit() -> String {
+pub fn commit() -> String {
     command_output("git", &["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "?".into())
 }
 
 /// `redis-server 7.0.15 (jemalloc-5.3.0)` or `valkey-server 8.1.8 (libc)`, from `INFO`; `?` for
 /// what the server does not say.
-fn redis_server(redis: &mut redis::Connection) -> String {
+pub fn redis_server(redis: &mut redis::Connection) -> String {
     let mut info = |section: &str| -> String {
         redis::cmd("INFO")
             .arg(section)
@@ -78,7 +79,7 @@ fn redis_server(redis: &mut redis::Connection) -> String {
 }
 
 /// `<n> CPUs (<model name>)`.
-fn machine() -> String {
+pub fn machine() -> String {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()

@@ -138,7 +138,7 @@ pub fn run(args: LoadArgs) -> Result<(), String> {
 }
 
 /// This executable's load, run as a process of its own with `args` and `--json` (the
-/// measurements that start servers run the load beside them as `scripts/bench.sh` does: a client
+/// measurements that start servers run the load beside them as `ratelimit-bench matrix` does: a client
 /// with its own CPU time): its JSON report. Its stderr is this process's; a run with errors in
 /// its report is still `Ok` (the caller decides what they mean).
 pub fn run_process(args: &[String]) -> Result<serde_json::Value, String> {
