@@ -25,7 +25,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use clap::Args;
+use hyper::Method;
 use testkit::ratelimitd::Ratelimitd;
 use testkit::redis_server::RedisServer;
 
@@ -458,10 +460,19 @@ fn print_checks(checks: &[CheckResult]) -> u64 {
 /// The `/metrics` text of the HTTP port at `addr`.
 fn metrics(addr: SocketAddr) -> Result<String, String> {
     let fail = |why: String| format!("GET http://{addr}/metrics: {why}");
-    let mut connection = HttpConnection::open(addr).map_err(|e| fail(e.to_string()))?;
-    match connection.request("GET", "/metrics", &[]) {
-        Ok((200, body)) => Ok(String::from_utf8_lossy(&body).into_owned()),
-        Ok((status, _)) => Err(fail(format!("status {status}"))),
-        Err(_) => Err(fail("no answer".into())),
-    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| fail(e.to_string()))?;
+    runtime.block_on(async {
+        let mut connection = HttpConnection::open(addr).await.map_err(fail)?;
+        match connection
+            .request(Method::GET, "/metrics", Bytes::new())
+            .await
+        {
+            Ok((200, body)) => Ok(String::from_utf8_lossy(&body).into_owned()),
+            Ok((status, _)) => Err(fail(format!("status {status}"))),
+            Err(_) => Err(fail("no answer".into())),
+        }
+    })
 }
