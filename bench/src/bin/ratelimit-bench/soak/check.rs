@@ -1,5 +1,5 @@
 //! The soak's over-admission check: one sequential client per (server, rule) on the HTTP `/json`
-//! endpoint, counting the OK answers per window against the limit.
+//! endpoint, paced at a fixed rate, counting the OK answers per window against the limit.
 //!
 //! Each request is decided by the server at some instant in [sent, received] (the client waits for
 //! each answer before the next request, and server, Redis and client share the host's clock). For
@@ -24,7 +24,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{header, Method, Request};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
-use tokio::time::{sleep, timeout};
+use tokio::time::{timeout, MissedTickBehavior};
 
 /// How long the client waits to connect, and for each answer.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -128,12 +128,13 @@ pub struct SlidingLogVerdict {
     pub runs_possible: u64,
 }
 
-/// Starts the client of `rule` on the server `server` (its HTTP port `http`); it runs until
-/// `deadline` or until `stop` is set.
+/// Starts the client of `rule` on the server `server` (its HTTP port `http`), sending `rate`
+/// requests per second; it runs until `deadline` or until `stop` is set.
 pub fn spawn(
     server: &str,
     http: SocketAddr,
     rule: Rule,
+    rate: u32,
     deadline: Instant,
     stop: Arc<AtomicBool>,
 ) -> thread::JoinHandle<CheckResult> {
@@ -143,14 +144,18 @@ pub fn spawn(
             .enable_all()
             .build()
             .expect("a tokio runtime for the checker");
-        runtime.block_on(run(server, http, rule, deadline, &stop))
+        runtime.block_on(run(server, http, rule, rate, deadline, &stop))
     })
 }
 
+/// Request k is sent at start + k / `rate`; one that comes due while an earlier one is still
+/// unanswered waits for it, and the slots missed meanwhile are skipped rather than sent in a
+/// burst.
 async fn run(
     server: String,
     http: SocketAddr,
     rule: Rule,
+    rate: u32,
     deadline: Instant,
     stop: &AtomicBool,
 ) -> CheckResult {
@@ -175,7 +180,13 @@ async fn run(
     // (sent, received) of every OK answer, µs since the epoch.
     let mut answers = Vec::new();
     let mut connection: Option<HttpConnection> = None;
-    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+    let mut slots = tokio::time::interval(Duration::from_secs(1) / rate);
+    slots.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    loop {
+        slots.tick().await;
+        if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
+            break;
+        }
         // A request the server closed the connection on is sent again on a new one, once.
         for _attempt in 0..2 {
             let link = match connection.as_mut() {
@@ -184,7 +195,6 @@ async fn run(
                     Ok(link) => connection.insert(link),
                     Err(kind) => {
                         error(&mut result, kind);
-                        sleep(Duration::from_millis(50)).await;
                         break;
                     }
                 },
@@ -197,7 +207,6 @@ async fn run(
                     // /json answers OVER_LIMIT with 429 and the same body.
                     if status != 200 && status != 429 {
                         error(&mut result, format!("http {status}"));
-                        sleep(Duration::from_millis(10)).await;
                         break;
                     }
                     match overall_code(&payload).as_deref() {
@@ -218,7 +227,6 @@ async fn run(
                 Err(HttpError::Failed(kind)) => {
                     error(&mut result, kind);
                     connection = None;
-                    sleep(Duration::from_millis(50)).await;
                 }
             }
             break;
