@@ -17,7 +17,7 @@
 //! ratelimit-bench redis-memory-per-key [--keys 100000] [--algorithms fixed_window,gcra,...]
 //! ratelimit-bench lease [--replicas 3] [--rate 4000] [--duration 5s] [--warmup 1s]
 //!                       [--algorithms fixed_window,sliding_window_counter,...] [--loads under,10x]
-//! ratelimit-bench soak [--duration 600s] [--reload-every 3s] [--rate 1500]
+//! ratelimit-bench soak [--duration 600s] [--reload-every 3s] [--rate 1500] [--check-rate 200]
 //! ratelimit-bench redis-cpu [--duration 5s] [--warmup 1s] [--connections 4] [--concurrency 16]
 //!                           [--keys 10000] [--algorithms fixed_window,gcra,...] [--descriptors 1,3]
 //!                           [--calls fcall,evalsha] [--baseline-requests 1000000]

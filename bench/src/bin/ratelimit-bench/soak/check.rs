@@ -1,5 +1,5 @@
 //! The soak's over-admission check: one sequential client per (server, rule) on the HTTP `/json`
-//! endpoint, counting the OK answers per window against the limit.
+//! endpoint, paced at a fixed rate, counting the OK answers per window against the limit.
 //!
 //! Each request is decided by the server at some instant in [sent, received] (the client waits for
 //! each answer before the next request, and server, Redis and client share the host's clock). For
@@ -11,14 +11,22 @@
 //! over-admission; sent(last) - received(first) < W, a possible one.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// How long the client waits to connect, and then for each read and write.
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::{header, Method, Request};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::time::{timeout, MissedTickBehavior};
+
+/// How long the client waits to connect, and for each answer.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A checked rule of domain `soak`: its key (value `checked`), algorithm, limit and window.
@@ -71,8 +79,8 @@ pub struct CheckResult {
     pub over_limit: u64,
     pub errors: u64,
     pub error_kinds: BTreeMap<String, u64>,
-    /// Requests the server closed the connection on without answering (it closes kept-alive
-    /// connections after `--http-connection-timeout`): not answered, sent again.
+    /// Connections the server closed (it closes each one after `--http-connection-timeout`),
+    /// opened again; a request it closed one on without answering is sent again, not counted.
     pub reconnects: u64,
     pub verdict: Verdict,
 }
@@ -120,31 +128,44 @@ pub struct SlidingLogVerdict {
     pub runs_possible: u64,
 }
 
-/// Starts the client of `rule` on the server `server` (its HTTP port `http`); it runs until
-/// `deadline` or until `stop` is set.
+/// Starts the client of `rule` on the server `server` (its HTTP port `http`), sending `rate`
+/// requests per second; it runs until `deadline` or until `stop` is set.
 pub fn spawn(
     server: &str,
     http: SocketAddr,
     rule: Rule,
+    rate: u32,
     deadline: Instant,
     stop: Arc<AtomicBool>,
 ) -> thread::JoinHandle<CheckResult> {
     let server = server.to_string();
-    thread::spawn(move || run(server, http, rule, deadline, &stop))
+    thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime for the checker");
+        runtime.block_on(run(server, http, rule, rate, deadline, &stop))
+    })
 }
 
-fn run(
+/// Request k is sent at start + k / `rate`; one that comes due while an earlier one is still
+/// unanswered waits for it, and the slots missed meanwhile are skipped rather than sent in a
+/// burst.
+async fn run(
     server: String,
     http: SocketAddr,
     rule: Rule,
+    rate: u32,
     deadline: Instant,
     stop: &AtomicBool,
 ) -> CheckResult {
-    let body = serde_json::json!({
-        "domain": "soak",
-        "descriptors": [{"entries": [{"key": rule.key, "value": "checked"}]}],
-    })
-    .to_string();
+    let body = Bytes::from(
+        serde_json::json!({
+            "domain": "soak",
+            "descriptors": [{"entries": [{"key": rule.key, "value": "checked"}]}],
+        })
+        .to_string(),
+    );
     let mut result = CheckResult {
         server,
         rule,
@@ -159,51 +180,56 @@ fn run(
     // (sent, received) of every OK answer, µs since the epoch.
     let mut answers = Vec::new();
     let mut connection: Option<HttpConnection> = None;
-    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-        let link = match connection.as_mut() {
-            Some(link) => link,
-            None => match HttpConnection::open(http) {
-                Ok(link) => connection.insert(link),
-                Err(e) => {
-                    error(&mut result, io_kind(&e));
-                    thread::sleep(Duration::from_millis(50));
+    let mut slots = tokio::time::interval(Duration::from_secs(1) / rate);
+    slots.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    loop {
+        slots.tick().await;
+        if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
+            break;
+        }
+        // A request the server closed the connection on is sent again on a new one, once.
+        for _attempt in 0..2 {
+            let link = match connection.as_mut() {
+                Some(link) => link,
+                None => match HttpConnection::open(http).await {
+                    Ok(link) => connection.insert(link),
+                    Err(kind) => {
+                        error(&mut result, kind);
+                        break;
+                    }
+                },
+            };
+            let sent = now_us();
+            match link.request(Method::POST, "/json", body.clone()).await {
+                Ok((status, payload)) => {
+                    let received = now_us();
+                    result.requests += 1;
+                    // /json answers OVER_LIMIT with 429 and the same body.
+                    if status != 200 && status != 429 {
+                        error(&mut result, format!("http {status}"));
+                        break;
+                    }
+                    match overall_code(&payload).as_deref() {
+                        Some("OK") => {
+                            result.ok += 1;
+                            answers.push((sent, received));
+                        }
+                        Some("OVER_LIMIT") => result.over_limit += 1,
+                        Some(code) => error(&mut result, format!("code {code}")),
+                        None => error(&mut result, "unreadable body".into()),
+                    }
+                }
+                Err(HttpError::Closed) => {
+                    result.reconnects += 1;
+                    connection = None;
                     continue;
                 }
-            },
-        };
-        let sent = now_us();
-        match link.request("POST", "/json", body.as_bytes()) {
-            Ok((status, payload)) => {
-                let received = now_us();
-                result.requests += 1;
-                if link.closing {
+                Err(HttpError::Failed(kind)) => {
+                    error(&mut result, kind);
                     connection = None;
                 }
-                // /json answers OVER_LIMIT with 429 and the same body.
-                if status != 200 && status != 429 {
-                    error(&mut result, format!("http {status}"));
-                    thread::sleep(Duration::from_millis(10));
-                    continue;
-                }
-                match overall_code(&payload).as_deref() {
-                    Some("OK") => {
-                        result.ok += 1;
-                        answers.push((sent, received));
-                    }
-                    Some("OVER_LIMIT") => result.over_limit += 1,
-                    Some(code) => error(&mut result, format!("code {code}")),
-                    None => error(&mut result, "unreadable body".into()),
-                }
             }
-            Err(HttpError::Closed) => {
-                result.reconnects += 1;
-                connection = None;
-            }
-            Err(HttpError::Failed(kind)) => {
-                error(&mut result, kind);
-                connection = None;
-                thread::sleep(Duration::from_millis(50));
-            }
+            break;
         }
     }
     let window_us = rule.window_s * 1_000_000;
@@ -278,12 +304,10 @@ pub fn sliding_log(answers: &[(u64, u64)], limit: u64, window_us: u64) -> Slidin
     verdict
 }
 
-/// An HTTP/1.1 keep-alive connection, one request at a time.
+/// An HTTP/1.1 keep-alive connection (hyper's client), one request at a time.
 pub struct HttpConnection {
-    reader: BufReader<TcpStream>,
+    sender: SendRequest<Full<Bytes>>,
     host: String,
-    /// The last answer said `Connection: close`.
-    closing: bool,
 }
 
 pub enum HttpError {
@@ -294,118 +318,84 @@ pub enum HttpError {
 }
 
 impl HttpConnection {
-    pub fn open(addr: SocketAddr) -> io::Result<HttpConnection> {
-        let stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)?;
-        stream.set_read_timeout(Some(IO_TIMEOUT))?;
-        stream.set_write_timeout(Some(IO_TIMEOUT))?;
-        stream.set_nodelay(true)?;
+    /// Connects and starts the connection's task on the current runtime; it ends when either
+    /// side closes.
+    pub async fn open(addr: SocketAddr) -> Result<HttpConnection, String> {
+        let stream = timeout(IO_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .map_err(|_| "timeout".to_string())?
+            .map_err(|e| io_kind(&e))?;
+        stream.set_nodelay(true).map_err(|e| io_kind(&e))?;
+        let (sender, connection) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| hyper_kind(&e))?;
+        tokio::spawn(connection);
         Ok(HttpConnection {
-            reader: BufReader::new(stream),
+            sender,
             host: addr.to_string(),
-            closing: false,
         })
     }
 
     /// Sends a request (a body, when not empty, as JSON) and reads the answer: its status and
-    /// body.
-    pub fn request(
+    /// body, within [`IO_TIMEOUT`].
+    pub async fn request(
         &mut self,
-        method: &str,
+        method: Method,
         path: &str,
-        body: &[u8],
-    ) -> Result<(u16, Vec<u8>), HttpError> {
-        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.host);
+        body: Bytes,
+    ) -> Result<(u16, Bytes), HttpError> {
+        self.sender.ready().await.map_err(|_| HttpError::Closed)?;
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::HOST, &self.host);
         if !body.is_empty() {
-            head.push_str("Content-Type: application/json\r\n");
+            request = request.header(header::CONTENT_TYPE, "application/json");
         }
-        head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
-        let stream = self.reader.get_mut();
-        stream
-            .write_all(head.as_bytes())
-            .and_then(|()| stream.write_all(body))
-            .map_err(closed_or_failed)?;
-        let mut status_line = String::new();
-        match self.reader.read_line(&mut status_line) {
-            Ok(0) => return Err(HttpError::Closed),
-            Ok(_) => {}
-            Err(e) => return Err(closed_or_failed(e)),
-        }
-        let status: u16 = status_line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .ok_or_else(|| HttpError::Failed("malformed status line".into()))?;
-        let mut length = None;
-        let mut chunked = false;
-        loop {
-            let mut line = String::new();
-            if self.reader.read_line(&mut line).map_err(failed)? == 0 {
-                return Err(HttpError::Failed("headers cut short".into()));
-            }
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            let Some((name, value)) = line.split_once(':') else {
-                continue;
-            };
-            let value = value.trim();
-            match name.trim().to_ascii_lowercase().as_str() {
-                "content-length" => length = value.parse::<usize>().ok(),
-                "transfer-encoding" => chunked = value.eq_ignore_ascii_case("chunked"),
-                "connection" => self.closing = value.eq_ignore_ascii_case("close"),
-                _ => {}
-            }
-        }
-        let body = if chunked {
-            self.read_chunked()?
-        } else {
-            let mut body = vec![0; length.unwrap_or(0)];
-            self.reader.read_exact(&mut body).map_err(failed)?;
-            body
+        let request = request
+            .body(Full::new(body))
+            .map_err(|e| HttpError::Failed(e.to_string()))?;
+        let exchange = async {
+            let response = self.sender.send_request(request).await?;
+            let status = response.status().as_u16();
+            let body = response.into_body().collect().await?.to_bytes();
+            Ok::<_, hyper::Error>((status, body))
         };
-        Ok((status, body))
-    }
-
-    fn read_chunked(&mut self) -> Result<Vec<u8>, HttpError> {
-        let mut body = Vec::new();
-        loop {
-            let mut size = String::new();
-            self.reader.read_line(&mut size).map_err(failed)?;
-            let size = size.trim().split(';').next().unwrap_or("");
-            let size = usize::from_str_radix(size, 16)
-                .map_err(|_| HttpError::Failed("malformed chunk size".into()))?;
-            if size == 0 {
-                // Trailers, if any, up to the empty line.
-                loop {
-                    let mut line = String::new();
-                    if self.reader.read_line(&mut line).map_err(failed)? == 0
-                        || line.trim_end().is_empty()
-                    {
-                        return Ok(body);
-                    }
-                }
-            }
-            let start = body.len();
-            body.resize(start + size + 2, 0);
-            self.reader.read_exact(&mut body[start..]).map_err(failed)?;
-            body.truncate(start + size);
+        match timeout(IO_TIMEOUT, exchange).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) if closed(&e) => Err(HttpError::Closed),
+            Ok(Err(e)) => Err(HttpError::Failed(hyper_kind(&e))),
+            Err(_) => Err(HttpError::Failed("timeout".into())),
         }
     }
 }
 
-fn closed_or_failed(e: io::Error) -> HttpError {
-    match e.kind() {
-        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => HttpError::Closed,
-        _ => failed(e),
+/// Whether the connection was closed under the request: before it was written (canceled), while
+/// it was written (reset, broken pipe) or before its answer came.
+fn closed(e: &hyper::Error) -> bool {
+    e.is_canceled()
+        || e.is_incomplete_message()
+        || io_source(e).is_some_and(|io| {
+            matches!(
+                io.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            )
+        })
+}
+
+fn io_source(e: &hyper::Error) -> Option<&io::Error> {
+    std::error::Error::source(e)?.downcast_ref::<io::Error>()
+}
+
+/// hyper's description of the error, with the kind of the I/O error under it.
+fn hyper_kind(e: &hyper::Error) -> String {
+    match io_source(e) {
+        Some(io) => format!("{e}: {}", io_kind(io)),
+        None => e.to_string(),
     }
 }
 
-fn failed(e: io::Error) -> HttpError {
-    HttpError::Failed(io_kind(&e))
-}
-
-/// The name of an I/O error's kind (a read or write past [`IO_TIMEOUT`] is `timeout`).
+/// The name of an I/O error's kind.
 fn io_kind(e: &io::Error) -> String {
     match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => "timeout".into(),

@@ -8,9 +8,10 @@
 //! `--rate` each: requests of all five algorithms at once over 100 counters each (about 15
 //! requests per counter and second at the default rate, around the limits of 12-14, so some are
 //! denied), and single-descriptor requests on one hot counter. Beside it, one sequential client
-//! per server and checked rule on the HTTP `/json` endpoint counts the OK answers per window
-//! against the limit (see check.rs): zero over-admission is the bar, and the command fails
-//! otherwise.
+//! per server and checked rule on the HTTP `/json` endpoint, at `--check-rate` requests per
+//! second (well above every checked limit, so each window reaches its limit), counts the OK
+//! answers per window against the limit (see check.rs): zero over-admission is the bar, and the
+//! command fails otherwise.
 //!
 //! Reported, per server: RSS and open descriptors idle, at the start of the load, at its end, their
 //! peaks and after it; configuration reloads; each load's counts and latency; and the check.
@@ -25,7 +26,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use clap::Args;
+use hyper::Method;
 use testkit::ratelimitd::Ratelimitd;
 use testkit::redis_server::RedisServer;
 
@@ -45,6 +48,10 @@ pub struct SoakArgs {
     /// Requests per second of each load generator (two per server, open loop).
     #[arg(long, default_value_t = 1500)]
     pub rate: u32,
+    /// Requests per second of each checker (one per server and checked rule, on a fixed
+    /// schedule); above the checked limits, so every window reaches its limit.
+    #[arg(long, default_value_t = 200)]
+    pub check_rate: u32,
 }
 
 /// The rules the checker counts against; they never change across reloads.
@@ -104,6 +111,9 @@ pub fn run(args: &SoakArgs) -> Result<(), String> {
     }
     if args.rate == 0 {
         return Err("--rate must be at least 1".into());
+    }
+    if args.check_rate == 0 {
+        return Err("--check-rate must be at least 1".into());
     }
     let mut redis_server = RedisServer::start();
     let mut redis = redis_server.connection();
@@ -202,9 +212,16 @@ pub fn run(args: &SoakArgs) -> Result<(), String> {
         .flat_map(|server| {
             let http = server.process.http_addr();
             let stop = &stop;
-            CHECKED
-                .iter()
-                .map(move |rule| check::spawn(server.name, http, *rule, deadline, stop.clone()))
+            CHECKED.iter().map(move |rule| {
+                check::spawn(
+                    server.name,
+                    http,
+                    *rule,
+                    args.check_rate,
+                    deadline,
+                    stop.clone(),
+                )
+            })
         })
         .collect();
     // The checkers end on an error below too, rather than outlive the servers.
@@ -265,9 +282,10 @@ pub fn run(args: &SoakArgs) -> Result<(), String> {
     }
 
     println!(
-        "{} at {} requests/s per load generator (two per server), configuration rewritten \
-         {rewrites} times, redis-server restarted {restarts} times.\n",
-        seconds, args.rate
+        "{} at {} requests/s per load generator (two per server) and {} requests/s per checker \
+         (one per server and checked rule), configuration rewritten {rewrites} times, \
+         redis-server restarted {restarts} times.\n",
+        seconds, args.rate, args.check_rate
     );
     print_servers(&servers)?;
     if let (Some(start), Some(end)) = (redis_server_start, redis_server_end) {
@@ -402,7 +420,7 @@ fn print_loads(reports: &[(&str, &str, LoadReport)]) {
 fn print_checks(checks: &[CheckResult]) -> u64 {
     println!(
         "Admitted against the limit, from the client side (one sequential HTTP client per server and \
-         rule; over-admitted: fixed windows with more OK answers than the limit, or runs of limit + 1 \
+         rule, paced; over-admitted: fixed windows with more OK answers than the limit, or runs of limit + 1 \
          OK answers within a sliding window; \"possible\": only if answers straddling a boundary count \
          in both windows, or within the client's timing uncertainty):\n"
     );
@@ -458,10 +476,19 @@ fn print_checks(checks: &[CheckResult]) -> u64 {
 /// The `/metrics` text of the HTTP port at `addr`.
 fn metrics(addr: SocketAddr) -> Result<String, String> {
     let fail = |why: String| format!("GET http://{addr}/metrics: {why}");
-    let mut connection = HttpConnection::open(addr).map_err(|e| fail(e.to_string()))?;
-    match connection.request("GET", "/metrics", &[]) {
-        Ok((200, body)) => Ok(String::from_utf8_lossy(&body).into_owned()),
-        Ok((status, _)) => Err(fail(format!("status {status}"))),
-        Err(_) => Err(fail("no answer".into())),
-    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| fail(e.to_string()))?;
+    runtime.block_on(async {
+        let mut connection = HttpConnection::open(addr).await.map_err(fail)?;
+        match connection
+            .request(Method::GET, "/metrics", Bytes::new())
+            .await
+        {
+            Ok((200, body)) => Ok(String::from_utf8_lossy(&body).into_owned()),
+            Ok((status, _)) => Err(fail(format!("status {status}"))),
+            Err(_) => Err(fail("no answer".into())),
+        }
+    })
 }
