@@ -291,7 +291,7 @@ pub fn per_decision(
             "--warmup".into(),
             "0s".into(),
         ]);
-        crate::load::run_process(&args)
+        crate::load_process::run(&args, &[])
     };
     if warmup > 0 {
         run(warmup)?;

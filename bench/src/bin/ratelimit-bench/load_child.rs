@@ -1,11 +1,9 @@
-//! The load as a child process: this executable's `load` mode with `--json`, on the CPUs given
-//! (`testkit::cpu::pin_command`). The measurement subcommands run it so because a pinned load
-//! generator has to be a process of its own (its CPU set, and its own CPU time in
-//! `/proc/self/stat`, which is what `client_cpu_us_per_request` reports), and so that it runs as
-//! it does alone: one load thread per CPU it may use.
+//! The load of the matrix and the tracing cost, by its parameters: this executable's `load`
+//! mode run as a process of its own ([`crate::load_process::run`]) on the CPUs given, so that a
+//! pinned load generator has its own CPU set and CPU time and runs as it does alone: one load
+//! thread per CPU it may use.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -84,56 +82,42 @@ pub fn beside_this(name: &str) -> Result<PathBuf, String> {
 impl LoadRun {
     /// Runs the load to its end; its stderr passes through.
     pub fn run(&self) -> Result<Measured, String> {
-        let this = this_executable()?;
-        let mut command = Command::new(&this);
-        command
-            .arg("load")
-            .args(["--addr", &self.addr])
-            .args(["--connections", &self.connections.to_string()])
-            .args(["--concurrency", &self.concurrency.to_string()])
-            .args(["--domain", "bench", "--key", &self.key])
-            .args(["--keys", &self.keys.to_string()])
-            .args(["--descriptors", &self.descriptors.to_string()])
-            .args([
-                "--duration",
-                &humantime::format_duration(self.duration).to_string(),
-            ])
-            .args([
-                "--warmup",
-                &humantime::format_duration(self.warmup).to_string(),
-            ]);
+        let mut arguments: Vec<String> = vec![
+            "load".into(),
+            "--addr".into(),
+            self.addr.clone(),
+            "--connections".into(),
+            self.connections.to_string(),
+            "--concurrency".into(),
+            self.concurrency.to_string(),
+            "--domain".into(),
+            "bench".into(),
+            "--key".into(),
+            self.key.clone(),
+            "--keys".into(),
+            self.keys.to_string(),
+            "--descriptors".into(),
+            self.descriptors.to_string(),
+            "--duration".into(),
+            humantime::format_duration(self.duration).to_string(),
+            "--warmup".into(),
+            humantime::format_duration(self.warmup).to_string(),
+        ];
         if let Some(rate) = self.rate {
-            command.args(["--rate", &rate.to_string()]);
+            arguments.extend(["--rate".into(), rate.to_string()]);
         }
         if let Some(pid) = self.server_pid {
-            command.args(["--server-pid", &pid.to_string()]);
+            arguments.extend(["--server-pid".into(), pid.to_string()]);
         }
         for pid in &self.store_pids {
-            command.args(["--store-pid", &pid.to_string()]);
+            arguments.extend(["--store-pid".into(), pid.to_string()]);
         }
         for (name, value) in &self.tags {
-            command.args(["--tag", &format!("{name}={value}")]);
+            arguments.extend(["--tag".into(), format!("{name}={value}")]);
         }
-        command
-            .arg("--json")
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit());
-        if !self.cpus.is_empty() {
-            testkit::cpu::pin_command(&mut command, &self.cpus);
-        }
-        let output = command
-            .output()
-            .map_err(|e| format!("{}: {e}", this.display()))?;
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        if !output.status.success() {
-            return Err(format!(
-                "the load against {} ended with {}",
-                self.addr, output.status
-            ));
-        }
-        let line = stdout.trim().to_string();
-        let value = serde_json::from_str(&line)
-            .map_err(|e| format!("the load printed no JSON line ({e}): {line}"))?;
+        let value = crate::load_process::run(&arguments, &self.cpus)
+            .map_err(|error| format!("the load against {}: {error}", self.addr))?;
+        let line = value.to_string();
         Ok(Measured { line, value })
     }
 }

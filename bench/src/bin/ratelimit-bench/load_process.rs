@@ -1,6 +1,8 @@
 //! This tool's load as a process of its own (`ratelimit-bench --json ...`, the running executable),
-//! its JSON report read back: the measurements that run several loads at once give each its own
-//! process, threads and CPU accounting, as separate load generators would have.
+//! its JSON report read back. The measurements that start servers run the load so: a client with
+//! its own CPU time (`client_cpu_us_per_request`), pinned to CPUs of its own where asked
+//! (`testkit::cpu::pin_command`), and several loads at once each with its own process and
+//! threads, as separate load generators would have.
 
 use std::process::{Child, Command, Stdio};
 
@@ -10,6 +12,34 @@ use serde_json::Value;
 pub struct LoadProcess {
     child: Option<Child>,
     label: String,
+}
+
+/// Runs `ratelimit-bench <args> --json` to its end on `cpus` (empty: wherever the kernel puts
+/// it), its stderr passed through: its JSON report. A run with errors in its report is still
+/// `Ok` (the caller decides what they mean).
+pub fn run(args: &[String], cpus: &[usize]) -> Result<Value, String> {
+    let this = std::env::current_exe().map_err(|e| format!("this executable's path: {e}"))?;
+    let mut command = Command::new(&this);
+    command
+        .args(args)
+        .arg("--json")
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
+    if !cpus.is_empty() {
+        testkit::cpu::pin_command(&mut command, cpus);
+    }
+    let output = command
+        .output()
+        .map_err(|e| format!("{}: {e}", this.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "the load `{}` ended with {}",
+            args.join(" "),
+            output.status
+        ));
+    }
+    serde_json::from_slice(&output.stdout)
+        .map_err(|e| format!("the load's report is no JSON object: {e}"))
 }
 
 impl LoadProcess {

@@ -239,7 +239,7 @@ pub fn run(args: &RedisCpuArgs) -> Result<(), String> {
                 let mut load = this.load(&server, algorithm, descriptors);
                 load.extend(timed.iter().cloned());
                 load.extend(pids.iter().cloned());
-                let report = crate::load::run_process(&load)?;
+                let report = crate::load_process::run(&load, &[])?;
                 cpu.push(CpuCell {
                     calls: calls.clone(),
                     algorithm: algorithm.clone(),
@@ -258,7 +258,7 @@ pub fn run(args: &RedisCpuArgs) -> Result<(), String> {
             load.extend(timed.iter().cloned());
             load.extend(["--rate".into(), args.open_loop_rate.to_string()]);
             load.extend(pids.iter().cloned());
-            open_loop = Some((calls.clone(), crate::load::run_process(&load)?));
+            open_loop = Some((calls.clone(), crate::load_process::run(&load, &[])?));
         }
     }
     let mut baseline = Vec::new();
@@ -322,7 +322,7 @@ pub fn run(args: &RedisCpuArgs) -> Result<(), String> {
                         load.extend(["--requests".into(), requests.to_string()]);
                         load.extend(["--warmup".into(), "0s".into()]);
                         load.extend(["--timeout".into(), "60s".into()]);
-                        crate::load::run_process(&load).map(drop)
+                        crate::load_process::run(&load, &[]).map(drop)
                     };
                     profile.push(cell(format!("{calls} {algorithm}/{descriptors}"), &load)?);
                 }

@@ -136,27 +136,3 @@ pub fn run(args: LoadArgs) -> Result<(), String> {
     }
     Ok(())
 }
-
-/// This executable's load, run as a process of its own with `args` and `--json` (the
-/// measurements that start servers run the load beside them as `ratelimit-bench matrix` does: a client
-/// with its own CPU time): its JSON report. Its stderr is this process's; a run with errors in
-/// its report is still `Ok` (the caller decides what they mean).
-pub fn run_process(args: &[String]) -> Result<serde_json::Value, String> {
-    let this = std::env::current_exe().map_err(|e| format!("this executable's path: {e}"))?;
-    let output = std::process::Command::new(&this)
-        .args(args)
-        .arg("--json")
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("{}: {e}", this.display()))?;
-    if !output.status.success() {
-        return Err(format!(
-            "the load `{}` ended with {}",
-            args.join(" "),
-            output.status
-        ));
-    }
-    serde_json::from_slice(&output.stdout)
-        .map_err(|e| format!("the load's report is no JSON object: {e}"))
-}
