@@ -145,43 +145,6 @@ pub const VARIABLES: [&str; 114] = [
     "TRACING_SAMPLING_RATE",
 ];
 
-/// The variables of [`VARIABLES`] that feed no setting ([`crate::settings::Setting::upstream`]):
-/// switches that say whether others are read, and what ratelimitd does otherwise (Memcached, a
-/// second Redis for per-second limits, upstream's pipelining and pool knobs); each one set is
-/// answered by a notice or an error saying so.
-pub const WITHOUT_A_SETTING: [&str; 30] = [
-    "GRPC_SERVER_USE_TLS",
-    "DISABLE_STATS",
-    "RUNTIME_WATCH_ROOT",
-    "BACKEND_TYPE",
-    "REDIS_PIPELINE_WINDOW",
-    "REDIS_PIPELINE_LIMIT",
-    "REDIS_CLUSTER_PIPELINE_PARALLELISM",
-    "REDIS_PERSECOND",
-    "REDIS_PERSECOND_SOCKET_TYPE",
-    "REDIS_PERSECOND_TYPE",
-    "REDIS_PERSECOND_URL",
-    "REDIS_PERSECOND_POOL_SIZE",
-    "REDIS_PERSECOND_AUTH",
-    "REDIS_PERSECOND_TLS",
-    "REDIS_PERSECOND_SENTINEL_AUTH",
-    "REDIS_PERSECOND_PIPELINE_WINDOW",
-    "REDIS_PERSECOND_PIPELINE_LIMIT",
-    "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
-    "REDIS_PERSECOND_TIMEOUT",
-    "REDIS_POOL_ON_EMPTY_BEHAVIOR",
-    "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
-    "MEMCACHE_HOST_PORT",
-    "MEMCACHE_MAX_IDLE_CONNS",
-    "MEMCACHE_SRV",
-    "MEMCACHE_SRV_REFRESH",
-    "MEMCACHE_TLS",
-    "MEMCACHE_TLS_CLIENT_CERT",
-    "MEMCACHE_TLS_CLIENT_KEY",
-    "MEMCACHE_TLS_CACERT",
-    "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
-];
-
 /// The variables of envoyproxy/ratelimit's per-second Redis (`REDIS_PERSECOND=true`).
 const PER_SECOND_REDIS: [&str; 12] = [
     "REDIS_PERSECOND_SOCKET_TYPE",
