@@ -69,15 +69,6 @@ use crate::report;
 use crate::run_header::{commit, machine, redis_server, today};
 use crate::servers::{self, RlsCeiling};
 
-/// Every algorithm, in the configuration's order.
-const ALGORITHMS: [&str; 5] = [
-    "fixed_window",
-    "sliding_window_log",
-    "sliding_window_counter",
-    "token_bucket",
-    "gcra",
-];
-
 #[derive(Args, Clone, Debug)]
 pub struct MatrixArgs {
     /// Measured time per cell.
@@ -373,8 +364,11 @@ pub fn run(args: &MatrixArgs) -> Result<(), String> {
     let results =
         File::create(&results_path).map_err(|e| format!("{}: {e}", results_path.display()))?;
     let config = work.join("bench.yaml");
-    std::fs::write(&config, servers::bench_config(&ALGORITHMS))
-        .map_err(|e| format!("{}: {e}", config.display()))?;
+    std::fs::write(
+        &config,
+        servers::bench_config(&Algorithm::ALL.map(Algorithm::as_str)),
+    )
+    .map_err(|e| format!("{}: {e}", config.display()))?;
     let config = config.to_string_lossy().into_owned();
     let mut bench = Bench {
         args,

@@ -36,6 +36,7 @@ use self::check::{CheckResult, HttpConnection, Kind, Rule, Verdict};
 use crate::load_process::{LoadProcess, LoadReport};
 use crate::procstat::{open_descriptors, vm_rss_kib};
 use crate::run_header::header;
+use ratelimitd::limiter::Algorithm;
 
 #[derive(Args, Clone, Debug)]
 pub struct SoakArgs {
@@ -191,13 +192,7 @@ pub fn run(args: &SoakArgs) -> Result<(), String> {
             .to_vec()
         };
         let mut mixed = common("2", "32", "100", format!("{} mixed", server.name));
-        for algorithm in [
-            "fixed_window",
-            "sliding_window_log",
-            "sliding_window_counter",
-            "token_bucket",
-            "gcra",
-        ] {
+        for algorithm in Algorithm::ALL.map(Algorithm::as_str) {
             mixed.extend(["--descriptor".to_string(), format!("{algorithm}=k{{r}}")]);
         }
         let mut hot = common("1", "16", "1", format!("{} hot", server.name));
