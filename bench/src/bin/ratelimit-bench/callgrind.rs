@@ -21,6 +21,8 @@ use std::time::Duration;
 
 use testkit::ratelimitd::{command_under, Ratelimitd};
 
+use crate::servers::RlsCeiling;
+
 /// The programs these measurements run (Debian: `apt-get install valgrind`).
 const TOOLS: [&str; 3] = ["valgrind", "callgrind_control", "callgrind_annotate"];
 
@@ -108,10 +110,24 @@ pub struct Counts {
 }
 
 impl Counts {
-    /// Reads the dump at `path`.
+    /// Reads the dump at `path`, every function's count inclusive of what it calls.
     pub fn read(path: &Path) -> Result<Counts, String> {
+        Counts::read_as(path, true)
+    }
+
+    /// Reads the dump at `path`, every function's count its own instructions only (what
+    /// [`Counts::exclusive`] lists).
+    pub fn read_exclusive(path: &Path) -> Result<Counts, String> {
+        Counts::read_as(path, false)
+    }
+
+    fn read_as(path: &Path, inclusive: bool) -> Result<Counts, String> {
         let output = Command::new("callgrind_annotate")
-            .args(["--inclusive=yes", "--threshold=100"])
+            .arg(format!(
+                "--inclusive={}",
+                if inclusive { "yes" } else { "no" }
+            ))
+            .arg("--threshold=100")
             .arg(path)
             .output()
             .map_err(|e| format!("callgrind_annotate: {e}"))?;
@@ -168,6 +184,20 @@ impl Counts {
             .sum()
     }
 
+    /// Every line's (count, symbol, object) as the dump was read (exclusive counts after
+    /// [`Counts::read_exclusive`]): `???:<h2::proto::X as Y>::poll [/x/ratelimitd]` gives the
+    /// symbol `<h2::proto::X as Y>::poll` and the object `/x/ratelimitd`.
+    pub fn exclusive(&self) -> impl Iterator<Item = (u64, &str, &str)> {
+        self.functions.iter().map(|(count, text)| {
+            let (place, object) = match text.rsplit_once(" [") {
+                Some((place, object)) => (place, object.trim_end_matches(']')),
+                None => (text.as_str(), ""),
+            };
+            let symbol = place.split_once(':').map_or(place, |(_, symbol)| symbol);
+            (*count, symbol, object)
+        })
+    }
+
     /// The distinct names [`Counts::inclusive`] knows, sorted.
     pub fn function_names(&self) -> Vec<String> {
         let names: std::collections::BTreeSet<&str> = self
@@ -196,11 +226,18 @@ fn short_name(text: &str) -> &str {
     symbol.rsplit(':').next().unwrap_or(symbol)
 }
 
-/// A ratelimitd under callgrind, counting off until [`instrument`] turns it on.
+/// A server under callgrind, counting off until [`instrument`] turns it on.
 pub struct Profiled {
-    server: Ratelimitd,
+    server: Server,
     out: PathBuf,
     dir: tempfile::TempDir,
+}
+
+/// The servers a profile runs.
+enum Server {
+    Ratelimitd(Ratelimitd),
+    /// The transport ceiling, a default tonic server answering a constant OK.
+    Ceiling(RlsCeiling),
 }
 
 impl Profiled {
@@ -214,26 +251,52 @@ impl Profiled {
             .args(["serve", "--grpc-addr", "127.0.0.1:0"])
             .args(["--http-addr", "127.0.0.1:0"])
             .args(args);
-        let server = Ratelimitd::spawn_within(command, SLOW);
+        let server = Server::Ratelimitd(Ratelimitd::spawn_within(command, SLOW));
+        Ok(Profiled { server, out, dir })
+    }
+
+    /// Starts `rls-ceiling` (beside this executable) under callgrind and waits for it to listen.
+    pub fn rls_ceiling() -> Result<Profiled, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
+        let out = dir.path().join("callgrind.out");
+        let wrapper = wrapper(&out, &dir.path().join("valgrind.log"));
+        let server = Server::Ceiling(RlsCeiling::start_under(&wrapper, &[], SLOW)?);
         Ok(Profiled { server, out, dir })
     }
 
     pub fn pid(&self) -> u32 {
-        self.server.pid()
+        match &self.server {
+            Server::Ratelimitd(server) => server.pid(),
+            Server::Ceiling(server) => server.pid(),
+        }
     }
 
     pub fn grpc_addr(&self) -> SocketAddr {
-        self.server.grpc_addr()
+        match &self.server {
+            Server::Ratelimitd(server) => server.grpc_addr(),
+            Server::Ceiling(server) => server.addr(),
+        }
     }
 
-    pub fn http_addr(&self) -> SocketAddr {
-        self.server.http_addr()
+    /// The HTTP port of a ratelimitd (none for the ceiling).
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        match &self.server {
+            Server::Ratelimitd(server) => Some(server.http_addr()),
+            Server::Ceiling(_) => None,
+        }
     }
 
-    /// Stops the server with SIGTERM, waits for it to exit, and reads what it counted.
-    pub fn stop(mut self) -> Result<Counts, String> {
-        self.server.terminate();
-        if self.server.wait_exit(SLOW).is_none() {
+    /// Stops the server with SIGTERM, waits for it to exit, and reads what it counted, each
+    /// function's count as `attribution` says.
+    pub fn stop(mut self, attribution: Attribution) -> Result<Counts, String> {
+        let exited = match &mut self.server {
+            Server::Ratelimitd(server) => {
+                server.terminate();
+                server.wait_exit(SLOW).is_some()
+            }
+            Server::Ceiling(server) => server.terminate(SLOW),
+        };
+        if !exited {
             return Err(format!(
                 "the server under callgrind did not exit within {SLOW:?} of SIGTERM"
             ));
@@ -241,14 +304,29 @@ impl Profiled {
         if !self.out.is_file() {
             let log =
                 std::fs::read_to_string(self.dir.path().join("valgrind.log")).unwrap_or_default();
+            let said = match &self.server {
+                Server::Ratelimitd(server) => server.output(),
+                Server::Ceiling(_) => String::new(),
+            };
             return Err(format!(
-                "callgrind wrote no {}; valgrind said:\n{log}\nthe server said:\n{}",
-                self.out.display(),
-                self.server.output()
+                "callgrind wrote no {}; valgrind said:\n{log}\nthe server said:\n{said}",
+                self.out.display()
             ));
         }
-        Counts::read(&self.out)
+        match attribution {
+            Attribution::Inclusive => Counts::read(&self.out),
+            Attribution::Exclusive => Counts::read_exclusive(&self.out),
+        }
     }
+}
+
+/// What a function's count holds.
+#[derive(Clone, Copy, Debug)]
+pub enum Attribution {
+    /// Its own instructions and those of everything it calls.
+    Inclusive,
+    /// Its own instructions only: the counts add up to the total.
+    Exclusive,
 }
 
 /// A load of this tool: its flags but `--addr`, `--requests`, `--warmup` and `--json`.
@@ -274,13 +352,14 @@ impl PerDecision {
 }
 
 /// Instructions per decision of `server`: `warmup` requests of `load`, counting on, `requests`
-/// requests of `load`, then the server is stopped (the counts run to its exit). An error if a
-/// measured request failed.
+/// requests of `load`, then the server is stopped (the counts run to its exit) and its counts
+/// read as `attribution` says. An error if a measured request failed.
 pub fn per_decision(
     server: Profiled,
     load: &Load,
     warmup: u64,
     requests: u64,
+    attribution: Attribution,
 ) -> Result<PerDecision, String> {
     let run = |n: u64| {
         let mut args = vec!["--addr".into(), server.grpc_addr().to_string()];
@@ -298,7 +377,7 @@ pub fn per_decision(
     }
     instrument(server.pid(), true)?;
     let report = run(requests)?;
-    let counts = server.stop()?;
+    let counts = server.stop(attribution)?;
     let errors = report["errors"].as_u64().unwrap_or(0);
     if errors > 0 {
         return Err(format!("{errors} errors in the measured load"));

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use clap::Args;
 use testkit::otlp_collector::OtlpCollector;
 
-use crate::callgrind::{per_decision, require_tools, Load, Profiled};
+use crate::callgrind::{per_decision, require_tools, Attribution, Load, Profiled};
 use crate::run_header::callgrind_header;
 
 #[derive(Args, Clone, Debug)]
@@ -168,7 +168,13 @@ pub fn run(args: &CallgrindArgs) -> Result<(), String> {
             serve.extend(variant.args.iter().cloned());
             serve.extend(args.server_args.iter().cloned());
             let server = Profiled::ratelimitd(&variant.binary, &serve)?;
-            let measured = per_decision(server, &load, args.warmup_requests, args.requests)?;
+            let measured = per_decision(
+                server,
+                &load,
+                args.warmup_requests,
+                args.requests,
+                Attribution::Inclusive,
+            )?;
             let (total, handler) = (measured.total(), measured.inclusive_max_containing(HANDLER));
             eprintln!(
                 "[callgrind] run {n} {}: {total:.0} instructions per decision, handler {handler:.0}",

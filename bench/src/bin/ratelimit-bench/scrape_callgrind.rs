@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::callgrind::{instrument, require_tools, Profiled};
+use crate::callgrind::{instrument, require_tools, Attribution, Profiled};
 use crate::run_header::callgrind_header;
 
 #[derive(Args, Clone, Debug)]
@@ -57,13 +57,14 @@ pub fn run(args: &ScrapeCallgrindArgs) -> Result<(), String> {
             Err(format!("GET /metrics answered {status}"))
         }
     };
-    let mut text = scrape(server.http_addr())?;
+    let http = server.http_addr().ok_or("ratelimitd said no HTTP port")?;
+    let mut text = scrape(http)?;
     instrument(server.pid(), true)?;
     for _ in 0..args.scrapes {
-        text = scrape(server.http_addr())?;
+        text = scrape(http)?;
     }
     instrument(server.pid(), false)?;
-    let counts = server.stop()?;
+    let counts = server.stop(Attribution::Inclusive)?;
     if let Some(path) = &args.save {
         std::fs::write(path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
     }

@@ -66,8 +66,25 @@ impl RlsCeiling {
     /// Starts `rls-ceiling --grpc-addr 127.0.0.1:0` on `cpus` (empty: any) and waits for its
     /// `grpc_addr=` line.
     pub fn start(cpus: &[usize]) -> Result<RlsCeiling, String> {
+        RlsCeiling::start_under(&[], cpus, CEILING_START_TIMEOUT)
+    }
+
+    /// [`RlsCeiling::start`] under `wrapper` (`valgrind --tool=callgrind ...`: the process is the
+    /// wrapper's), waiting up to `timeout` for its `grpc_addr=` line.
+    pub fn start_under(
+        wrapper: &[String],
+        cpus: &[usize],
+        timeout: Duration,
+    ) -> Result<RlsCeiling, String> {
         let binary = beside_this("rls-ceiling")?;
-        let mut command = Command::new(&binary);
+        let mut command = match wrapper.split_first() {
+            None => Command::new(&binary),
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(&binary);
+                command
+            }
+        };
         command
             .args(["--grpc-addr", "127.0.0.1:0"])
             .stdin(Stdio::null())
@@ -89,13 +106,13 @@ impl RlsCeiling {
                 }
             }
         });
-        match rx.recv_timeout(CEILING_START_TIMEOUT) {
+        match rx.recv_timeout(timeout) {
             Ok(addr) => Ok(RlsCeiling { child, addr }),
             Err(_) => {
                 let _ = child.kill();
                 let _ = child.wait();
                 Err(format!(
-                    "{} printed no grpc_addr= line within {CEILING_START_TIMEOUT:?}",
+                    "{} printed no grpc_addr= line within {timeout:?}",
                     binary.display()
                 ))
             }
@@ -108,6 +125,20 @@ impl RlsCeiling {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Sends SIGTERM and waits up to `timeout` for the process to exit; false if it did not.
+    pub fn terminate(&mut self, timeout: Duration) -> bool {
+        // SAFETY: kill(2) on the pid of a child not yet waited for.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
     }
 }
 
