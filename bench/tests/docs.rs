@@ -13,7 +13,7 @@ use testkit::repo_root;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_ratelimit-bench");
 const CEILING: &str = env!("CARGO_BIN_EXE_rls-ceiling");
-const BENCH_SUBCOMMANDS: [&str; 14] = [
+const BENCH_SUBCOMMANDS: [&str; 15] = [
     "load",
     "footprint",
     "report",
@@ -28,6 +28,7 @@ const BENCH_SUBCOMMANDS: [&str; 14] = [
     "scrape-callgrind",
     "matrix",
     "tracing-cost",
+    "transport-profile",
 ];
 
 /// The flags in what `program args...` prints (stdout and stderr).

@@ -66,8 +66,9 @@
 //! INCRBY + EXPIRE pipeline (see redis_cpu.rs); `callgrind` counts ratelimitd's instructions per
 //! decision under valgrind's callgrind, with tracing off, on or compiled out (see
 //! callgrind_variants.rs); `scrape-callgrind` counts the instructions of a `/metrics` scrape (see
-//! scrape_callgrind.rs). Both run the `ratelimitd` beside this executable by default; the
-//! machinery is callgrind.rs.
+//! scrape_callgrind.rs); `transport-profile` counts ratelimitd's and the null server's
+//! (`rls-ceiling`) instructions per request grouped by crate (see transport_profile.rs). They run
+//! the `ratelimitd` beside this executable by default; the machinery is callgrind.rs.
 //! `matrix` runs the benchmark matrix (store x algorithm x keys x descriptors), its ceilings, the
 //! other load shapes, the memory store's footprint and Redis Cluster runs, starting ratelimitd,
 //! redis-server and rls-ceiling itself, and prints the tables (see matrix/mod.rs); `report`
@@ -116,6 +117,8 @@ mod soak;
 mod swl_redis_cost;
 #[path = "ratelimit-bench/tracing_cost.rs"]
 mod tracing_cost;
+#[path = "ratelimit-bench/transport_profile.rs"]
+mod transport_profile;
 
 use std::process::ExitCode;
 
@@ -165,6 +168,8 @@ enum Command {
     Matrix(matrix::MatrixArgs),
     /// Compare ratelimitd's CPU per decision without the otel feature, tracing off, and sampling 0.01 and 1.
     TracingCost(tracing_cost::TracingCostArgs),
+    /// Count the instructions per request of ratelimitd and of the null server under callgrind, grouped by crate.
+    TransportProfile(transport_profile::TransportProfileArgs),
 }
 
 fn main() -> ExitCode {
@@ -183,6 +188,7 @@ fn main() -> ExitCode {
         Some(Command::ScrapeCallgrind(args)) => scrape_callgrind::run(&args),
         Some(Command::Matrix(args)) => matrix::run(&args),
         Some(Command::TracingCost(args)) => tracing_cost::run(&args),
+        Some(Command::TransportProfile(args)) => transport_profile::run(&args),
         Some(Command::Load(args)) => load::run(args),
         None => load::run(cli.load),
     };
