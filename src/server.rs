@@ -38,6 +38,7 @@ mod tasks;
 pub mod tls;
 pub mod transport_bounds;
 pub mod uds_mode;
+mod unary_rls;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -10,6 +10,8 @@
 //! - A call that does not fit the memory budget of all calls
 //!   ([`super::memory_budget::MemoryBudget`]):
 //!   RESOURCE_EXHAUSTED at once, before tonic sees it.
+//! - An uncompressed `ShouldRateLimit` is answered here ([`super::unary_rls`]), every other call
+//!   by tonic's routes.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -30,6 +32,8 @@ use super::connections::{CallGuard, CallKind, ConnectionHandle, StreamingRefused
 use super::grpc_timeout;
 use super::memory_budget::{self, CallCharge};
 use super::request_body::{BodyBounds, RequestBody};
+use super::unary_rls::{self, UnaryBody};
+use crate::proto::rls::rate_limit_service_server::RateLimitService;
 use crate::service::transport_refusal::TransportRefusal;
 
 /// `:path` of health `Watch`.
@@ -55,6 +59,8 @@ pub struct GateBounds {
 #[derive(Clone)]
 pub struct CallGate {
     routes: Routes,
+    /// The RLS handler, which [`unary_rls`] calls without the routes.
+    rls: Arc<dyn RateLimitService>,
     connection: ConnectionHandle,
     bounds: Arc<GateBounds>,
 }
@@ -68,8 +74,14 @@ pub struct Admitted {
 
 /// A response body that keeps its call counted on the connection until it is dropped.
 pub struct ResponseBody {
-    inner: tonic::body::Body,
+    inner: Inner,
     _call: Option<Admitted>,
+}
+
+/// Who wrote the response.
+enum Inner {
+    Tonic(tonic::body::Body),
+    Unary(UnaryBody),
 }
 
 impl Body for ResponseBody {
@@ -80,24 +92,44 @@ impl Body for ResponseBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+        match &mut self.get_mut().inner {
+            Inner::Tonic(body) => Pin::new(body).poll_frame(cx),
+            Inner::Unary(body) => match Pin::new(body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(Some(Err(never))) => match never {},
+            },
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.inner {
+            Inner::Tonic(body) => body.is_end_stream(),
+            Inner::Unary(body) => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.inner {
+            Inner::Tonic(body) => body.size_hint(),
+            Inner::Unary(body) => body.size_hint(),
+        }
     }
 }
 
 type Answer = Response<ResponseBody>;
 
 impl CallGate {
-    pub fn new(routes: Routes, connection: ConnectionHandle, bounds: Arc<GateBounds>) -> CallGate {
+    pub fn new(
+        routes: Routes,
+        rls: Arc<dyn RateLimitService>,
+        connection: ConnectionHandle,
+        bounds: Arc<GateBounds>,
+    ) -> CallGate {
         CallGate {
             routes,
+            rls,
             connection,
             bounds,
         }
@@ -191,6 +223,27 @@ impl hyper::service::Service<Request<Incoming>> for CallGate {
         } else {
             self.bounds.body
         };
+        if unary_rls::answers(path, request.headers()) {
+            let rls = self.rls.clone();
+            let request =
+                request.map(|body| RequestBody::new(body, true, body_limits, &connection));
+            return Box::pin(async move {
+                let response = match deadline {
+                    None => unary_rls::answer(rls, request).await,
+                    Some(deadline) => {
+                        match tokio::time::timeout(deadline, unary_rls::answer(rls, request)).await
+                        {
+                            Ok(response) => response,
+                            Err(_) => past_deadline(deadline).into_http(),
+                        }
+                    }
+                };
+                Ok(response.map(|body| ResponseBody {
+                    inner: Inner::Unary(body),
+                    _call: Some(call),
+                }))
+            });
+        }
         let mut request = request;
         if reports {
             request
@@ -219,22 +272,26 @@ impl hyper::service::Service<Request<Incoming>> for CallGate {
                 None => answered.await,
                 Some(deadline) => match tokio::time::timeout(deadline, answered).await {
                     Ok(response) => response,
-                    Err(_) => Ok(Status::deadline_exceeded(format!(
-                        "no answer within the call's grpc-timeout of {deadline:?}"
-                    ))
-                    .into_http()),
+                    Err(_) => Ok(past_deadline(deadline).into_http()),
                 },
             };
             let response = match response {
                 Ok(response) => response,
                 Err(never) => match never {},
             };
-            Ok(response.map(|inner| ResponseBody {
-                inner,
+            Ok(response.map(|body| ResponseBody {
+                inner: Inner::Tonic(body),
                 _call: Some(call),
             }))
         })
     }
+}
+
+/// The status of a call not answered within its `grpc-timeout`.
+fn past_deadline(deadline: std::time::Duration) -> Status {
+    Status::deadline_exceeded(format!(
+        "no answer within the call's grpc-timeout of {deadline:?}"
+    ))
 }
 
 /// Whether `path` names a method whose calls stay open (health `Watch`, reflection).
@@ -261,7 +318,9 @@ fn is_grpc_content_type(value: Option<&HeaderValue>) -> bool {
 /// A plain-text HTTP answer (not a gRPC one: the request was not gRPC).
 fn plain(code: StatusCode, text: &'static str) -> Answer {
     let mut response = Response::new(ResponseBody {
-        inner: tonic::body::Body::new(Full::new(Bytes::from_static(text.as_bytes()))),
+        inner: Inner::Tonic(tonic::body::Body::new(Full::new(Bytes::from_static(
+            text.as_bytes(),
+        )))),
         _call: None,
     });
     *response.status_mut() = code;
@@ -276,7 +335,10 @@ fn plain(code: StatusCode, text: &'static str) -> Answer {
 fn status(status: Status) -> Answer {
     status
         .into_http::<tonic::body::Body>()
-        .map(|inner| ResponseBody { inner, _call: None })
+        .map(|body| ResponseBody {
+            inner: Inner::Tonic(body),
+            _call: None,
+        })
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ use super::listener::AcceptedStream;
 use super::request_body::BodyBounds;
 use super::tls::ServerTls;
 use super::transport_bounds::TransportBounds;
+use crate::proto::rls::rate_limit_service_server::RateLimitService;
 use crate::service::throttle::WarnThrottle;
 use crate::service::transport_refusal::TransportRefusal;
 
@@ -50,6 +51,7 @@ pub struct TransportOptions {
 /// What every gRPC connection of the process is served with.
 pub struct GrpcTransport {
     routes: Routes,
+    rls: Arc<dyn RateLimitService>,
     http2: http2::Builder<TokioExecutor>,
     gate: Arc<GateBounds>,
     idle_timeout: Option<Duration>,
@@ -64,6 +66,7 @@ impl GrpcTransport {
     /// ([`crate::service::rlqs::RlqsSettings::max_report_bytes`]).
     pub fn new(
         routes: Routes,
+        rls: Arc<dyn RateLimitService>,
         bounds: &TransportBounds,
         max_report: usize,
         options: TransportOptions,
@@ -105,6 +108,7 @@ impl GrpcTransport {
         };
         GrpcTransport {
             routes: routes.prepare(),
+            rls,
             http2,
             gate: Arc::new(gate),
             idle_timeout: bounds.grpc_idle_timeout.filter(|t| !t.is_zero()),
@@ -207,7 +211,12 @@ impl GrpcTransport {
     ) where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let gate = CallGate::new(self.routes.clone(), registered.handle(), self.gate.clone());
+        let gate = CallGate::new(
+            self.routes.clone(),
+            self.rls.clone(),
+            registered.handle(),
+            self.gate.clone(),
+        );
         let connection = self.http2.serve_connection(TokioIo::new(io), gate);
         tokio::pin!(connection);
         let mut closing_down = false;

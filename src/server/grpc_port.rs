@@ -82,7 +82,7 @@ impl GrpcPort {
         tasks.spawn(memory_release::watch(held, tasks.stopping()));
         let registry = Registry::new(limits.max_connections, budget, metrics.clone());
         register_transport_gauges(&metrics, &registry);
-        let rls = RateLimitServiceServer::from_arc(edge)
+        let rls = RateLimitServiceServer::from_arc(edge.clone())
             .max_decoding_message_size(bounds.max_request_size);
         let (quota_service, max_report) = quotas.service();
         let routes = Routes::new(health)
@@ -100,6 +100,7 @@ impl GrpcPort {
         log_transport(&options);
         let transport = Arc::new(GrpcTransport::new(
             routes,
+            edge,
             bounds,
             max_report,
             options.clone(),
