@@ -30,6 +30,7 @@ mod grpc_request_limits;
 mod grpc_tls;
 mod grpc_uds;
 mod grpc_uds_clients;
+mod grpc_unary_rls;
 mod hardening_config_churn;
 mod hardening_files;
 mod hardening_memory;
