@@ -158,6 +158,8 @@ pub fn run(args: &TransportProfileArgs) -> Result<(), String> {
                     let mut serve = vec!["--config".to_string(), config.display().to_string()];
                     if let (Target::Redis, Some(redis)) = (target, redis) {
                         serve.extend(["--redis-url".to_string(), redis.url()]);
+                        // Under valgrind a Redis call takes many times its usual 100 ms bound.
+                        serve.extend(["--redis-timeout".to_string(), "10s".to_string()]);
                     }
                     serve.extend(args.server_args.iter().cloned());
                     Profiled::ratelimitd(&binary, &serve)?
