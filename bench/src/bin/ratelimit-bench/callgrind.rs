@@ -332,6 +332,37 @@ pub enum Attribution {
 /// A load of this tool: its flags but `--addr`, `--requests`, `--warmup` and `--json`.
 pub type Load = Vec<String>;
 
+/// The configuration the instruction counts run: domain `bench`, one gcra rule that never denies.
+pub const GCRA_CONFIG: &str = "domain: bench
+descriptors:
+  - key: gcra
+    rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: gcra}
+";
+
+/// The load on [`GCRA_CONFIG`]: `connections` × `concurrency` RPCs in flight, `descriptors` per
+/// request over `keys` values, each call allowed `timeout` (a server under valgrind is slow).
+pub fn gcra_load(
+    connections: u32,
+    concurrency: u32,
+    keys: u64,
+    descriptors: u32,
+    timeout: &str,
+) -> Load {
+    [
+        "--connections",
+        &connections.to_string(),
+        "--concurrency",
+        &concurrency.to_string(),
+    ]
+    .into_iter()
+    .chain(["--domain", "bench", "--key", "gcra"])
+    .chain(["--keys", &keys.to_string()])
+    .chain(["--descriptors", &descriptors.to_string()])
+    .chain(["--timeout", timeout])
+    .map(String::from)
+    .collect()
+}
+
 /// What [`per_decision`] measured.
 pub struct PerDecision {
     /// Requests answered in the measured load.

@@ -20,7 +20,9 @@ use std::path::PathBuf;
 use clap::Args;
 use testkit::otlp_collector::OtlpCollector;
 
-use crate::callgrind::{per_decision, require_tools, Attribution, Load, Profiled};
+use crate::callgrind::{
+    gcra_load, per_decision, require_tools, Attribution, Profiled, GCRA_CONFIG,
+};
 use crate::run_header::callgrind_header;
 
 #[derive(Args, Clone, Debug)]
@@ -66,13 +68,6 @@ pub struct CallgrindArgs {
     #[arg(last = true)]
     pub server_args: Vec<String>,
 }
-
-/// The configuration: domain `bench`, one gcra rule that never denies.
-const CONFIG: &str = "domain: bench
-descriptors:
-  - key: gcra
-    rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: gcra}
-";
 
 /// The ShouldRateLimit handler's future, as callgrind_annotate names it.
 const HANDLER: &str = "RateLimitService>::should_rate_limit::{{closure}}";
@@ -146,19 +141,15 @@ pub fn run(args: &CallgrindArgs) -> Result<(), String> {
 
     let dir = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
     let config = dir.path().join("bench.yaml");
-    std::fs::write(&config, CONFIG).map_err(|e| format!("{}: {e}", config.display()))?;
-    let load: Load = [
-        "--connections",
-        &args.connections.to_string(),
-        "--concurrency",
-        &args.concurrency.to_string(),
-    ]
-    .into_iter()
-    .chain(["--domain", "bench", "--key", "gcra"])
-    .chain(["--keys", &args.keys.to_string()])
-    .chain(["--descriptors", &args.descriptors.to_string()])
-    .map(String::from)
-    .collect();
+    std::fs::write(&config, GCRA_CONFIG).map_err(|e| format!("{}: {e}", config.display()))?;
+    // The load's own default per-call timeout.
+    let load = gcra_load(
+        args.connections,
+        args.concurrency,
+        args.keys,
+        args.descriptors,
+        "10s",
+    );
 
     // (instructions, handler) per decision of every run, by variant.
     let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new(); variants.len()];

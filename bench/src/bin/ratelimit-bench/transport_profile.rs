@@ -25,7 +25,9 @@ use std::path::PathBuf;
 use clap::Args;
 use testkit::redis_server::RedisServer;
 
-use crate::callgrind::{per_decision, require_tools, Attribution, Counts, Load, Profiled};
+use crate::callgrind::{
+    gcra_load, per_decision, require_tools, Attribution, Counts, Profiled, GCRA_CONFIG,
+};
 use crate::run_header::callgrind_header;
 
 #[derive(Args, Clone, Debug)]
@@ -58,13 +60,6 @@ pub struct TransportProfileArgs {
     #[arg(last = true)]
     pub server_args: Vec<String>,
 }
-
-/// The configuration: domain `bench`, one gcra rule that never denies.
-const CONFIG: &str = "domain: bench
-descriptors:
-  - key: gcra
-    rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: gcra}
-";
 
 /// The groups, in the order the table lists them.
 const GROUPS: [&str; 13] = [
@@ -128,7 +123,7 @@ pub fn run(args: &TransportProfileArgs) -> Result<(), String> {
     };
     let dir = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
     let config = dir.path().join("bench.yaml");
-    std::fs::write(&config, CONFIG).map_err(|e| format!("{}: {e}", config.display()))?;
+    std::fs::write(&config, GCRA_CONFIG).map_err(|e| format!("{}: {e}", config.display()))?;
     let redis = args.redis.then(RedisServer::start);
 
     let mut targets = vec![Target::Null, Target::Memory];
@@ -137,20 +132,14 @@ pub fn run(args: &TransportProfileArgs) -> Result<(), String> {
     }
     let mut cells = Vec::new();
     for &descriptors in &args.descriptors {
-        let load: Load = [
-            "--connections",
-            &args.connections.to_string(),
-            "--concurrency",
-            &args.concurrency.to_string(),
-        ]
-        .into_iter()
-        .chain(["--domain", "bench", "--key", "gcra"])
-        .chain(["--keys", &args.keys.to_string()])
-        .chain(["--descriptors", &descriptors.to_string()])
         // A decision under valgrind on the Redis path can take longer than the load's default.
-        .chain(["--timeout", "60s"])
-        .map(String::from)
-        .collect();
+        let load = gcra_load(
+            args.connections,
+            args.concurrency,
+            args.keys,
+            descriptors,
+            "60s",
+        );
         for &target in &targets {
             let server = match (target, &redis) {
                 (Target::Null, _) => Profiled::rls_ceiling()?,
