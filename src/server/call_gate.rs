@@ -94,12 +94,9 @@ impl Body for ResponseBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         match &mut self.get_mut().inner {
             Inner::Tonic(body) => Pin::new(body).poll_frame(cx),
-            Inner::Unary(body) => match Pin::new(body).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
-                Poll::Ready(None) => Poll::Ready(None),
-                Poll::Pending => Poll::Pending,
-                Poll::Ready(Some(Err(never))) => match never {},
-            },
+            Inner::Unary(body) => Pin::new(body)
+                .poll_frame(cx)
+                .map_err(|never| match never {}),
         }
     }
 
@@ -228,16 +225,7 @@ impl hyper::service::Service<Request<Incoming>> for CallGate {
             let request =
                 request.map(|body| RequestBody::new(body, true, body_limits, &connection));
             return Box::pin(async move {
-                let response = match deadline {
-                    None => unary_rls::answer(rls, request).await,
-                    Some(deadline) => {
-                        match tokio::time::timeout(deadline, unary_rls::answer(rls, request)).await
-                        {
-                            Ok(response) => response,
-                            Err(_) => past_deadline(deadline).into_http(),
-                        }
-                    }
-                };
+                let response = within(deadline, unary_rls::answer(rls, request)).await;
                 Ok(response.map(|body| ResponseBody {
                     inner: Inner::Unary(body),
                     _call: Some(call),
@@ -263,22 +251,11 @@ impl hyper::service::Service<Request<Incoming>> for CallGate {
                     )
                 })
                 .await;
-                match ready {
-                    Ok(()) => routes.call(request).await,
-                    Err(never) => match never {},
-                }
+                let Ok(()) = ready;
+                let Ok(response) = routes.call(request).await;
+                response
             };
-            let response = match deadline {
-                None => answered.await,
-                Some(deadline) => match tokio::time::timeout(deadline, answered).await {
-                    Ok(response) => response,
-                    Err(_) => Ok(past_deadline(deadline).into_http()),
-                },
-            };
-            let response = match response {
-                Ok(response) => response,
-                Err(never) => match never {},
-            };
+            let response = within(deadline, answered).await;
             Ok(response.map(|body| ResponseBody {
                 inner: Inner::Tonic(body),
                 _call: Some(call),
@@ -287,11 +264,23 @@ impl hyper::service::Service<Request<Incoming>> for CallGate {
     }
 }
 
-/// The status of a call not answered within its `grpc-timeout`.
-fn past_deadline(deadline: std::time::Duration) -> Status {
-    Status::deadline_exceeded(format!(
-        "no answer within the call's grpc-timeout of {deadline:?}"
-    ))
+/// What `answered` resolves to, or DEADLINE_EXCEEDED (a trailers-only answer) if the call's
+/// `grpc-timeout` passes first.
+async fn within<B: Default>(
+    deadline: Option<std::time::Duration>,
+    answered: impl Future<Output = Response<B>>,
+) -> Response<B> {
+    let Some(deadline) = deadline else {
+        return answered.await;
+    };
+    tokio::time::timeout(deadline, answered)
+        .await
+        .unwrap_or_else(|_| {
+            Status::deadline_exceeded(format!(
+                "no answer within the call's grpc-timeout of {deadline:?}"
+            ))
+            .into_http()
+        })
 }
 
 /// Whether `path` names a method whose calls stay open (health `Watch`, reflection).
