@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http_body_util::BodyExt as _;
-use hyper::body::{Body, Frame, SizeHint};
+use hyper::body::{Body, Frame};
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response};
 use prost::Message as _;
@@ -131,7 +131,8 @@ fn frame(message: &impl prost::Message) -> Result<Bytes, Status> {
 
 /// The response body of a call answered here: its message as one DATA frame, then
 /// `grpc-status: 0`; empty for a trailers-only response (the [`Default`] tonic's
-/// `Status::into_http` makes).
+/// `Status::into_http` makes). Its size is left unknown, as tonic's is: an exact one would make
+/// hyper add a `content-length` that tonic's answers do not carry.
 #[derive(Debug, Default)]
 pub struct UnaryBody {
     message: Option<Bytes>,
@@ -169,13 +170,6 @@ impl Body for UnaryBody {
 
     fn is_end_stream(&self) -> bool {
         self.message.is_none() && !self.trailers
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match &self.message {
-            Some(message) => SizeHint::with_exact(message.len() as u64),
-            None => SizeHint::with_exact(0),
-        }
     }
 }
 

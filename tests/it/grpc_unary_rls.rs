@@ -1,8 +1,8 @@
 //! `ShouldRateLimit` is answered by the server's own unary path unless the call names a
 //! `grpc-encoding`; with `grpc-encoding: identity` (no compression) tonic answers it. Every
 //! request below is sent both ways over raw HTTP/2 and the two answers must be the same, byte for
-//! byte: HTTP status, content-type, grpc-status and grpc-message (in the headers of a
-//! trailers-only answer or in the trailers), and the response message.
+//! byte: HTTP status, every response header but `date`, grpc-status and grpc-message (in the
+//! headers of a trailers-only answer or in the trailers), and the response message.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -22,6 +22,8 @@ const ANSWER: Duration = Duration::from_secs(10);
 #[derive(Debug, PartialEq, Eq)]
 struct Answer {
     http: u16,
+    /// Every header of the response head but `date`, sorted.
+    headers: Vec<(String, String)>,
     content_type: Option<String>,
     grpc_status: Option<String>,
     grpc_message: Option<String>,
@@ -63,8 +65,19 @@ async fn call(addr: SocketAddr, data: &[Bytes], through_tonic: bool) -> Answer {
             .get(name)
             .map(|v| v.to_str().expect("a text header").to_string())
     };
+    let mut headers: Vec<(String, String)> = head
+        .headers
+        .iter()
+        .filter(|(name, _)| name.as_str() != "date")
+        .map(|(name, value)| {
+            let value = value.to_str().expect("a text header");
+            (name.to_string(), value.to_string())
+        })
+        .collect();
+    headers.sort();
     let mut answer = Answer {
         http: head.status.as_u16(),
+        headers,
         content_type: text(&head.headers, "content-type"),
         grpc_status: text(&head.headers, "grpc-status"),
         grpc_message: text(&head.headers, "grpc-message"),
