@@ -32,7 +32,7 @@ use crate::service::transport_refusal::TransportRefusal;
 use crate::service::Metrics;
 
 /// Length of a gRPC message header: compressed flag, 4-byte big-endian length.
-const HEADER: usize = 5;
+pub(super) const HEADER: usize = 5;
 
 /// The bounds a request body enforces.
 #[derive(Debug, Clone, Copy)]

@@ -22,7 +22,7 @@ use hyper::{Request, Response};
 use prost::Message as _;
 use tonic::Status;
 
-use super::request_body::RequestBody;
+use super::request_body::{RequestBody, HEADER};
 use crate::proto::rls::rate_limit_service_server::RateLimitService;
 use crate::proto::rls::RateLimitRequest;
 
@@ -89,7 +89,7 @@ async fn read(mut body: RequestBody) -> Result<Bytes, Status> {
 
 /// The message of a body [`RequestBody`] let through: exactly one, within its length bound.
 fn unframe(mut framed: Bytes) -> Result<Bytes, Status> {
-    if framed.len() < 5 {
+    if framed.len() < HEADER {
         return Err(Status::internal("Missing request message."));
     }
     match framed.get_u8() {
@@ -120,7 +120,7 @@ fn frame(message: &impl prost::Message) -> Result<Bytes, Status> {
     let length = message.encoded_len();
     let prefix = u32::try_from(length)
         .map_err(|_| Status::internal(format!("a response of {length} bytes")))?;
-    let mut framed = BytesMut::with_capacity(5 + length);
+    let mut framed = BytesMut::with_capacity(HEADER + length);
     framed.put_u8(0);
     framed.put_u32(prefix);
     message

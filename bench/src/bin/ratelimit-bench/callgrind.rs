@@ -189,11 +189,7 @@ impl Counts {
     /// symbol `<h2::proto::X as Y>::poll` and the object `/x/ratelimitd`.
     pub fn exclusive(&self) -> impl Iterator<Item = (u64, &str, &str)> {
         self.functions.iter().map(|(count, text)| {
-            let (place, object) = match text.rsplit_once(" [") {
-                Some((place, object)) => (place, object.trim_end_matches(']')),
-                None => (text.as_str(), ""),
-            };
-            let symbol = place.split_once(':').map_or(place, |(_, symbol)| symbol);
+            let (symbol, object) = symbol_and_object(text);
             (*count, symbol, object)
         })
     }
@@ -222,8 +218,19 @@ impl Counts {
 
 /// A line's function without its file: `???:call [/usr/bin/redis-server]` names `call`.
 fn short_name(text: &str) -> &str {
-    let symbol = text.split_whitespace().next().unwrap_or("");
+    let (symbol, _) = symbol_and_object(text);
     symbol.rsplit(':').next().unwrap_or(symbol)
+}
+
+/// A line's symbol and object: `src/x.rs:<a::B as C>::f [/x/ratelimitd]` gives `<a::B as C>::f`
+/// (which may hold spaces) and `/x/ratelimitd`.
+fn symbol_and_object(text: &str) -> (&str, &str) {
+    let (place, object) = match text.rsplit_once(" [") {
+        Some((place, object)) => (place, object.trim_end_matches(']')),
+        None => (text, ""),
+    };
+    let symbol = place.split_once(':').map_or(place, |(_, symbol)| symbol);
+    (symbol, object)
 }
 
 /// A server under callgrind, counting off until [`instrument`] turns it on.
