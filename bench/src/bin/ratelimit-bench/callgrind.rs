@@ -460,6 +460,12 @@ Ir                 file:function
             counts.inclusive_max_containing("RateLimitService>::should_rate_limit::{{closure}}"),
             400_000
         );
+        assert!(counts.exclusive().any(|line| line
+            == (
+                400_000,
+                "<ratelimitd::Service as RateLimitService>::should_rate_limit::{{closure}}",
+                "/x/ratelimitd"
+            )));
         assert!(Counts::parse("no totals\n").is_none());
     }
 }
