@@ -28,6 +28,7 @@ pub mod open_files;
 mod quotas;
 mod request_body;
 mod rlqs_thread;
+mod rls_port;
 mod settings;
 mod shared;
 mod status_sampler;
@@ -242,10 +243,16 @@ async fn serve<S: Store>(
         return Ok(());
     };
     let grpc_address = listeners.grpc.address()?;
+    let rls_address = listeners
+        .rls
+        .as_ref()
+        .map(|rls| rls.local_addr())
+        .transpose()?;
     let open_files = open_files::current_soft_limit().unwrap_or(u64::MAX);
     let caps = settings.transport_bounds.connection_caps(open_files);
     let grpc = GrpcPort::start(
         health.service,
+        health.check,
         edge.clone(),
         &quotas,
         transport,
@@ -280,6 +287,7 @@ async fn serve<S: Store>(
     )?;
     announce::serving(
         &grpc_address,
+        rls_address,
         &http,
         caps,
         open_files,
@@ -288,7 +296,12 @@ async fn serve<S: Store>(
     );
 
     let served = grpc
-        .serve(listeners.grpc, health.closed, tasks.stopping())
+        .serve(
+            listeners.grpc,
+            listeners.rls,
+            health.closed,
+            tasks.stopping(),
+        )
         .await;
     tasks.stopping().cancel();
     http.stopped().await;

@@ -49,6 +49,10 @@ impl ListenerArgs {
         Ok(Listeners {
             grpc,
             http: bind(Port::Http, self.http_addr).await?,
+            rls: match self.ports.rls_addr {
+                Some(addr) => Some(bind(Port::Rls, addr).await?),
+                None => None,
+            },
             metrics: match self.ports.metrics_addr {
                 Some(addr) => Some(bind(Port::Metrics, addr).await?),
                 None => None,
@@ -69,6 +73,7 @@ impl ListenerArgs {
 #[derive(Clone, Copy)]
 enum Port {
     Grpc,
+    Rls,
     Http,
     Metrics,
     Debug,
@@ -84,6 +89,7 @@ impl Port {
                 "RATELIMITD_GRPC_ADDR",
                 Some("GRPC_HOST/GRPC_PORT"),
             ),
+            Port::Rls => ("--rls-addr", "RATELIMITD_RLS_ADDR", None),
             Port::Http => ("--http-addr", "RATELIMITD_HTTP_ADDR", Some("HOST/PORT")),
             Port::Metrics => ("--metrics-addr", "RATELIMITD_METRICS_ADDR", None),
             Port::Debug => (
@@ -127,6 +133,8 @@ async fn bind(port: Port, addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// The ports besides gRPC and HTTP, where envoyproxy/ratelimit has them.
 #[derive(clap::Args)]
 pub struct ExtraPortArgs {
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse::listen_addr)]
+    rls_addr: Option<SocketAddr>,
     #[arg(long, value_name = "HOST:PORT", value_parser = parse::listen_addr)]
     metrics_addr: Option<SocketAddr>,
     #[arg(long, value_parser = parse::http_path)]

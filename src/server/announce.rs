@@ -11,6 +11,7 @@ use super::transport_bounds::ConnectionCaps;
 /// listeners and the differences at WARN (see [`DropIn`]).
 pub fn serving(
     grpc: &GrpcAddress,
+    rls: Option<SocketAddr>,
     http: &HttpPorts,
     caps: ConnectionCaps,
     open_files: u64,
@@ -37,6 +38,9 @@ pub fn serving(
             grpc_memory_budget,
             "serving"
         ),
+    }
+    if let Some(rls_addr) = rls {
+        tracing::info!(%rls_addr, "serving ShouldRateLimit and health Check on the RLS port");
     }
     for (port, addr) in &http.others {
         tracing::info!(port, %addr, "serving HTTP");

@@ -296,9 +296,13 @@ fn is_reflection(path: &str) -> bool {
 
 /// `application/grpc` or `application/grpc+proto`, any case, optionally with parameters.
 fn is_grpc_content_type(value: Option<&HeaderValue>) -> bool {
-    let Some(value) = value.and_then(|v| v.to_str().ok()) else {
-        return false;
-    };
+    value
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(is_grpc_content_type_text)
+}
+
+/// [`is_grpc_content_type`] of a value as text.
+pub fn is_grpc_content_type_text(value: &str) -> bool {
     let media_type = value.split(';').next().unwrap_or("").trim();
     media_type.eq_ignore_ascii_case("application/grpc")
         || media_type.eq_ignore_ascii_case("application/grpc+proto")

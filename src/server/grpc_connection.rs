@@ -8,8 +8,11 @@
 //! server reads, and what the server reads is checked message by message ([`CallGate`]). With
 //! TLS, the handshake runs on the connection's lane, within [`TLS_HANDSHAKE_TIMEOUT`].
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::server::conn::http2;
@@ -21,6 +24,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
+use tonic_health::server::HealthService;
 
 use super::call_gate::{CallGate, GateBounds};
 use super::connection_age::ConnectionAge;
@@ -28,6 +32,7 @@ use super::connections::{BufferPool, Registered, SHED_GRACE};
 use super::lanes::Accepted;
 use super::listener::AcceptedStream;
 use super::request_body::BodyBounds;
+use super::rls_port::{self, RlsService};
 use super::tls::ServerTls;
 use super::transport_bounds::TransportBounds;
 use crate::proto::rls::rate_limit_service_server::RateLimitService;
@@ -54,6 +59,8 @@ pub struct GrpcTransport {
     rls: Arc<dyn RateLimitService>,
     http2: http2::Builder<TokioExecutor>,
     gate: Arc<GateBounds>,
+    /// The RLS port's connections (`--rls-addr`).
+    rls_port: Arc<RlsService>,
     idle_timeout: Option<Duration>,
     options: TransportOptions,
     handshake_failures: AtomicU64,
@@ -67,6 +74,7 @@ impl GrpcTransport {
     pub fn new(
         routes: Routes,
         rls: Arc<dyn RateLimitService>,
+        health: Arc<HealthService>,
         bounds: &TransportBounds,
         max_report: usize,
         options: TransportOptions,
@@ -106,11 +114,24 @@ impl GrpcTransport {
             max_streaming_calls: bounds.grpc_max_streaming_calls,
             max_streaming_calls_per_connection: bounds.grpc_max_streaming_calls_per_connection,
         };
+        let rls_port = Arc::new(RlsService {
+            rls: rls.clone(),
+            health,
+            limits: rls_port::h2::Limits {
+                max_concurrent_streams: bounds.grpc_max_concurrent_streams,
+                stream_window: bounds.grpc_stream_window,
+                connection_window: u32::try_from(per_connection).unwrap_or(u32::MAX >> 1),
+                max_body: largest,
+                max_header_list: rls_port::MAX_HEADER_LIST,
+            },
+            body,
+        });
         GrpcTransport {
             routes: routes.prepare(),
             rls,
             http2,
             gate: Arc::new(gate),
+            rls_port,
             idle_timeout: bounds.grpc_idle_timeout.filter(|t| !t.is_zero()),
             options,
             handshake_failures: AtomicU64::new(0),
@@ -154,14 +175,18 @@ impl GrpcTransport {
 
     /// Registers an accepted connection with this lane's reactor and serves it.
     async fn take_over(self: Arc<GrpcTransport>, accepted: Accepted, closing: CancellationToken) {
-        let Accepted { stream, registered } = accepted;
+        let Accepted {
+            stream,
+            registered,
+            rls_port,
+        } = accepted;
         let taken = match stream {
             AcceptedStream::Tcp(stream) => match TcpStream::from_std(stream) {
-                Ok(stream) => return self.secure(stream, registered, closing).await,
+                Ok(stream) => return self.secure(stream, registered, rls_port, closing).await,
                 Err(error) => error,
             },
             AcceptedStream::Unix(stream) => match UnixStream::from_std(stream) {
-                Ok(stream) => return self.secure(stream, registered, closing).await,
+                Ok(stream) => return self.secure(stream, registered, rls_port, closing).await,
                 Err(error) => error,
             },
         };
@@ -175,17 +200,18 @@ impl GrpcTransport {
         self: Arc<GrpcTransport>,
         io: I,
         registered: Registered,
+        rls_port: bool,
         closing: CancellationToken,
     ) where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let Some(tls) = self.options.tls.clone() else {
-            return self.serve(io, registered, closing).await;
+            return self.connect(io, registered, rls_port, closing).await;
         };
         let handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(io));
         let failure = tokio::select! {
             done = handshake => match done {
-                Ok(Ok(stream)) => return self.serve(stream, registered, closing).await,
+                Ok(Ok(stream)) => return self.connect(stream, registered, rls_port, closing).await,
                 Ok(Err(error)) => handshake_error(&error),
                 Err(_) => format!("not completed within {TLS_HANDSHAKE_TIMEOUT:?}"),
             },
@@ -198,27 +224,52 @@ impl GrpcTransport {
         }
     }
 
-    /// Serves one connection until it ends: closed by the peer, or sent GOAWAY because the server
-    /// is closing, it was shed, it was idle for the idle timeout, or it reached its maximum age.
-    /// A connection shed or idle is closed [`SHED_GRACE`] after its GOAWAY whatever its streams
-    /// do (one that never opened a call at once); one that reached its age is closed when its
-    /// calls have ended or the age grace has passed.
-    async fn serve<I>(
+    /// Serves one connection with hyper's HTTP/2 server and tonic's routes behind the call
+    /// gate, or (`rls_port`) with the RLS port's own.
+    async fn connect<I>(
         self: Arc<GrpcTransport>,
         io: I,
         registered: Registered,
+        rls_port: bool,
         closing: CancellationToken,
     ) where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        if rls_port {
+            let go_away = CancellationToken::new();
+            let served = self
+                .rls_port
+                .clone()
+                .serve(io, registered.handle(), go_away.clone());
+            let connection = OwnConnection {
+                served: Box::pin(served),
+                go_away,
+            };
+            return self.serve(connection, registered, closing).await;
+        }
         let gate = CallGate::new(
             self.routes.clone(),
             self.rls.clone(),
             registered.handle(),
             self.gate.clone(),
         );
-        let connection = self.http2.serve_connection(TokioIo::new(io), gate);
-        tokio::pin!(connection);
+        let connection = HyperConnection(Box::pin(
+            self.http2.serve_connection(TokioIo::new(io), gate),
+        ));
+        self.serve(connection, registered, closing).await
+    }
+
+    /// Serves one connection until it ends: closed by the peer, or sent GOAWAY because the server
+    /// is closing, it was shed, it was idle for the idle timeout, or it reached its maximum age.
+    /// A connection shed or idle is closed [`SHED_GRACE`] after its GOAWAY whatever its streams
+    /// do (one that never opened a call at once); one that reached its age is closed when its
+    /// calls have ended or the age grace has passed.
+    async fn serve(
+        self: Arc<GrpcTransport>,
+        mut connection: impl Served,
+        registered: Registered,
+        closing: CancellationToken,
+    ) {
         let mut closing_down = false;
         let mut close_at: Option<Instant> = None;
         let idle_timeout = self.idle_timeout;
@@ -226,15 +277,10 @@ impl GrpcTransport {
         let old_at = age.and_then(|age| Instant::now().checked_add(age.jittered()));
         loop {
             tokio::select! {
-                ended = connection.as_mut() => {
-                    if let Err(error) = ended {
-                        tracing::debug!(%error, "gRPC connection ended with an error");
-                    }
-                    return;
-                }
+                () = &mut connection => return,
                 _ = closing.cancelled(), if !closing_down => {
                     closing_down = true;
-                    connection.as_mut().graceful_shutdown();
+                    connection.go_away();
                 }
                 _ = registered.shed(), if !closing_down => {
                     if !registered.used() {
@@ -242,7 +288,7 @@ impl GrpcTransport {
                     }
                     closing_down = true;
                     close_at = Some(Instant::now() + SHED_GRACE);
-                    connection.as_mut().graceful_shutdown();
+                    connection.go_away();
                 }
                 _ = idle(&registered, idle_timeout), if !closing_down => {
                     registered.handle().metrics().record_transport_refusal(TransportRefusal::IdleTimeout);
@@ -251,7 +297,7 @@ impl GrpcTransport {
                     }
                     closing_down = true;
                     close_at = Some(Instant::now() + SHED_GRACE);
-                    connection.as_mut().graceful_shutdown();
+                    connection.go_away();
                 }
                 _ = until(old_at), if !closing_down => {
                     self.aged.fetch_add(1, Ordering::Relaxed);
@@ -259,11 +305,64 @@ impl GrpcTransport {
                     close_at = age
                         .and_then(|age| age.grace)
                         .and_then(|grace| Instant::now().checked_add(grace));
-                    connection.as_mut().graceful_shutdown();
+                    connection.go_away();
                 }
                 _ = until(close_at) => return,
             }
         }
+    }
+}
+
+/// A connection being served, which can be asked to go away: it sends GOAWAY, answers the calls
+/// it has, and completes.
+trait Served: Future<Output = ()> + Unpin {
+    fn go_away(&mut self);
+}
+
+/// A connection served by hyper's HTTP/2 server.
+struct HyperConnection<I>(Pin<Box<http2::Connection<TokioIo<I>, CallGate, TokioExecutor>>>);
+
+impl<I> Future for HyperConnection<I>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.as_mut().poll(cx).map(|ended| {
+            if let Err(error) = ended {
+                tracing::debug!(%error, "gRPC connection ended with an error");
+            }
+        })
+    }
+}
+
+impl<I> Served for HyperConnection<I>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    fn go_away(&mut self) {
+        self.0.as_mut().graceful_shutdown();
+    }
+}
+
+/// A connection served by the RLS port's own HTTP/2 server.
+struct OwnConnection {
+    served: Pin<Box<dyn Future<Output = ()> + Send>>,
+    go_away: CancellationToken,
+}
+
+impl Future for OwnConnection {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.served.as_mut().poll(cx)
+    }
+}
+
+impl Served for OwnConnection {
+    fn go_away(&mut self) {
+        self.go_away.cancel();
     }
 }
 

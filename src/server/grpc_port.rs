@@ -60,6 +60,7 @@ impl GrpcPort {
     #[allow(clippy::too_many_arguments)]
     pub fn start<S: Store>(
         health: HealthServer<HealthService>,
+        health_check: Arc<HealthService>,
         edge: Arc<RateLimitEdge<S>>,
         quotas: &Quotas,
         options: TransportOptions,
@@ -101,6 +102,7 @@ impl GrpcPort {
         let transport = Arc::new(GrpcTransport::new(
             routes,
             edge,
+            health_check,
             bounds,
             max_report,
             options.clone(),
@@ -114,11 +116,12 @@ impl GrpcPort {
         })
     }
 
-    /// Serves `listener` until `stopping`; then stops accepting, lets calls finish once health
+    /// Serves `listener` (and the RLS port's `rls_listener`) until `stopping`; then stops accepting, lets calls finish once health
     /// has `closed` (at most [`DRAIN_TIMEOUT`]) and returns when every lane has.
     pub async fn serve(
         self,
         listener: GrpcListener,
+        rls_listener: Option<tokio::net::TcpListener>,
         closed: CancellationToken,
         stopping: CancellationToken,
     ) -> Result<(), ServerError> {
@@ -145,7 +148,7 @@ impl GrpcPort {
         };
         let backoff = AcceptBackoff::new(Port::Grpc, metrics);
         lanes::start(lanes, lane)?
-            .accept(listener, registry, backoff, stopping)
+            .accept(listener, rls_listener, registry, backoff, stopping)
             .await?;
         Ok(())
     }

@@ -13,7 +13,11 @@ pub const GRPC_TIMEOUT: &str = "grpc-timeout";
 /// The deadline `headers` ask for: `TimeoutValue TimeoutUnit`, at most 8 digits followed by one
 /// of `H`, `M`, `S`, `m`, `u`, `n`. `None` when absent or malformed (the spec's "infinite").
 pub fn requested(headers: &HeaderMap) -> Option<Duration> {
-    let text = headers.get(GRPC_TIMEOUT)?.to_str().ok()?;
+    parse(headers.get(GRPC_TIMEOUT)?.to_str().ok()?)
+}
+
+/// A `grpc-timeout` value read as [`requested`] reads it.
+pub fn parse(text: &str) -> Option<Duration> {
     let digits = text.len().checked_sub(1)?;
     let (value, unit) = text.split_at(digits);
     if value.is_empty() || value.len() > 8 || !value.bytes().all(|b| b.is_ascii_digit()) {

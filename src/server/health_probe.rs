@@ -21,6 +21,8 @@ pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 pub struct HealthComponent {
     pub health: Arc<Health>,
     pub service: HealthServer<HealthService>,
+    /// The same service without tonic's server around it, for the RLS port's `Check`.
+    pub check: Arc<HealthService>,
     pub closed: CancellationToken,
 }
 
@@ -34,6 +36,7 @@ impl HealthComponent {
         tasks: &mut Tasks,
     ) -> HealthComponent {
         let reporter = HealthReporter::new();
+        let check = Arc::new(HealthService::from_health_reporter(reporter.clone()));
         let service = HealthServer::new(HealthService::from_health_reporter(reporter.clone()));
         let health = Arc::new(Health::new(reporter).await);
         health
@@ -60,6 +63,7 @@ impl HealthComponent {
         HealthComponent {
             health,
             service,
+            check,
             closed,
         }
     }

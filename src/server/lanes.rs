@@ -18,13 +18,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::accept::AcceptBackoff;
 use super::connections::{Registered, Registry};
-use super::listener::{AcceptedStream, GrpcListener};
+use super::listener::{AcceptedStream, GrpcListener, Incoming};
 
 /// An accepted connection on its way to a lane, registered already (so it counts against the
 /// cap from the moment it is accepted).
 pub struct Accepted {
     pub stream: AcceptedStream,
     pub registered: Registered,
+    /// Accepted on the RLS port (`--rls-addr`) rather than the gRPC port.
+    pub rls_port: bool,
 }
 
 /// The connections handed to one lane, to be registered with that lane's reactor as it takes
@@ -79,7 +81,8 @@ where
 pub struct LaneStopped;
 
 impl Lanes {
-    /// Accepts connections until `stopping` is cancelled and deals them out in turn (TCP ones
+    /// Accepts connections on `listener` and the RLS port's `rls_listener` until `stopping` is
+    /// cancelled and deals them out in turn (TCP ones
     /// with Nagle's algorithm off, see [`super::listener::Incoming::into_std`]). Each connection
     /// is first admitted by `registry` (which may shed an idle one to make room, or refuse it:
     /// then it is closed at once). Failed accepts back off ([`AcceptBackoff`]). A lane that ends
@@ -88,6 +91,7 @@ impl Lanes {
     pub async fn accept(
         self,
         listener: GrpcListener,
+        rls_listener: Option<tokio::net::TcpListener>,
         registry: Arc<Registry>,
         mut backoff: AcceptBackoff,
         stopping: CancellationToken,
@@ -107,10 +111,11 @@ impl Lanes {
                     stopping.cancel();
                     break;
                 }
-                accepted = listener.accept() => accepted,
+                accepted = listener.accept() => accepted.map(|stream| (stream, false)),
+                accepted = accept_rls(rls_listener.as_ref()) => accepted.map(|stream| (stream, true)),
             };
             match accepted {
-                Ok(stream) => {
+                Ok((stream, rls_port)) => {
                     backoff.succeeded();
                     let Ok(registered) = registry.admit() else {
                         // Closed at once; let this lane's shed connections close too.
@@ -120,7 +125,11 @@ impl Lanes {
                     };
                     match stream.into_std() {
                         Ok(stream) => {
-                            let _ = queues[next].send(Accepted { stream, registered });
+                            let _ = queues[next].send(Accepted {
+                                stream,
+                                registered,
+                                rls_port,
+                            });
                             next = (next + 1) % queues.len();
                         }
                         Err(error) => tracing::warn!(%error, "cannot hand over a connection"),
@@ -135,6 +144,7 @@ impl Lanes {
             }
         }
         drop(listener);
+        drop(rls_listener);
         drop(queues);
         while let Some(ended) = finished.next().await {
             if ended.is_err() && result.is_ok() {
@@ -142,5 +152,16 @@ impl Lanes {
             }
         }
         result
+    }
+}
+
+/// The RLS port's next connection; never, when there is no RLS port.
+async fn accept_rls(listener: Option<&tokio::net::TcpListener>) -> std::io::Result<Incoming> {
+    match listener {
+        Some(listener) => listener
+            .accept()
+            .await
+            .map(|(stream, _)| Incoming::Tcp(stream)),
+        None => std::future::pending().await,
     }
 }

@@ -129,6 +129,9 @@ pub struct InitialConfig {
 pub struct Listeners {
     /// RLS, health and reflection: TCP or a unix socket.
     pub grpc: GrpcListener,
+    /// The RLS port (`--rls-addr`): `ShouldRateLimit` and health `Check` only, through
+    /// ratelimitd's own HTTP/2 server.
+    pub rls: Option<TcpListener>,
     /// `/healthcheck`, `/metrics`, `/json`, `/rlconfig`.
     pub http: TcpListener,
     /// A port of its own for the Prometheus text at [`Settings::metrics_path`] (and

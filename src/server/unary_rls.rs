@@ -88,7 +88,7 @@ async fn read(mut body: RequestBody) -> Result<Bytes, Status> {
 }
 
 /// The message of a body [`RequestBody`] let through: exactly one, within its length bound.
-fn unframe(mut framed: Bytes) -> Result<Bytes, Status> {
+pub fn unframe(mut framed: Bytes) -> Result<Bytes, Status> {
     if framed.len() < HEADER {
         return Err(Status::internal("Missing request message."));
     }
@@ -116,7 +116,7 @@ fn unframe(mut framed: Bytes) -> Result<Bytes, Status> {
 }
 
 /// `message` after its gRPC prefix: uncompressed flag, big-endian length.
-fn frame(message: &impl prost::Message) -> Result<Bytes, Status> {
+pub fn frame(message: &impl prost::Message) -> Result<Bytes, Status> {
     let length = message.encoded_len();
     let prefix = u32::try_from(length)
         .map_err(|_| Status::internal(format!("a response of {length} bytes")))?;

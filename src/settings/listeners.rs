@@ -5,6 +5,7 @@ use super::setting::{Convert, Group, Setting, Upstream, Value};
 /// Every setting of the group, in the order of the help.
 pub static ALL: &[&Setting] = &[
     &GRPC_ADDR,
+    &RLS_ADDR,
     &HTTP_ADDR,
     &THREADS,
     &METRICS_ADDR,
@@ -25,6 +26,19 @@ pub const GRPC_ADDR: Setting = Setting {
     drop_in_default: None,
     upstream: Upstream::Derived(&["GRPC_HOST", "GRPC_PORT"]),
     help: "Address of the gRPC port (RLS, health, reflection).",
+};
+
+pub const RLS_ADDR: Setting = Setting {
+    flag: "rls-addr",
+    variable: "RATELIMITD_RLS_ADDR",
+    group: Group::Listeners,
+    essential: false,
+    default: Value::Unset,
+    drop_in_default: None,
+    upstream: Upstream::None,
+    help: "A port of its own for ShouldRateLimit and health Check only, served by ratelimitd's \
+        own HTTP/2 server at fewer instructions per decision than the gRPC port; it shares the \
+        gRPC port's TLS, caps and bounds. Other methods there answer UNIMPLEMENTED.",
 };
 
 pub const HTTP_ADDR: Setting = Setting {

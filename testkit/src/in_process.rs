@@ -53,6 +53,7 @@ impl InProcess {
                     async move {
                         Ok(Listeners {
                             grpc: GrpcListener::Tcp(TcpListener::from_std(grpc)?),
+                            rls: None,
                             http: TcpListener::from_std(http)?,
                             metrics: None,
                             debug: None,
