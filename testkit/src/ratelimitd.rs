@@ -280,6 +280,26 @@ impl Ratelimitd {
         self.http_addr
     }
 
+    /// The RLS port's address (`--rls-addr`), as its startup line says it.
+    pub fn rls_addr(&self) -> SocketAddr {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let output = self.output();
+            let found = output.lines().find_map(|line| {
+                let at = line.find("rls_addr=")? + "rls_addr=".len();
+                line[at..].split_whitespace().next()?.parse().ok()
+            });
+            if let Some(addr) = found {
+                return addr;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "ratelimitd printed no `rls_addr=` line; output:\n{output}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

@@ -20,19 +20,19 @@ const ANSWER: Duration = Duration::from_secs(10);
 
 /// What a client sees of one answer.
 #[derive(Debug, PartialEq, Eq)]
-struct Answer {
-    http: u16,
+pub(crate) struct Answer {
+    pub(crate) http: u16,
     /// Every header of the response head but `date`, sorted.
-    headers: Vec<(String, String)>,
-    content_type: Option<String>,
-    grpc_status: Option<String>,
-    grpc_message: Option<String>,
-    data: Vec<u8>,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) content_type: Option<String>,
+    pub(crate) grpc_status: Option<String>,
+    pub(crate) grpc_message: Option<String>,
+    pub(crate) data: Vec<u8>,
 }
 
 /// One call on a connection of its own: `data` as DATA frames, the last ending the stream, and
 /// `grpc-encoding: identity` when `through_tonic`.
-async fn call(addr: SocketAddr, data: &[Bytes], through_tonic: bool) -> Answer {
+pub(crate) async fn call(addr: SocketAddr, data: &[Bytes], through_tonic: bool) -> Answer {
     let tcp = TcpStream::connect(addr).await.expect("connect");
     let (send, connection) = h2::client::handshake(tcp).await.expect("HTTP/2 handshake");
     let driver = tokio::spawn(async move {
@@ -97,7 +97,7 @@ async fn call(addr: SocketAddr, data: &[Bytes], through_tonic: bool) -> Answer {
 }
 
 /// `message` behind a gRPC prefix with `flag`.
-fn framed(flag: u8, message: &[u8]) -> Bytes {
+pub(crate) fn framed(flag: u8, message: &[u8]) -> Bytes {
     let mut out = BytesMut::with_capacity(5 + message.len());
     out.put_u8(flag);
     out.put_u32(message.len() as u32);
@@ -107,7 +107,7 @@ fn framed(flag: u8, message: &[u8]) -> Bytes {
 
 /// A request of domain `domain` whose one descriptor matches no rule: its answer does not
 /// depend on what was counted before.
-fn unmatched(domain: &str) -> Vec<u8> {
+pub(crate) fn unmatched(domain: &str) -> Vec<u8> {
     request(domain, &[&[("nothing", "matches")]], 0).encode_to_vec()
 }
 
@@ -117,12 +117,35 @@ async fn should_rate_limit_is_answered_as_tonic_answers_it() {
     let server = Ratelimitd::start(&["--config", config.to_str().unwrap()]);
     let addr = server.grpc_addr();
 
+    for (what, data, expected_status) in framings() {
+        let ours = call(addr, &data, false).await;
+        let tonics = call(addr, &data, true).await;
+        assert_eq!(ours, tonics, "{what}: answered otherwise than tonic");
+        check_answer(what, &ours, expected_status);
+    }
+
+    // A real gRPC client, and the counts: the unary path decides as tonic's did.
+    let mut client = server.client().await;
+    let first = should(&mut client, request("matching", &[&[("flat", "same")]], 0)).await;
+    let again = should(&mut client, request("matching", &[&[("flat", "same")]], 0)).await;
+    assert_eq!(
+        again.statuses[0].limit_remaining + 1,
+        first.statuses[0].limit_remaining,
+        "each call counted once: {first:?} then {again:?}"
+    );
+    let unused: RateLimitRequest = request("matching", &[&[("flat", "other")]], 0);
+    assert_eq!(overall(&should(&mut client, unused).await), Code::Ok);
+}
+
+/// Requests of domain `matching` framed every way a client may frame them, right or wrong, with
+/// the grpc-status each must get.
+pub(crate) fn framings() -> Vec<(&'static str, Vec<Bytes>, Option<&'static str>)> {
     let whole = framed(0, &unmatched("matching"));
     let in_pieces: Vec<Bytes> = whole.chunks(3).map(Bytes::copy_from_slice).collect();
     let mut two = BytesMut::new();
     two.put_slice(&whole);
     two.put_slice(&whole);
-    let cases: Vec<(&str, Vec<Bytes>, Option<&str>)> = vec![
+    vec![
         ("one message", vec![whole.clone()], Some("0")),
         ("one message in 3-byte DATA frames", in_pieces, Some("0")),
         (
@@ -143,45 +166,33 @@ async fn should_rate_limit_is_answered_as_tonic_answers_it() {
         ("empty domain", vec![framed(0, &unmatched(""))], Some("3")),
         ("two messages", vec![two.freeze()], Some("12")),
         ("no message", vec![], Some("12")),
-    ];
-    for (what, data, expected_status) in cases {
-        let ours = call(addr, &data, false).await;
-        let tonics = call(addr, &data, true).await;
-        assert_eq!(ours, tonics, "{what}: answered otherwise than tonic");
-        assert_eq!(ours.http, 200, "{what}: {ours:?}");
-        assert_eq!(
-            ours.content_type.as_deref(),
-            Some("application/grpc"),
-            "{what}"
-        );
-        assert_eq!(
-            ours.grpc_status.as_deref(),
-            expected_status,
-            "{what}: {ours:?}"
-        );
-        if expected_status == Some("0") {
-            let response = RateLimitResponse::decode(&ours.data[5..]).expect("a response");
-            assert_eq!(response.overall_code, Code::Ok as i32, "{what}");
-            assert_eq!(
-                ours.data.len(),
-                5 + response.encoded_len(),
-                "{what}: one message"
-            );
-        } else {
-            assert!(ours.data.is_empty(), "{what}: no message with an error");
-            assert!(ours.grpc_message.is_some(), "{what}: the error says why");
-        }
-    }
+    ]
+}
 
-    // A real gRPC client, and the counts: the unary path decides as tonic's did.
-    let mut client = server.client().await;
-    let first = should(&mut client, request("matching", &[&[("flat", "same")]], 0)).await;
-    let again = should(&mut client, request("matching", &[&[("flat", "same")]], 0)).await;
+/// What every answer of [`framings`] must be: gRPC, with `expected_status`, one response message
+/// when that is OK and a message saying why otherwise.
+pub(crate) fn check_answer(what: &str, ours: &Answer, expected_status: Option<&str>) {
+    assert_eq!(ours.http, 200, "{what}: {ours:?}");
     assert_eq!(
-        again.statuses[0].limit_remaining + 1,
-        first.statuses[0].limit_remaining,
-        "each call counted once: {first:?} then {again:?}"
+        ours.content_type.as_deref(),
+        Some("application/grpc"),
+        "{what}"
     );
-    let unused: RateLimitRequest = request("matching", &[&[("flat", "other")]], 0);
-    assert_eq!(overall(&should(&mut client, unused).await), Code::Ok);
+    assert_eq!(
+        ours.grpc_status.as_deref(),
+        expected_status,
+        "{what}: {ours:?}"
+    );
+    if expected_status == Some("0") {
+        let response = RateLimitResponse::decode(&ours.data[5..]).expect("a response");
+        assert_eq!(response.overall_code, Code::Ok as i32, "{what}");
+        assert_eq!(
+            ours.data.len(),
+            5 + response.encoded_len(),
+            "{what}: one message"
+        );
+    } else {
+        assert!(ours.data.is_empty(), "{what}: no message with an error");
+        assert!(ours.grpc_message.is_some(), "{what}: the error says why");
+    }
 }

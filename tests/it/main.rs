@@ -27,6 +27,7 @@ mod grpc_errors;
 mod grpc_health;
 mod grpc_matching;
 mod grpc_request_limits;
+mod grpc_rls_port;
 mod grpc_tls;
 mod grpc_uds;
 mod grpc_uds_clients;

@@ -28,7 +28,7 @@ use crate::server::connections::{
     BufferFull, BufferPool, Buffered, CallGuard, CallKind, ConnectionHandle,
 };
 use crate::server::memory_budget::CallCharge;
-use crate::server::request_body::BodyBounds;
+use crate::server::request_body::{BodyBounds, HEADER};
 use crate::server::unary_rls;
 use crate::service::transport_refusal::TransportRefusal;
 
@@ -185,9 +185,8 @@ impl RlsService {
             Event::BodyTooLarge { stream } => {
                 metrics.record_transport_refusal(TransportRefusal::RequestSize);
                 let status = Status::resource_exhausted(format!(
-                    "grpc: received message larger than max ({} bytes with its prefix; {})",
-                    self.body.max_message.saturating_add(5),
-                    self.body.max_message_flags
+                    "grpc: received message larger than max (over {} bytes; {})",
+                    self.body.max_message, self.body.max_message_flags
                 ));
                 return h2.respond(stream, Reply::Status(status));
             }
@@ -250,6 +249,13 @@ impl RlsService {
             trace,
             ..
         } = head;
+        let body = match single_message(body, &self.body) {
+            Ok(message) => message,
+            Err((refusal, status)) => {
+                metrics.record_transport_refusal(refusal);
+                return h2.respond(stream, Reply::Status(status));
+            }
+        };
         let answer: std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send>> = match route
         {
             Route::ShouldRateLimit => Box::pin(decide(self.rls.clone(), trace, body)),
@@ -300,6 +306,37 @@ impl RlsService {
     }
 }
 
+/// The one message of a unary call's `body`, refused as the gRPC port's request bodies refuse it
+/// (no message, a second one, one over the size bound); the gRPC prefix is left on it.
+fn single_message(body: Bytes, bounds: &BodyBounds) -> Result<Bytes, (TransportRefusal, Status)> {
+    if body.is_empty() {
+        return Err((
+            TransportRefusal::Cardinality,
+            Status::unimplemented("no request message for a method that takes one"),
+        ));
+    }
+    if let Some(prefix) = body.get(1..HEADER) {
+        let length = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+        let max = bounds.max_message;
+        if length > max {
+            return Err((
+                TransportRefusal::RequestSize,
+                Status::resource_exhausted(format!(
+                    "grpc: received message larger than max ({length} vs. {max}; {})",
+                    bounds.max_message_flags
+                )),
+            ));
+        }
+        if body.len() > HEADER + length {
+            return Err((
+                TransportRefusal::Cardinality,
+                Status::unimplemented("more than one request message for a method that takes one"),
+            ));
+        }
+    }
+    Ok(body)
+}
+
 /// The answer for a call the port does not make: another method, or a compressed request.
 fn refusal(head: &CallHead) -> Option<Status> {
     if let Route::Other(path) = &head.route {
@@ -311,7 +348,7 @@ fn refusal(head: &CallHead) -> Option<Status> {
     head.encoding.as_ref().map(|encoding| {
         Status::unimplemented(format!(
             "a request compressed with {encoding}: the RLS port (--rls-addr) takes uncompressed \
-             requests; the gRPC port (--grpc-addr) takes gzip"
+             requests"
         ))
     })
 }
