@@ -28,7 +28,7 @@ pub mod open_files;
 mod quotas;
 mod request_body;
 mod rlqs_thread;
-mod rls_port;
+pub mod rls_port;
 mod settings;
 mod shared;
 mod status_sampler;

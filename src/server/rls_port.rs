@@ -13,13 +13,14 @@
 //! and so is a compressed request. The port shares the gRPC port's TLS, connection cap, memory
 //! budget, stream and body bounds, read timeout, idle timeout, connection age and drain.
 
-pub mod connection;
+mod connection;
 pub mod frame;
 pub mod h2;
 pub mod head;
 pub mod hpack;
+pub mod huffman;
 
-pub use connection::RlsService;
+pub(crate) use connection::RlsService;
 
 /// The largest request header list (and header block) the port takes, as
 /// SETTINGS_MAX_HEADER_LIST_SIZE advertises it: hyper's default on the gRPC port too.

@@ -495,14 +495,14 @@ impl Connection {
             fragment.advance(5);
         }
         let end_stream = header.flags & flag::END_STREAM != 0;
-        if header.flags & flag::END_HEADERS != 0 {
-            return self.header_block(header.stream, end_stream, &fragment, now, events);
-        }
         if fragment.len() > self.limits.max_header_list {
             return Err(error(
                 ErrorCode::EnhanceYourCalm,
                 "a header block over the limit",
             ));
+        }
+        if header.flags & flag::END_HEADERS != 0 {
+            return self.header_block(header.stream, end_stream, &fragment, now, events);
         }
         self.pending_block = Some(PendingBlock {
             stream: header.stream,

@@ -40,6 +40,9 @@ pub struct CallHead {
     pub list_size: usize,
 }
 
+/// The header list size past which fields are counted but not read.
+const MAX_LIST_READ: usize = crate::server::rls_port::MAX_HEADER_LIST;
+
 /// Why a head is not a well-formed request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Malformed(pub &'static str);
@@ -88,7 +91,9 @@ struct Reader {
 impl Reader {
     fn field(&mut self, name: &[u8], value: &[u8]) {
         self.list_size = self.list_size.saturating_add(name.len() + value.len() + 32);
-        if self.malformed.is_some() {
+        // Past the bound the head is refused for its size: its fields need no more reading (a
+        // block of one-byte references to a large table entry would be megabytes of them).
+        if self.malformed.is_some() || self.list_size > MAX_LIST_READ {
             return;
         }
         if let Err(Malformed(why)) = self.check(name, value) {

@@ -4,8 +4,7 @@
 //! so decoding a head allocates only for the entries the client adds to the dynamic table.
 //!
 //! Written here because the HPACK crates either build owned vectors per field or rebuild their
-//! Huffman code table for every string; Huffman decoding itself is `httlib-huffman`'s
-//! (table-driven, four bits at a time).
+//! Huffman code table for every string; Huffman strings go through [`super::huffman`].
 
 use std::collections::VecDeque;
 
@@ -113,12 +112,8 @@ impl Decoder {
 
     fn huffman(&mut self, raw: &[u8]) -> Result<(), HpackError> {
         self.scratch.clear();
-        httlib_huffman::decode(
-            raw,
-            &mut self.scratch,
-            httlib_huffman::DecoderSpeed::FourBits,
-        )
-        .map_err(|_| HpackError("a Huffman string that cannot be decoded"))
+        super::huffman::decode(raw, &mut self.scratch)
+            .map_err(|_| HpackError("a Huffman string that cannot be decoded"))
     }
 
     fn entry(&self, index: usize) -> Result<(&[u8], &[u8]), HpackError> {

@@ -278,8 +278,13 @@ impl Profiled {
         }
     }
 
-    pub fn grpc_addr(&self) -> SocketAddr {
+    /// Where the load goes: the RLS port when the server has one (`--rls-addr`), else the gRPC
+    /// port.
+    pub fn load_addr(&self) -> SocketAddr {
         match &self.server {
+            Server::Ratelimitd(server) if server.output().contains("rls_addr=") => {
+                server.rls_addr()
+            }
             Server::Ratelimitd(server) => server.grpc_addr(),
             Server::Ceiling(server) => server.addr(),
         }
@@ -400,7 +405,7 @@ pub fn per_decision(
     attribution: Attribution,
 ) -> Result<PerDecision, String> {
     let run = |n: u64| {
-        let mut args = vec!["--addr".into(), server.grpc_addr().to_string()];
+        let mut args = vec!["--addr".into(), server.load_addr().to_string()];
         args.extend(load.iter().cloned());
         args.extend([
             "--requests".into(),

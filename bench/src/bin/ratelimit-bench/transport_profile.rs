@@ -53,6 +53,9 @@ pub struct TransportProfileArgs {
     /// Add ratelimitd on a redis-server of its own to every set of cells.
     #[arg(long)]
     pub redis: bool,
+    /// Load ratelimitd's RLS port (`--rls-addr`, its own HTTP/2 server) instead of its gRPC port.
+    #[arg(long)]
+    pub rls_port: bool,
     /// The ratelimitd build (default: the one beside this executable).
     #[arg(long)]
     pub ratelimitd: Option<PathBuf>,
@@ -149,6 +152,9 @@ pub fn run(args: &TransportProfileArgs) -> Result<(), String> {
                         serve.extend(["--redis-url".to_string(), redis.url()]);
                         // Under valgrind a Redis call takes many times its usual 100 ms bound.
                         serve.extend(["--redis-timeout".to_string(), "10s".to_string()]);
+                    }
+                    if args.rls_port {
+                        serve.extend(["--rls-addr".to_string(), "127.0.0.1:0".to_string()]);
                     }
                     serve.extend(args.server_args.iter().cloned());
                     Profiled::ratelimitd(&binary, &serve)?

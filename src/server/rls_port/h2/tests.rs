@@ -434,3 +434,33 @@ fn requests_still_arriving_expire_and_can_be_abandoned() {
     connection.receive(&mut input, start, &mut events);
     assert_eq!(connection.abandon_all_receiving(), vec![3]);
 }
+
+#[test]
+fn a_header_list_over_the_bound_is_refused_without_reading_it_all() {
+    let (mut connection, _) = open(LIMITS);
+    let mut block = request_block(unary_rls::PATH);
+    // One 4 000-byte entry added to the table, then referred to 2 000 times.
+    let indexed = block.len();
+    put_literal(&mut block, b"x-big", "v".repeat(3_900).as_bytes());
+    block[indexed] = 0x40;
+    let referred = block.len();
+    block.resize(referred + 2_000, 0x80 | 62);
+    let mut input = BytesMut::new();
+    let (first, rest) = block.split_at(block.len() / 2);
+    put_header(&mut input, first.len(), kind::HEADERS, flag::END_STREAM, 1);
+    input.put_slice(first);
+    put_header(
+        &mut input,
+        rest.len(),
+        kind::CONTINUATION,
+        flag::END_HEADERS,
+        1,
+    );
+    input.put_slice(rest);
+    let events = feed(&mut connection, &mut input);
+    let [Event::HeadTooLarge { stream: 1, size }] = events[..] else {
+        panic!("{events:?}");
+    };
+    assert!(size > 2_000 * 3_900, "{size}");
+    assert!(connection.failed().is_none());
+}
