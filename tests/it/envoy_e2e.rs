@@ -368,6 +368,54 @@ async fn tiers_headers_and_retry_after() {
     );
 }
 
+/// Envoy asking ratelimitd's RLS port (`--rls-addr`, ratelimitd's own HTTP/2 server) instead
+/// of its gRPC port: the same tiers and headers, and under 40 concurrent requests exactly the
+/// address tier's remaining 10 admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_decides_through_the_rls_port() {
+    let redis = RedisServer::start();
+    let service_args = vec!["--rls-addr".to_owned(), "127.0.0.1:0".to_owned()];
+    let ratelimitd = start_ratelimitd(&redis, "127.0.0.1:0", &service_args);
+    let upstream = Upstream::start().await;
+    let envoy = start_envoy(ratelimitd.rls_addr(), upstream.addr, ALLOW, "").await;
+    let stack = Stack {
+        redis,
+        grpc_addr: ratelimitd.grpc_addr(),
+        ratelimitd,
+        service_args,
+        upstream,
+        envoy,
+    };
+    let k1 = Some("k1");
+    let r = stack.get("/slow", k1).await;
+    assert_limited(&r, 200, 2, SLOW_LIMITS, 1, 1_800..=1_800);
+    let r = stack.get("/slow", k1).await;
+    assert_limited(&r, 200, 2, SLOW_LIMITS, 0, 3_600..=3_600);
+    let r = stack.get("/slow", k1).await;
+    assert_limited(&r, 429, 2, SLOW_LIMITS, 0, 1_790..=1_800);
+    assert_eq!(
+        stack.upstream.hits(),
+        2,
+        "the 429 never reached the upstream"
+    );
+
+    let addr = stack.envoy.addr();
+    let replies = futures::future::join_all((0..40).map(|i| async move {
+        let key = format!("burst-{i}");
+        get(addr, "/other", &[("x-api-key", key.as_str())]).await
+    }))
+    .await;
+    let admitted = replies.iter().filter(|r| r.status == 200).count();
+    let denied = replies.iter().filter(|r| r.status == 429).count();
+    assert_eq!(
+        (admitted, denied),
+        (10, 30),
+        "the address tier had 10 left: {:?}",
+        replies.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    assert_eq!(stack.upstream.hits(), 12);
+}
+
 /// Envoy's retry-after and x-ratelimit-reset are the algorithm's wait rounded up to whole
 /// seconds (ratelimitd rounds up; Envoy truncates, which keeps whole seconds as they are), so a
 /// client that waits that long is admitted. A GCRA limit of 1/s (burst 1) refuses the second
