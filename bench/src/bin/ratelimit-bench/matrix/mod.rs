@@ -106,6 +106,10 @@ pub struct MatrixArgs {
     /// ratelimitd's --threads in the Redis runs (one server and cluster).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub redis_threads: u32,
+    /// Load ratelimitd's RLS port (`--rls-addr`, its own HTTP/2 server) instead of its gRPC
+    /// port.
+    #[arg(long)]
+    pub rls_port: bool,
     /// Skip the ceilings (rls-ceiling, redis-benchmark).
     #[arg(long)]
     pub no_ceilings: bool,
@@ -390,12 +394,17 @@ pub fn run(args: &MatrixArgs) -> Result<(), String> {
         server
     });
     let redis_threads = args.redis_threads.to_string();
+    let port_args: Vec<String> = if args.rls_port {
+        vec!["--rls-addr".into(), "127.0.0.1:0".into()]
+    } else {
+        Vec::new()
+    };
     for store in &args.stores {
         let (server, pin, backing) = match (store.as_str(), &redis) {
             ("memory", _) => (
                 servers::ratelimitd(
                     None,
-                    &["--config".into(), config.clone()],
+                    &[&["--config".into(), config.clone()][..], &port_args].concat(),
                     &bench.server_cpus(),
                 ),
                 Pin::Client,
@@ -411,7 +420,10 @@ pub fn run(args: &MatrixArgs) -> Result<(), String> {
                         redis_threads.clone(),
                         "--redis-url".into(),
                         redis.url(),
-                    ],
+                    ]
+                    .into_iter()
+                    .chain(port_args.iter().cloned())
+                    .collect::<Vec<_>>(),
                     &[],
                 ),
                 Pin::Free,
@@ -419,8 +431,13 @@ pub fn run(args: &MatrixArgs) -> Result<(), String> {
             ),
             (_, None) => unreachable!("redis-server runs for the redis store"),
         };
+        let addr = if args.rls_port {
+            server.rls_addr()
+        } else {
+            server.grpc_addr()
+        };
         let target = Target {
-            addr: server.grpc_addr().to_string(),
+            addr: addr.to_string(),
             pid: server.pid(),
         };
         log(format!(
