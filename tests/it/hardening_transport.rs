@@ -34,9 +34,31 @@ const DEADLINE_EXCEEDED: i32 = 4;
 /// How long any single answer may take before the test calls the server unresponsive.
 const ANSWER: Duration = Duration::from_secs(10);
 
+/// The port a test drives: the gRPC port (hyper's HTTP/2 and tonic) or the RLS port (ratelimitd's
+/// own HTTP/2), whose bounds must hold the same.
+#[derive(Debug, Clone, Copy)]
+enum Port {
+    Grpc,
+    Rls,
+}
+
+impl Port {
+    fn of(self, server: &Ratelimitd) -> SocketAddr {
+        match self {
+            Port::Grpc => server.grpc_addr(),
+            Port::Rls => server.rls_addr(),
+        }
+    }
+}
+
 fn serve(args: &[&str], envs: &[(&str, &str)]) -> Ratelimitd {
     let matching = fixture("serve/matching.yaml");
-    let mut full = vec!["--config", matching.to_str().unwrap()];
+    let mut full = vec![
+        "--config",
+        matching.to_str().unwrap(),
+        "--rls-addr",
+        "127.0.0.1:0",
+    ];
     full.extend_from_slice(args);
     Ratelimitd::start_with_env(&full, envs)
 }
@@ -306,13 +328,22 @@ async fn watch_taken(
 
 #[tokio::test]
 async fn partial_messages_on_one_connection_stay_bounded() {
+    partial_messages_stay_bounded(Port::Grpc).await;
+}
+
+#[tokio::test]
+async fn partial_messages_on_one_rls_port_connection_stay_bounded() {
+    partial_messages_stay_bounded(Port::Rls).await;
+}
+
+async fn partial_messages_stay_bounded(port: Port) {
     let server = serve(
         &["--grpc-read-timeout", "3s"],
         &[("RATELIMITD_GRPC_MAX_BUFFERED_BYTES", "512KiB")],
     );
     let pid = server.pid();
     let before = rss_mib(pid);
-    let addr = server.grpc_addr();
+    let addr = port.of(&server);
 
     // The stream limit is advertised.
     let (send, _driver) = h2_connection(addr).await;
@@ -530,12 +561,21 @@ async fn idle_watch_streams_are_capped() {
 
 #[tokio::test]
 async fn idle_grpc_connections_are_shed_then_closed() {
+    idle_connections_are_shed_then_closed(Port::Grpc).await;
+}
+
+#[tokio::test]
+async fn idle_rls_port_connections_are_shed_then_closed() {
+    idle_connections_are_shed_then_closed(Port::Rls).await;
+}
+
+async fn idle_connections_are_shed_then_closed(port: Port) {
     let server = serve(
         &["--grpc-max-connections", "100", "--grpc-idle-timeout", "3s"],
         &[],
     );
     let pid = server.pid();
-    let addr = server.grpc_addr();
+    let addr = port.of(&server);
 
     // 300 connections that never send a byte, then 50 that complete the HTTP/2 handshake and
     // go quiet.
@@ -831,10 +871,19 @@ async fn raw_call(
 
 #[tokio::test]
 async fn grpc_framing_is_strict() {
+    framing_is_strict(Port::Grpc).await;
+}
+
+#[tokio::test]
+async fn rls_port_framing_is_strict() {
+    framing_is_strict(Port::Rls).await;
+}
+
+async fn framing_is_strict(port: Port) {
     // Entries as long as a message may carry (the default entry cap, 8 KiB, would refuse the
     // 60,000-byte value below before the message cap is what decides).
     let server = serve(&["--max-entry-bytes", "65536"], &[]);
-    let addr = server.grpc_addr();
+    let addr = port.of(&server);
     let one = || vec![framed(&rls_message("framing"))];
 
     for content_type in [
@@ -892,7 +941,7 @@ async fn grpc_framing_is_strict() {
         Some(UNIMPLEMENTED),
         "health Check, two messages: {ended:?}"
     );
-    let mut c = server.client().await;
+    let mut c = testkit::ratelimitd::client(addr).await;
     let resp = should(&mut c, request("matching", &[&[("flat", "twice")]], 0)).await;
     assert_eq!(
         resp.statuses[0].limit_remaining, 5,

@@ -116,14 +116,8 @@ impl RlsService {
                     last_read = Instant::now();
                     ping_sent = false;
                     h2.receive(&mut input, last_read.into_std(), &mut events);
-                    if let Err(full) = buffered.hold(h2.buffered(), self.body.per_connection, self.body.global) {
-                        let (refusal, status) = self.buffer_refusal(full, &buffered);
-                        for stream in h2.abandon_all_receiving() {
-                            handle.metrics().record_transport_refusal(refusal);
-                            h2.respond(stream, Reply::Status(status.clone()));
-                        }
-                        let _ = buffered.hold(0, self.body.per_connection, self.body.global);
-                    }
+                    let grown = h2.take_grown();
+                    self.hold_buffered(&mut h2, &mut buffered, grown, &handle);
                     for event in events.drain(..) {
                         self.dispatch(event, &handle, &mut h2, &calls);
                     }
@@ -147,6 +141,7 @@ impl RlsService {
                             "the request was not received within {timeout:?}"
                         ))));
                     }
+                    self.hold_buffered(&mut h2, &mut buffered, Vec::new(), &handle);
                     expiry_armed = false;
                     if let Some(at) = h2.next_expiry(timeout) {
                         expiry.as_mut().reset(at.into());
@@ -280,6 +275,31 @@ impl RlsService {
                 _admitted: admitted,
             }
         }));
+    }
+
+    /// Charges the bytes of requests being received to the connection's, the global and the
+    /// memory budgets; when they do not fit, refuses the requests whose bytes arrived last
+    /// (`grown`, most recent last) until they do, as the gRPC port refuses a message whose next
+    /// bytes do not fit.
+    fn hold_buffered(
+        &self,
+        h2: &mut Connection,
+        buffered: &mut Buffered,
+        mut grown: Vec<u32>,
+        handle: &ConnectionHandle,
+    ) {
+        let (per_connection, global) = (self.body.per_connection, self.body.global);
+        while let Err(full) = buffered.hold(h2.buffered(), per_connection, global) {
+            let (refusal, status) = self.buffer_refusal(full, buffered);
+            let refused = match grown.pop() {
+                Some(stream) => h2.abandon(stream).then_some(stream).into_iter().collect(),
+                None => h2.abandon_all_receiving(),
+            };
+            for stream in refused {
+                handle.metrics().record_transport_refusal(refusal);
+                h2.respond(stream, Reply::Status(status.clone()));
+            }
+        }
     }
 
     fn buffer_refusal(&self, full: BufferFull, buffered: &Buffered) -> (TransportRefusal, Status) {

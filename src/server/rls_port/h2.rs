@@ -164,6 +164,8 @@ pub struct Connection {
     goaway: Option<u32>,
     peer_goaway: bool,
     failed: Option<ConnectionError>,
+    /// See [`Connection::take_grown`].
+    grown: Vec<u32>,
     out: BytesMut,
 }
 
@@ -206,6 +208,7 @@ impl Connection {
             goaway: None,
             peer_goaway: false,
             failed: None,
+            grown: Vec::new(),
             out,
         }
     }
@@ -263,19 +266,34 @@ impl Connection {
 
     fn abandon_receiving(&mut self, which: impl Fn(Instant) -> bool) -> Vec<u32> {
         let mut abandoned = Vec::new();
-        let mut released = 0;
         for (id, stream) in &mut self.streams {
-            if let StreamState::Receiving { since, body, .. } = &stream.state {
+            if let StreamState::Receiving { since, .. } = &stream.state {
                 if which(*since) {
-                    released += body.len();
                     stream.state = StreamState::Answering { reset: false };
                     abandoned.push(*id);
                 }
             }
         }
-        self.release(released);
         abandoned.sort_unstable();
         abandoned
+    }
+
+    /// The streams whose partly received bodies grew in the last [`Connection::receive`], most
+    /// recent last: those the driver refuses when their bytes do not fit its budgets.
+    pub fn take_grown(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.grown)
+    }
+
+    /// Hands the request `id`, still arriving, to the driver to be answered (its body dropped);
+    /// false when it is not arriving any more.
+    pub fn abandon(&mut self, id: u32) -> bool {
+        match self.streams.get_mut(&id) {
+            Some(stream) if matches!(stream.state, StreamState::Receiving { .. }) => {
+                stream.state = StreamState::Answering { reset: false };
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Sends GOAWAY naming the last stream that will be answered; streams the client opens
@@ -405,44 +423,40 @@ impl Connection {
             ));
         }
         self.recv_window -= length as i64;
+        // The connection window is given back at once: what bodies hold is bounded by the
+        // driver's budgets (as the gRPC port's request bodies are), not by the window.
+        self.release(length);
         let data = unpad(header.flags, &mut payload)?;
-        let padding = length - data.len();
         let end_stream = header.flags & flag::END_STREAM != 0;
         let Some(stream) = self.streams.get_mut(&header.stream) else {
             if header.stream > self.highest {
                 return Err(error(ErrorCode::Protocol, "DATA on a stream never opened"));
             }
-            self.release(length);
             return Ok(());
         };
         if length as i64 > stream.recv_window {
-            self.release(length);
             self.reset(header.stream, ErrorCode::FlowControl);
             return Ok(());
         }
         stream.recv_window -= length as i64;
         if !stream.remote_open {
-            self.release(length);
             self.reset(header.stream, ErrorCode::StreamClosed);
             return Ok(());
         }
         stream.remote_open = !end_stream;
         let StreamState::Receiving { body, .. } = &mut stream.state else {
             // Answered early (a body too large): the rest is dropped.
-            self.release(length);
             return Ok(());
         };
-        if body.len() + data.len() > self.limits.max_body {
-            let released = body.len() + length;
+        if !data.is_empty() {
+            body.push(data);
+        }
+        if body.len() > self.limits.max_body || announced(body) > self.limits.max_body {
             stream.state = StreamState::Answering { reset: false };
-            self.release(released);
             events.push(Event::BodyTooLarge {
                 stream: header.stream,
             });
             return Ok(());
-        }
-        if !data.is_empty() {
-            body.push(data);
         }
         let window = i64::from(self.limits.stream_window);
         if !end_stream && stream.recv_window < window / 2 {
@@ -450,22 +464,22 @@ impl Connection {
             stream.recv_window += increment;
             frame::put_window_update(&mut self.out, header.stream, increment as u32);
         }
-        self.release(padding);
+        if !end_stream && self.grown.last() != Some(&header.stream) {
+            self.grown.push(header.stream);
+        }
         if end_stream {
             self.complete(header.stream, events);
         }
         Ok(())
     }
 
-    /// Hands a request received whole to the driver, giving its bytes back to the connection
-    /// window (the driver holds them from now on, and they count against its budgets).
+    /// Hands a request received whole to the driver.
     fn complete(&mut self, id: u32, events: &mut Vec<Event>) {
         let Some(stream) = self.streams.get_mut(&id) else {
             return;
         };
         let state = std::mem::replace(&mut stream.state, StreamState::Answering { reset: false });
         if let StreamState::Receiving { head, body, .. } = state {
-            self.release(body.len());
             events.push(Event::Call {
                 stream: id,
                 head,
@@ -641,10 +655,8 @@ impl Connection {
                 *reset = true;
                 stream.remote_open = false;
             }
-            StreamState::Receiving { body, .. } => {
-                let held = body.len();
+            StreamState::Receiving { .. } => {
                 self.streams.remove(&header.stream);
-                self.release(held);
             }
             StreamState::Sending { .. } => {
                 self.streams.remove(&header.stream);
@@ -921,7 +933,7 @@ impl Connection {
         }
     }
 
-    /// Resets `id` from the server's side, giving back what its body held.
+    /// Resets `id` from the server's side.
     fn reset(&mut self, id: u32, code: ErrorCode) {
         frame::put_reset(&mut self.out, id, code);
         let Some(stream) = self.streams.get_mut(&id) else {
@@ -932,10 +944,8 @@ impl Connection {
                 stream.state = StreamState::Answering { reset: true };
                 stream.remote_open = false;
             }
-            StreamState::Receiving { body, .. } => {
-                let held = body.len();
+            StreamState::Receiving { .. } => {
                 self.streams.remove(&id);
-                self.release(held);
             }
             StreamState::Sending { .. } => {
                 self.streams.remove(&id);
@@ -952,6 +962,16 @@ impl Connection {
             self.unreleased = 0;
         }
     }
+}
+
+/// The prefix and message a body's 5-byte gRPC prefix announces (0 before it has arrived).
+fn announced(body: &Body) -> usize {
+    let prefix: [u8; 5] = match body {
+        Body::One(bytes) if bytes.len() >= 5 => [bytes[0], bytes[1], bytes[2], bytes[3], bytes[4]],
+        Body::Many(bytes) if bytes.len() >= 5 => [bytes[0], bytes[1], bytes[2], bytes[3], bytes[4]],
+        _ => return 0,
+    };
+    5 + u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize
 }
 
 /// The data of a DATA or HEADERS payload without its padding (RFC 9113 §6.1).

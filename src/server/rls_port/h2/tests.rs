@@ -249,7 +249,7 @@ fn a_body_over_the_limit_is_refused_without_being_held() {
 }
 
 #[test]
-fn data_beyond_the_connection_window_fails_the_connection() {
+fn windows_are_given_back_as_data_arrives() {
     let limits = Limits {
         connection_window: 65_535,
         stream_window: 65_535,
@@ -259,15 +259,38 @@ fn data_beyond_the_connection_window_fails_the_connection() {
     let (mut connection, _) = open(limits);
     let mut input = BytesMut::new();
     headers(&mut input, 1, 0);
-    for _ in 0..4 {
-        data(&mut input, 1, &[0; 16_384], false);
+    let mut message = vec![0, 0, 0x02, 0, 0];
+    message.resize(5 + (2 << 16), 7);
+    for chunk in message.chunks(16_384) {
+        data(&mut input, 1, chunk, false);
     }
-    feed(&mut connection, &mut input);
-    let failure = connection.failed().cloned().unwrap();
-    assert_eq!(failure.code, ErrorCode::FlowControl);
-    let frames = written(&mut connection);
-    assert_eq!(frames.last().unwrap().header.kind, kind::GOAWAY);
-    assert!(connection.finished());
+    assert!(feed(&mut connection, &mut input).is_empty());
+    assert!(connection.failed().is_none());
+    assert_eq!(connection.buffered(), message.len());
+    assert_eq!(connection.take_grown(), vec![1]);
+    let updates: Vec<u32> = written(&mut connection)
+        .iter()
+        .filter(|f| f.header.kind == kind::WINDOW_UPDATE)
+        .map(|f| f.header.stream)
+        .collect();
+    assert!(updates.contains(&0) && updates.contains(&1), "{updates:?}");
+    // Refused while still arriving: its bytes are dropped.
+    assert!(connection.abandon(1));
+    assert_eq!(connection.buffered(), 0);
+    assert!(!connection.abandon(1));
+}
+
+#[test]
+fn a_body_announcing_more_than_the_limit_is_refused_at_its_prefix() {
+    let (mut connection, _) = open(LIMITS);
+    let mut input = BytesMut::new();
+    headers(&mut input, 1, 0);
+    data(&mut input, 1, &[0, 0, 0, 1, 0], false);
+    let events = feed(&mut connection, &mut input);
+    assert!(
+        matches!(events[..], [Event::BodyTooLarge { stream: 1 }]),
+        "{events:?}"
+    );
 }
 
 #[test]
