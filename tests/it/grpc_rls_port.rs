@@ -252,3 +252,48 @@ async fn the_rls_port_speaks_tls_with_the_grpc_ports_certificate() {
         );
     }
 }
+
+#[tokio::test]
+async fn at_sigterm_rls_port_connections_get_goaway_and_the_process_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&dir);
+    let mut server = Ratelimitd::start(&["--config", &config, "--rls-addr", "127.0.0.1:0"]);
+    let addr = server.rls_addr();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (send, connection) = h2::client::handshake(tcp).await.unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let send = send.ready().await.expect("a stream");
+    let head = tonic::codegen::http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{addr}{}", "/grpc.health.v1.Health/Check"))
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
+    let mut sender = send.clone();
+    let (response, mut stream) = sender.send_request(head, false).unwrap();
+    stream
+        .send_data(
+            framed(0, &HealthCheckRequest::default().encode_to_vec()),
+            true,
+        )
+        .unwrap();
+    let response = response.await.expect("an answer");
+    assert_eq!(response.status(), 200);
+
+    server.terminate();
+    tokio::time::timeout(Duration::from_secs(10), driver)
+        .await
+        .expect("the connection closed by the server within 10 s")
+        .unwrap();
+    let Err(refused) = send.ready().await else {
+        panic!("a new stream after shutdown began");
+    };
+    assert!(refused.is_go_away(), "closed with GOAWAY: {refused:?}");
+    let status = server
+        .exited(Duration::from_secs(15))
+        .await
+        .expect("exited within 15 s");
+    assert!(status.success(), "exit status {status:?}");
+}
