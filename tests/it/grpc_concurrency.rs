@@ -7,6 +7,10 @@
 //! server addresses; `redis_two_processes` runs the same bodies through two ratelimitd processes
 //! sharing one real redis-server.
 //!
+//! `both_ports` splits the connections between one server's gRPC port and its RLS port
+//! (`--rls-addr`), and the Redis pair runs the scenarios once more with one process's connections
+//! on its RLS port.
+//!
 //! The servers run several serving lanes (`--threads`), so the six connections land on different
 //! threads sharing one store, as on any multi-core host.
 
@@ -55,6 +59,42 @@ algorithm_tests! {
     gcra: "gcra",
 }
 
+/// The same scenarios with the connections split between the gRPC port and the RLS port
+/// (`--rls-addr`, ratelimitd's own HTTP/2 server) of one server.
+mod both_ports {
+    use super::*;
+
+    macro_rules! both_port_tests {
+        ($($name:ident: $algorithm:literal,)*) => {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+                async fn $name() {
+                    let config = fixture("serve/concurrency.yaml");
+                    let server = Ratelimitd::start(&[
+                        "--config",
+                        config.to_str().unwrap(),
+                        "--threads",
+                        "4",
+                        "--rls-addr",
+                        "127.0.0.1:0",
+                    ]);
+                    let addrs = [server.grpc_addr(), server.rls_addr()];
+                    assert_exact_admission(&addrs, $algorithm, "one-key").await;
+                    assert_exact_admission_three_descriptors(&addrs, $algorithm, "three").await;
+                }
+            )*
+        };
+    }
+
+    both_port_tests! {
+        fixed_window: "fixed_window",
+        sliding_window_log: "sliding_window_log",
+        sliding_window_counter: "sliding_window_counter",
+        token_bucket: "token_bucket",
+        gcra: "gcra",
+    }
+}
+
 /// The same scenarios through two ratelimitd processes sharing one real redis-server.
 mod redis_two_processes {
     use super::*;
@@ -85,6 +125,8 @@ mod redis_two_processes {
             "5s",
             "--threads",
             "3",
+            "--rls-addr",
+            "127.0.0.1:0",
         ]);
         (a, b)
     }
@@ -99,6 +141,10 @@ mod redis_two_processes {
                     let addrs = [a.grpc_addr(), b.grpc_addr()];
                     assert_exact_admission(&addrs, $algorithm, "one-key").await;
                     assert_exact_admission_three_descriptors(&addrs, $algorithm, "three").await;
+                    // And with b's connections on its RLS port.
+                    let addrs = [a.grpc_addr(), b.rls_addr()];
+                    assert_exact_admission(&addrs, $algorithm, "one-key-rls").await;
+                    assert_exact_admission_three_descriptors(&addrs, $algorithm, "three-rls").await;
                 }
             )*
         };
