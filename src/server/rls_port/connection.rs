@@ -194,27 +194,9 @@ impl RlsService {
                 return h2.respond(stream, Reply::Status(status));
             }
         };
-        if !head.post {
+        if let Some(answer) = not_grpc(&head) {
             metrics.record_transport_refusal(TransportRefusal::ContentType);
-            return h2.respond(
-                stream,
-                Reply::Http {
-                    status: 405,
-                    text: "gRPC calls are POSTs\n",
-                    allow_post: true,
-                },
-            );
-        }
-        if !head.grpc_content_type {
-            metrics.record_transport_refusal(TransportRefusal::ContentType);
-            return h2.respond(
-                stream,
-                Reply::Http {
-                    status: 415,
-                    text: "gRPC calls have content-type application/grpc\n",
-                    allow_post: false,
-                },
-            );
+            return h2.respond(stream, answer);
         }
         let budget = handle.budget();
         let Ok(charge) = budget.open_call(head.list_size) else {
@@ -324,6 +306,23 @@ impl RlsService {
             ),
         }
     }
+}
+
+/// The plain HTTP answer to a request that is not a gRPC call (as the gRPC port's call gate gives
+/// it): 405 to a method other than POST, 415 to another content type.
+fn not_grpc(head: &CallHead) -> Option<Reply> {
+    if !head.post {
+        return Some(Reply::Http {
+            status: 405,
+            text: "gRPC calls are POSTs\n",
+            allow_post: true,
+        });
+    }
+    (!head.grpc_content_type).then_some(Reply::Http {
+        status: 415,
+        text: "gRPC calls have content-type application/grpc\n",
+        allow_post: false,
+    })
 }
 
 /// The one message of a unary call's `body`, refused as the gRPC port's request bodies refuse it
