@@ -122,7 +122,7 @@ impl GrpcTransport {
                 stream_window: bounds.grpc_stream_window,
                 connection_window: u32::try_from(per_connection).unwrap_or(u32::MAX >> 1),
                 max_body: largest,
-                max_header_list: rls_port::MAX_HEADER_LIST,
+                max_header_list: rls_port::head::MAX_HEADER_LIST,
             },
             body,
         });

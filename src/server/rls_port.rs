@@ -21,7 +21,3 @@ pub mod hpack;
 pub mod huffman;
 
 pub(crate) use connection::RlsService;
-
-/// The largest request header list (and header block) the port takes, as
-/// SETTINGS_MAX_HEADER_LIST_SIZE advertises it: hyper's default on the gRPC port too.
-pub const MAX_HEADER_LIST: usize = 16 << 10;

@@ -40,8 +40,10 @@ pub struct CallHead {
     pub list_size: usize,
 }
 
-/// The header list size past which fields are counted but not read.
-const MAX_LIST_READ: usize = crate::server::rls_port::MAX_HEADER_LIST;
+/// The largest request header list (and header block) the port takes, as
+/// SETTINGS_MAX_HEADER_LIST_SIZE advertises it: hyper's default on the gRPC port too. Past it a
+/// head's fields are counted but not read.
+pub const MAX_HEADER_LIST: usize = 16 << 10;
 
 /// Why a head is not a well-formed request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +95,7 @@ impl Reader {
         self.list_size = self.list_size.saturating_add(name.len() + value.len() + 32);
         // Past the bound the head is refused for its size: its fields need no more reading (a
         // block of one-byte references to a large table entry would be megabytes of them).
-        if self.malformed.is_some() || self.list_size > MAX_LIST_READ {
+        if self.malformed.is_some() || self.list_size > MAX_HEADER_LIST {
             return;
         }
         if let Err(Malformed(why)) = self.check(name, value) {
