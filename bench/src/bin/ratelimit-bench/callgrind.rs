@@ -242,7 +242,8 @@ pub struct Profiled {
 
 /// The servers a profile runs.
 enum Server {
-    Ratelimitd(Ratelimitd),
+    /// ratelimitd, loaded on its RLS port when `rls_port` (it was given `--rls-addr`).
+    Ratelimitd { server: Ratelimitd, rls_port: bool },
     /// The transport ceiling, a default tonic server answering a constant OK.
     Ceiling(RlsCeiling),
 }
@@ -258,7 +259,10 @@ impl Profiled {
             .args(["serve", "--grpc-addr", "127.0.0.1:0"])
             .args(["--http-addr", "127.0.0.1:0"])
             .args(args);
-        let server = Server::Ratelimitd(Ratelimitd::spawn_within(command, SLOW));
+        let server = Server::Ratelimitd {
+            server: Ratelimitd::spawn_within(command, SLOW),
+            rls_port: args.iter().any(|arg| arg == "--rls-addr"),
+        };
         Ok(Profiled { server, out, dir })
     }
 
@@ -273,7 +277,7 @@ impl Profiled {
 
     pub fn pid(&self) -> u32 {
         match &self.server {
-            Server::Ratelimitd(server) => server.pid(),
+            Server::Ratelimitd { server, .. } => server.pid(),
             Server::Ceiling(server) => server.pid(),
         }
     }
@@ -282,10 +286,11 @@ impl Profiled {
     /// port.
     pub fn load_addr(&self) -> SocketAddr {
         match &self.server {
-            Server::Ratelimitd(server) if server.output().contains("rls_addr=") => {
-                server.rls_addr()
-            }
-            Server::Ratelimitd(server) => server.grpc_addr(),
+            Server::Ratelimitd {
+                server,
+                rls_port: true,
+            } => server.rls_addr(),
+            Server::Ratelimitd { server, .. } => server.grpc_addr(),
             Server::Ceiling(server) => server.addr(),
         }
     }
@@ -293,7 +298,7 @@ impl Profiled {
     /// The HTTP port of a ratelimitd (none for the ceiling).
     pub fn http_addr(&self) -> Option<SocketAddr> {
         match &self.server {
-            Server::Ratelimitd(server) => Some(server.http_addr()),
+            Server::Ratelimitd { server, .. } => Some(server.http_addr()),
             Server::Ceiling(_) => None,
         }
     }
@@ -302,7 +307,7 @@ impl Profiled {
     /// function's count as `attribution` says.
     pub fn stop(mut self, attribution: Attribution) -> Result<Counts, String> {
         let exited = match &mut self.server {
-            Server::Ratelimitd(server) => {
+            Server::Ratelimitd { server, .. } => {
                 server.terminate();
                 server.wait_exit(SLOW).is_some()
             }
@@ -317,7 +322,7 @@ impl Profiled {
             let log =
                 std::fs::read_to_string(self.dir.path().join("valgrind.log")).unwrap_or_default();
             let said = match &self.server {
-                Server::Ratelimitd(server) => server.output(),
+                Server::Ratelimitd { server, .. } => server.output(),
                 Server::Ceiling(_) => String::new(),
             };
             return Err(format!(
