@@ -34,6 +34,11 @@ use crate::service::Metrics;
 /// Length of a gRPC message header: compressed flag, 4-byte big-endian length.
 pub(super) const HEADER: usize = 5;
 
+/// The answer to a unary call with no request message.
+pub(super) const NO_MESSAGE: &str = "no request message for a method that takes one";
+/// The answer to a unary call with more than one request message.
+pub(super) const SECOND_MESSAGE: &str = "more than one request message for a method that takes one";
+
 /// The bounds a request body enforces.
 #[derive(Debug, Clone, Copy)]
 pub struct BodyBounds {
@@ -211,36 +216,43 @@ impl RequestBody {
             Err(Violation::SecondMessage) => {
                 return Err((
                     TransportRefusal::Cardinality,
-                    Status::unimplemented(
-                        "more than one request message for a method that takes one",
-                    ),
+                    Status::unimplemented(SECOND_MESSAGE),
                 ))
             }
             Ok(()) => {}
         }
         let (per_connection, global) = (self.bounds.per_connection, self.bounds.global);
-        match self
-            .buffered
+        self.buffered
             .hold(self.framing.reserved(), per_connection, global)
-        {
-            Ok(()) => Ok(()),
-            Err(BufferFull::Connection) => Err((
-                TransportRefusal::ConnectionBuffer,
-                Status::resource_exhausted(format!(
-                    "this connection's partly received messages reached {per_connection} bytes"
-                )),
+            .map_err(|full| buffer_refusal(full, &self.bounds, &self.buffered))
+    }
+}
+
+/// What refuses a message whose bytes do not fit `full`'s budget, and how it is counted.
+pub(super) fn buffer_refusal(
+    full: BufferFull,
+    bounds: &BodyBounds,
+    buffered: &Buffered,
+) -> (TransportRefusal, Status) {
+    match full {
+        BufferFull::Connection => (
+            TransportRefusal::ConnectionBuffer,
+            Status::resource_exhausted(format!(
+                "this connection's partly received messages reached {} bytes",
+                bounds.per_connection
             )),
-            Err(BufferFull::Global) => Err((
-                TransportRefusal::BufferedBytes,
-                Status::resource_exhausted(format!(
-                    "partly received messages reached the server's {global} bytes"
-                )),
+        ),
+        BufferFull::Global => (
+            TransportRefusal::BufferedBytes,
+            Status::resource_exhausted(format!(
+                "partly received messages reached the server's {} bytes",
+                bounds.global
             )),
-            Err(BufferFull::Memory) => Err((
-                TransportRefusal::MemoryBudget,
-                Status::resource_exhausted(self.buffered.budget().refusal()),
-            )),
-        }
+        ),
+        BufferFull::Memory => (
+            TransportRefusal::MemoryBudget,
+            Status::resource_exhausted(buffered.budget().refusal()),
+        ),
     }
 }
 
@@ -281,7 +293,7 @@ impl Body for RequestBody {
                 if this.single && this.framing.messages == 0 {
                     return this.fail(
                         TransportRefusal::Cardinality,
-                        Status::unimplemented("no request message for a method that takes one"),
+                        Status::unimplemented(NO_MESSAGE),
                     );
                 }
                 Poll::Ready(None)

@@ -24,11 +24,9 @@ use super::h2::{Connection, Event, Limits, Reply};
 use super::head::{CallHead, Route};
 use crate::proto::rls::rate_limit_service_server::RateLimitService;
 use crate::proto::rls::RateLimitRequest;
-use crate::server::connections::{
-    BufferFull, BufferPool, Buffered, CallGuard, CallKind, ConnectionHandle,
-};
+use crate::server::connections::{BufferPool, Buffered, CallGuard, CallKind, ConnectionHandle};
 use crate::server::memory_budget::CallCharge;
-use crate::server::request_body::{BodyBounds, HEADER};
+use crate::server::request_body::{buffer_refusal, BodyBounds, HEADER, NO_MESSAGE, SECOND_MESSAGE};
 use crate::server::unary_rls;
 use crate::service::transport_refusal::TransportRefusal;
 
@@ -272,7 +270,7 @@ impl RlsService {
     ) {
         let (per_connection, global) = (self.body.per_connection, self.body.global);
         while let Err(full) = buffered.hold(h2.buffered(), per_connection, global) {
-            let (refusal, status) = self.buffer_refusal(full, buffered);
+            let (refusal, status) = buffer_refusal(full, &self.body, buffered);
             let refused = match grown.pop() {
                 Some(stream) => h2.abandon(stream).then_some(stream).into_iter().collect(),
                 None => h2.abandon_all_receiving(),
@@ -281,29 +279,6 @@ impl RlsService {
                 handle.metrics().record_transport_refusal(refusal);
                 h2.respond(stream, Reply::Status(status.clone()));
             }
-        }
-    }
-
-    fn buffer_refusal(&self, full: BufferFull, buffered: &Buffered) -> (TransportRefusal, Status) {
-        match full {
-            BufferFull::Connection => (
-                TransportRefusal::ConnectionBuffer,
-                Status::resource_exhausted(format!(
-                    "this connection's partly received messages reached {} bytes",
-                    self.body.per_connection
-                )),
-            ),
-            BufferFull::Global => (
-                TransportRefusal::BufferedBytes,
-                Status::resource_exhausted(format!(
-                    "partly received messages reached the server's {} bytes",
-                    self.body.global
-                )),
-            ),
-            BufferFull::Memory => (
-                TransportRefusal::MemoryBudget,
-                Status::resource_exhausted(buffered.budget().refusal()),
-            ),
         }
     }
 }
@@ -331,7 +306,7 @@ fn single_message(body: Bytes, bounds: &BodyBounds) -> Result<Bytes, (TransportR
     if body.is_empty() {
         return Err((
             TransportRefusal::Cardinality,
-            Status::unimplemented("no request message for a method that takes one"),
+            Status::unimplemented(NO_MESSAGE),
         ));
     }
     if let Some(prefix) = body.get(1..HEADER) {
@@ -349,7 +324,7 @@ fn single_message(body: Bytes, bounds: &BodyBounds) -> Result<Bytes, (TransportR
         if body.len() > HEADER + length {
             return Err((
                 TransportRefusal::Cardinality,
-                Status::unimplemented("more than one request message for a method that takes one"),
+                Status::unimplemented(SECOND_MESSAGE),
             ));
         }
     }
