@@ -19,7 +19,6 @@ use http_body_util::BodyExt as _;
 use hyper::body::{Body, Frame};
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response};
-use prost::Message as _;
 use tonic::Status;
 
 use super::request_body::{RequestBody, HEADER};
@@ -53,8 +52,7 @@ async fn respond(
     request: Request<RequestBody>,
 ) -> Result<Response<UnaryBody>, Status> {
     let (head, body) = request.into_parts();
-    let message = RateLimitRequest::decode(unframe(read(body).await?)?)
-        .map_err(|error| Status::internal(error.to_string()))?;
+    let message: RateLimitRequest = decode(read(body).await?)?;
     let request = tonic::Request::from_http(Request::from_parts(head, message));
     let (metadata, message, _) = rls.should_rate_limit(request).await?.into_parts();
     let mut response = Response::new(UnaryBody::message(frame(&message)?));
@@ -113,6 +111,11 @@ pub fn unframe(mut framed: Bytes) -> Result<Bytes, Status> {
         )));
     }
     Ok(framed)
+}
+
+/// The message behind `framed`'s gRPC prefix, decoded; refused as tonic refuses it.
+pub fn decode<M: prost::Message + Default>(framed: Bytes) -> Result<M, Status> {
+    M::decode(unframe(framed)?).map_err(|error| Status::internal(error.to_string()))
 }
 
 /// `message` after its gRPC prefix: uncompressed flag, big-endian length.
@@ -178,6 +181,7 @@ mod tests {
     use super::*;
     use crate::proto::rls::rate_limit_response::Code;
     use crate::proto::rls::RateLimitResponse;
+    use prost::Message as _;
 
     fn framed(flag: u8, message: &[u8]) -> Bytes {
         let mut out = BytesMut::new();

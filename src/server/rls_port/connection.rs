@@ -9,7 +9,6 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt as _;
-use prost::Message as _;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -354,9 +353,7 @@ async fn decide(
     trace: Vec<(String, String)>,
     body: Bytes,
 ) -> Reply {
-    let message = match unary_rls::unframe(body).and_then(|message| {
-        RateLimitRequest::decode(message).map_err(|error| Status::internal(error.to_string()))
-    }) {
+    let message: RateLimitRequest = match unary_rls::decode(body) {
         Ok(message) => message,
         Err(status) => return Reply::Status(status),
     };
@@ -369,28 +366,21 @@ async fn decide(
             request.metadata_mut().insert(name, value);
         }
     }
-    match rls.should_rate_limit(request).await {
-        Ok(response) => match unary_rls::frame(response.get_ref()) {
-            Ok(framed) => Reply::Message(framed),
-            Err(status) => Reply::Status(status),
-        },
-        Err(status) => Reply::Status(status),
-    }
+    reply(rls.should_rate_limit(request).await)
 }
 
 /// Health `Check`, answered by the same health service as the gRPC port's.
 async fn check_health(health: Arc<HealthService>, body: Bytes) -> Reply {
-    let message = match unary_rls::unframe(body).and_then(|message| {
-        HealthCheckRequest::decode(message).map_err(|error| Status::internal(error.to_string()))
-    }) {
-        Ok(message) => message,
-        Err(status) => return Reply::Status(status),
-    };
-    match health.check(tonic::Request::new(message)).await {
-        Ok(response) => match unary_rls::frame(response.get_ref()) {
-            Ok(framed) => Reply::Message(framed),
-            Err(status) => Reply::Status(status),
-        },
+    match unary_rls::decode::<HealthCheckRequest>(body) {
+        Ok(message) => reply(health.check(tonic::Request::new(message)).await),
+        Err(status) => Reply::Status(status),
+    }
+}
+
+/// A handler's answer: its message framed, or its status as a trailers-only answer.
+fn reply<M: prost::Message>(answered: Result<tonic::Response<M>, Status>) -> Reply {
+    match answered.and_then(|response| unary_rls::frame(response.get_ref())) {
+        Ok(framed) => Reply::Message(framed),
         Err(status) => Reply::Status(status),
     }
 }
