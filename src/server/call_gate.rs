@@ -44,6 +44,11 @@ const REFLECTION_PREFIXES: [&str; 2] = [
     "/grpc.reflection.v1alpha.ServerReflection/",
 ];
 
+/// The text of the 405 answer to a call that is not a POST.
+pub const NOT_POST: &str = "gRPC calls are POSTs\n";
+/// The text of the 415 answer to a call of another content type.
+pub const NOT_GRPC_CONTENT: &str = "gRPC calls have content-type application/grpc\n";
+
 /// What the gate enforces, the same for every connection.
 #[derive(Debug, Clone, Copy)]
 pub struct GateBounds {
@@ -138,7 +143,7 @@ impl CallGate {
         let metrics = self.connection.metrics();
         if request.method() != Method::POST {
             metrics.record_transport_refusal(TransportRefusal::ContentType);
-            let mut answer = plain(StatusCode::METHOD_NOT_ALLOWED, "gRPC calls are POSTs\n");
+            let mut answer = plain(StatusCode::METHOD_NOT_ALLOWED, NOT_POST);
             answer
                 .headers_mut()
                 .insert(ALLOW, HeaderValue::from_static("POST"));
@@ -148,7 +153,7 @@ impl CallGate {
             metrics.record_transport_refusal(TransportRefusal::ContentType);
             return Err(Box::new(plain(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "gRPC calls have content-type application/grpc\n",
+                NOT_GRPC_CONTENT,
             )));
         }
         let budget = self.connection.budget();

@@ -228,6 +228,11 @@ impl RequestBody {
     }
 }
 
+/// What refuses a request not received within the read timeout.
+pub(super) fn read_timeout(timeout: Duration) -> Status {
+    Status::deadline_exceeded(format!("the request was not received within {timeout:?}"))
+}
+
 /// What refuses a message whose bytes do not fit `full`'s budget, and how it is counted.
 pub(super) fn buffer_refusal(
     full: BufferFull,
@@ -276,12 +281,7 @@ impl Body for RequestBody {
                 if let Some(deadline) = &mut this.deadline {
                     ready!(deadline.poll_expired(cx));
                     let timeout = this.bounds.read_timeout;
-                    return this.fail(
-                        TransportRefusal::ReadTimeout,
-                        Status::deadline_exceeded(format!(
-                            "the request was not received within {timeout:?}"
-                        )),
-                    );
+                    return this.fail(TransportRefusal::ReadTimeout, read_timeout(timeout));
                 }
                 return Poll::Pending;
             }

@@ -23,9 +23,12 @@ use super::h2::{Connection, Event, Limits, Reply};
 use super::head::{CallHead, Route};
 use crate::proto::rls::rate_limit_service_server::RateLimitService;
 use crate::proto::rls::RateLimitRequest;
+use crate::server::call_gate::{NOT_GRPC_CONTENT, NOT_POST};
 use crate::server::connections::{BufferPool, Buffered, CallGuard, CallKind, ConnectionHandle};
 use crate::server::memory_budget::CallCharge;
-use crate::server::request_body::{buffer_refusal, BodyBounds, HEADER, NO_MESSAGE, SECOND_MESSAGE};
+use crate::server::request_body::{
+    buffer_refusal, read_timeout, BodyBounds, HEADER, NO_MESSAGE, SECOND_MESSAGE,
+};
 use crate::server::unary_rls;
 use crate::service::transport_refusal::TransportRefusal;
 
@@ -134,9 +137,7 @@ impl RlsService {
                     let now = std::time::Instant::now();
                     for stream in h2.expire(now.checked_sub(timeout).unwrap_or(now)) {
                         handle.metrics().record_transport_refusal(TransportRefusal::ReadTimeout);
-                        h2.respond(stream, Reply::Status(Status::deadline_exceeded(format!(
-                            "the request was not received within {timeout:?}"
-                        ))));
+                        h2.respond(stream, Reply::Status(read_timeout(timeout)));
                     }
                     self.hold_buffered(&mut h2, &mut buffered, Vec::new(), &handle);
                     expiry_armed = false;
@@ -288,13 +289,13 @@ fn not_grpc(head: &CallHead) -> Option<Reply> {
     if !head.post {
         return Some(Reply::Http {
             status: 405,
-            text: "gRPC calls are POSTs\n",
+            text: NOT_POST,
             allow_post: true,
         });
     }
     (!head.grpc_content_type).then_some(Reply::Http {
         status: 415,
-        text: "gRPC calls have content-type application/grpc\n",
+        text: NOT_GRPC_CONTENT,
         allow_post: false,
     })
 }
