@@ -71,21 +71,20 @@ impl Decoder {
                     (false, 4)
                 };
                 let index = integer(&mut block, prefix)?;
-                let name_huffman_end;
-                let name: Vec<u8> = if index == 0 {
-                    let (raw, huffman) = string(&mut block)?;
-                    name_huffman_end = 0;
-                    if huffman {
-                        self.huffman(raw)?;
-                        self.scratch.clone()
-                    } else {
-                        raw.to_vec()
-                    }
+                let literal_name = if index == 0 {
+                    Some(string(&mut block)?)
                 } else {
-                    name_huffman_end = index;
-                    Vec::new()
+                    None
                 };
                 let (raw_value, value_huffman) = string(&mut block)?;
+                // The scratch buffer holds the value, so a Huffman-coded name gets one of its own.
+                let decoded_name = match literal_name {
+                    Some((raw, true)) => {
+                        self.huffman(raw)?;
+                        Some(self.scratch.clone())
+                    }
+                    _ => None,
+                };
                 if value_huffman {
                     self.huffman(raw_value)?;
                 }
@@ -94,10 +93,10 @@ impl Decoder {
                 } else {
                     raw_value
                 };
-                let name: &[u8] = if name_huffman_end == 0 {
-                    &name
-                } else {
-                    self.entry(name_huffman_end)?.0
+                let name: &[u8] = match (&decoded_name, literal_name) {
+                    (Some(decoded), _) => decoded,
+                    (None, Some((raw, _))) => raw,
+                    (None, None) => self.entry(index)?.0,
                 };
                 field(name, value);
                 if indexing {
