@@ -108,12 +108,25 @@ struct Stack {
 
 impl Stack {
     async fn start(options: FilterOptions, service_args: &[&str]) -> Stack {
+        Stack::start_asking(options, service_args, false).await
+    }
+
+    /// [`Stack::start`], Envoy asking ratelimitd's RLS port (`--rls-addr`) when `rls_port`.
+    async fn start_asking(options: FilterOptions, service_args: &[&str], rls_port: bool) -> Stack {
         let redis = RedisServer::start();
-        let service_args: Vec<String> = service_args.iter().map(|s| s.to_string()).collect();
+        let mut service_args: Vec<String> = service_args.iter().map(|s| s.to_string()).collect();
+        if rls_port {
+            service_args.extend(["--rls-addr".to_owned(), "127.0.0.1:0".to_owned()]);
+        }
         let ratelimitd = start_ratelimitd(&redis, "127.0.0.1:0", &service_args);
         let grpc_addr = ratelimitd.grpc_addr();
+        let asked = if rls_port {
+            ratelimitd.rls_addr()
+        } else {
+            grpc_addr
+        };
         let upstream = Upstream::start().await;
-        let envoy = start_envoy(grpc_addr, upstream.addr, options, "").await;
+        let envoy = start_envoy(asked, upstream.addr, options, "").await;
         Stack {
             redis,
             ratelimitd,
@@ -373,19 +386,7 @@ async fn tiers_headers_and_retry_after() {
 /// address tier's remaining 10 admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_decides_through_the_rls_port() {
-    let redis = RedisServer::start();
-    let service_args = vec!["--rls-addr".to_owned(), "127.0.0.1:0".to_owned()];
-    let ratelimitd = start_ratelimitd(&redis, "127.0.0.1:0", &service_args);
-    let upstream = Upstream::start().await;
-    let envoy = start_envoy(ratelimitd.rls_addr(), upstream.addr, ALLOW, "").await;
-    let stack = Stack {
-        redis,
-        grpc_addr: ratelimitd.grpc_addr(),
-        ratelimitd,
-        service_args,
-        upstream,
-        envoy,
-    };
+    let stack = Stack::start_asking(ALLOW, &[], true).await;
     let k1 = Some("k1");
     let r = stack.get("/slow", k1).await;
     assert_limited(&r, 200, 2, SLOW_LIMITS, 1, 1_800..=1_800);
